@@ -1,0 +1,138 @@
+"""Frames, commands and the header rules of each STOMP version.
+
+A frame's headers are an ordered sequence of ``(name, value)`` pairs: repeated
+entries are kept, because "only the first header entry SHOULD be used as the value
+of header entry. Subsequent values are only used to maintain a history" (1.2, Repeated
+Header Entries). Looking a name up therefore returns the *first* entry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from stompy.errors import ProtocolError
+
+Version = Literal["1.0", "1.1", "1.2"]
+Headers = tuple[tuple[str, str], ...]
+
+V10: Final = "1.0"
+V11: Final = "1.1"
+V12: Final = "1.2"
+#: Every version stompy speaks, lowest first (the order ``accept-version`` wants).
+VERSIONS: Final[tuple[Version, ...]] = ("1.0", "1.1", "1.2")
+
+CLIENT_COMMANDS: Final = frozenset(
+    {
+        "SEND",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "BEGIN",
+        "COMMIT",
+        "ABORT",
+        "ACK",
+        "NACK",
+        "DISCONNECT",
+        "CONNECT",
+        "STOMP",
+    }
+)
+SERVER_COMMANDS: Final = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+COMMANDS: Final = CLIENT_COMMANDS | SERVER_COMMANDS
+#: "Only the SEND, MESSAGE, and ERROR frames MAY have a body." (1.2, Body)
+BODY_COMMANDS: Final = frozenset({"SEND", "MESSAGE", "ERROR"})
+#: "The CONNECT and CONNECTED frames do not escape ..." (1.1 and 1.2, Value Encoding)
+UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One STOMP frame: a command, ordered headers and a binary body."""
+
+    command: str
+    headers: Headers = ()
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """Return the value of the first header entry called ``name``."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return default
+
+    def __contains__(self, name: object) -> bool:
+        return any(key == name for key, _ in self.headers)
+
+    def header_map(self) -> dict[str, str]:
+        """The headers as a dict in which the first entry of each name wins."""
+        result: dict[str, str] = {}
+        for key, value in self.headers:
+            result.setdefault(key, value)
+        return result
+
+    def __repr__(self) -> str:
+        shown = tuple((k, "********") if k == "passcode" else (k, v) for k, v in self.headers)
+        body = self.body if len(self.body) <= 64 else self.body[:64] + b"..."
+        return f"Frame(command={self.command!r}, headers={shown!r}, body={body!r})"
+
+
+def make_headers(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
+) -> Headers:
+    """Normalise a mapping or a sequence of pairs into the frame's header tuple."""
+    if headers is None:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    result: list[tuple[str, str]] = []
+    for key, value in items:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
+        result.append((key, value))
+    return tuple(result)
+
+
+# -- escaping --------------------------------------------------------------------------
+
+_ESCAPE_11: Final = {ord("\\"): "\\\\", ord("\n"): "\\n", ord(":"): "\\c"}
+_ESCAPE_12: Final = {**_ESCAPE_11, ord("\r"): "\\r"}
+_UNESCAPE_11: Final = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
+_UNESCAPE_12: Final = {**_UNESCAPE_11, "\\r": "\r"}
+# A backslash and whatever follows it (or nothing, at the end of the text).
+_ESCAPE_RE: Final = re.compile(r"\\(.?)", re.DOTALL)
+
+
+def escape(text: str, version: str) -> str:
+    """Escape a header name or value for ``version`` (1.0 has no escaping)."""
+    if version == V12:
+        return text.translate(_ESCAPE_12)
+    if version == V11:
+        return text.translate(_ESCAPE_11)
+    return text
+
+
+def unescape(text: str, version: str, *, strict: bool = True) -> str:
+    """Undo :func:`escape`.
+
+    "Undefined escape sequences such as \\t (octet 92 and 116) MUST be treated as a
+    fatal protocol error" (1.2, Value Encoding): with ``strict`` they raise
+    :class:`ProtocolError`; without, they are kept literally for brokers that send
+    them anyway.
+    """
+    if version == V10 or "\\" not in text:
+        return text
+    table = _UNESCAPE_12 if version == V12 else _UNESCAPE_11
+
+    def replace(match: re.Match[str]) -> str:
+        seq = match.group(0)
+        found = table.get(seq)
+        if found is not None:
+            return found
+        if strict:
+            raise ProtocolError(
+                f"undefined escape sequence {seq!r} in header {text!r} (STOMP {version})"
+            )
+        return seq
+
+    return _ESCAPE_RE.sub(replace, text)

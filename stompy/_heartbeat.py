@@ -1,0 +1,102 @@
+"""Heart-beat negotiation and deadlines, with no clock inside.
+
+Both roles use this: the client state machine and the in-process broker. Time is
+always an argument (seconds, from any monotonic clock), so tests drive it with a
+fake clock and transports re-arm a single deadline, the aioquic way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from stompy.errors import ProtocolError
+
+__all__ = ("Heartbeat", "format_heartbeat", "negotiate", "parse_heartbeat")
+
+_HEADER: Final = re.compile(r"\s*([0-9]+)\s*,\s*([0-9]+)\s*")
+
+
+def parse_heartbeat(value: str | None) -> tuple[int, int]:
+    """Parse a ``heart-beat`` header; a missing one means ``0,0``.
+
+    "A missing heart-beat header MUST be treated the same way as a heart-beat:0,0
+    header" (1.2, Heart-beating). Anything but two non-negative integers separated by
+    a comma raises :class:`ProtocolError`.
+    """
+    if value is None:
+        return (0, 0)
+    match = _HEADER.fullmatch(value)
+    if match is None:
+        raise ProtocolError(
+            f"invalid heart-beat header {value!r}: want two integers like '10000,10000'"
+        )
+    return (int(match.group(1)), int(match.group(2)))
+
+
+def format_heartbeat(beats: tuple[int, int]) -> str:
+    """The ``heart-beat`` header value for ``(can send, want to receive)`` in ms."""
+    send, receive = beats
+    if send < 0 or receive < 0:
+        raise ValueError(f"heart-beat intervals must not be negative: {beats!r}")
+    return f"{int(send)},{int(receive)}"
+
+
+def negotiate(mine: tuple[int, int], theirs: tuple[int, int]) -> tuple[int, int]:
+    """Return ``(outgoing, incoming)`` intervals in ms; 0 disables a direction.
+
+    With ``mine = (cx, cy)`` and ``theirs = (sx, sy)``: "if cx is 0 or sy is 0 then
+    there will be none; otherwise, there will be heart-beats every MAX(cx, sy)
+    milliseconds. In the other direction, sx and cy are used the same way."
+    """
+    cx, cy = mine
+    sx, sy = theirs
+    outgoing = 0 if cx == 0 or sy == 0 else max(cx, sy)
+    incoming = 0 if sx == 0 or cy == 0 else max(sx, cy)
+    return (outgoing, incoming)
+
+
+class Heartbeat:
+    """The two heart-beat deadlines of one connection.
+
+    ``sent(now)`` and ``received(now)`` record traffic (any byte received is a sign of
+    life, not only an EOL); ``deadline()`` is the next time something must be
+    checked; ``beat_due(now)`` says an EOL must go out, because nothing else was sent
+    for a whole outgoing interval; ``peer_dead(now)`` says nothing at all arrived for
+    the incoming interval times ``tolerance``.
+    """
+
+    def __init__(self, outgoing_ms: int, incoming_ms: int, tolerance: float, now: float) -> None:
+        if tolerance < 1.0:
+            raise ValueError(f"heart-beat tolerance must be at least 1.0, got {tolerance}")
+        self.outgoing = outgoing_ms / 1000.0
+        self.incoming = incoming_ms / 1000.0
+        self.tolerance = tolerance
+        self.last_sent = now
+        self.last_received = now
+
+    def sent(self, now: float) -> None:
+        self.last_sent = now
+
+    def received(self, now: float) -> None:
+        self.last_received = now
+
+    def deadline(self) -> float | None:
+        """When :meth:`beat_due` or :meth:`peer_dead` may next become true."""
+        best: float | None = None
+        if self.outgoing > 0:
+            best = self.last_sent + self.outgoing
+        if self.incoming > 0:
+            dead = self.last_received + self.incoming * self.tolerance
+            best = dead if best is None else min(best, dead)
+        return best
+
+    def beat_due(self, now: float) -> bool:
+        return self.outgoing > 0 and now >= self.last_sent + self.outgoing
+
+    def peer_dead(self, now: float) -> bool:
+        return self.incoming > 0 and now - self.last_received >= self.incoming * self.tolerance
+
+    def silence(self, now: float) -> float:
+        """Seconds since anything arrived."""
+        return now - self.last_received

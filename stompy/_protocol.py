@@ -1,0 +1,610 @@
+"""The sans-IO STOMP client state machine.
+
+Theory of operation
+-------------------
+:class:`ClientProtocol` does no I/O and reads no clock. A transport drives it with
+four kinds of call:
+
+* intents (``connect``, ``send``, ``subscribe``, ``ack``, ``begin``, ...) encode a
+  frame into the outgoing buffer, or raise :class:`LocalProtocolError` and change
+  nothing when the intent is invalid in the current state;
+* ``receive_data(data, now)`` / ``receive_eof()`` hand over what the peer sent;
+  ``next_event()`` then returns typed events one at a time (``None`` when it needs
+  more bytes);
+* ``data_to_send(now)`` drains the outgoing buffer (heart-beat EOLs included: STOMP
+  produces bytes nobody asked for);
+* ``next_deadline()`` / ``handle_timer(now)`` run the heart-beats: the transport
+  sleeps until the deadline, or until bytes arrive, whichever is first.
+
+States move only forward::
+
+    IDLE --connect()--> CONNECTING --CONNECTED--> CONNECTED --disconnect()--> DISCONNECTING
+      ERROR frame, EOF, heart-beat loss or a peer protocol error: any state --> CLOSED
+      RECEIPT for the DISCONNECT:                            DISCONNECTING --> CLOSED
+
+Every decision the protocol makes lives here: version negotiation, which ACK frame a
+version needs, receipt matching, subscription routing, transaction bookkeeping and
+heart-beat deadlines. Transports only move bytes and keep time.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode
+from stompy._events import (
+    AckMode,
+    Connected,
+    ConnectionClosed,
+    Error,
+    Event,
+    HeartbeatTimedOut,
+    Message,
+    Receipt,
+)
+from stompy._frames import V10, V11, V12, VERSIONS, Frame, make_headers
+from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
+from stompy.errors import LocalProtocolError, ProtocolError
+
+__all__ = ("ACK_MODES", "ClientProtocol", "State", "SubscriptionInfo")
+
+ACK_MODES: Final[tuple[AckMode, ...]] = ("auto", "client", "client-individual")
+
+HeaderInput = Mapping[str, str] | Iterable[tuple[str, str]] | None
+
+#: Headers that stompy writes itself; passing them among user headers is a mistake
+#: that would otherwise be silently overridden ("first entry wins").
+_RESERVED_SEND: Final = frozenset({"destination", "receipt", "transaction"})
+_RESERVED_SUBSCRIBE: Final = frozenset({"destination", "receipt", "id", "ack"})
+_TEXT_TYPE: Final = "text/plain;charset=utf-8"
+
+
+class State(enum.Enum):
+    """Where a client connection stands."""
+
+    #: Nothing sent yet; only ``connect()`` is allowed.
+    IDLE = "IDLE"
+    #: CONNECT sent, waiting for CONNECTED.
+    CONNECTING = "CONNECTING"
+    #: CONNECTED received; every intent is allowed.
+    CONNECTED = "CONNECTED"
+    #: DISCONNECT sent; waiting for its RECEIPT (or the peer's close).
+    DISCONNECTING = "DISCONNECTING"
+    #: Finished: after the DISCONNECT receipt, an ERROR, EOF, a dead peer or a protocol error.
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """What the client remembers of one of its subscriptions."""
+
+    id: str
+    destination: str
+    ack: AckMode
+
+
+class ClientProtocol:
+    """A STOMP client connection, without I/O. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        versions: Iterable[str] = VERSIONS,
+        heartbeats: tuple[int, int] = (0, 0),
+        heartbeat_tolerance: float = 2.0,
+        limits: FrameLimits = DEFAULT_LIMITS,
+        strict: bool = True,
+    ) -> None:
+        offered = tuple(sorted(set(versions)))
+        if not offered or any(v not in VERSIONS for v in offered):
+            raise ValueError(f"versions must be a non-empty subset of {VERSIONS}, got {offered}")
+        format_heartbeat(heartbeats)  # validates
+        if heartbeat_tolerance < 1.0:
+            raise ValueError("heartbeat_tolerance must be at least 1.0")
+        self.versions: tuple[str, ...] = offered
+        self.heartbeats = (int(heartbeats[0]), int(heartbeats[1]))
+        self.heartbeat_tolerance = heartbeat_tolerance
+        #: "Receiving is strict by default": with ``strict=False`` undefined escapes are
+        #: kept literally and a body on a bodiless frame is accepted.
+        self.strict = strict
+        self.state = State.IDLE
+        #: The negotiated version; the lowest offered one until CONNECTED arrives.
+        self.version: str = offered[0]
+        self.server: str | None = None
+        self.session: str | None = None
+        #: Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms.
+        self.negotiated_heartbeats: tuple[int, int] = (0, 0)
+        self._parser = FrameParser(V10, limits, strict=strict)
+        self._out: list[bytes] = []
+        self._events: list[Event] = []
+        self._event_pos = 0
+        self._heartbeat: Heartbeat | None = None
+        self._subscriptions: dict[str, SubscriptionInfo] = {}
+        self._closed_subscriptions: set[str] = set()
+        self._transactions: set[str] = set()
+        self._receipts: dict[str, str] = {}  # receipt id -> the command that asked for it
+        self._disconnect_receipt: str | None = None
+        self._error_seen = False
+        self._next_id = 0
+
+    # -- read-only views ---------------------------------------------------------------
+
+    @property
+    def subscriptions(self) -> Mapping[str, SubscriptionInfo]:
+        """Open subscriptions by id."""
+        return self._subscriptions
+
+    @property
+    def transactions(self) -> frozenset[str]:
+        """Ids of the transactions begun and not yet committed or aborted."""
+        return frozenset(self._transactions)
+
+    @property
+    def pending_receipts(self) -> frozenset[str]:
+        """Receipt ids asked for and not yet received."""
+        return frozenset(self._receipts)
+
+    # -- outgoing ----------------------------------------------------------------------
+
+    def data_to_send(self, now: float | None = None) -> bytes:
+        """Return (and forget) the bytes to write; ``now`` is when they are written.
+
+        Pass ``now`` whenever heart-beats may be on: the time of the last write is
+        what decides when an outgoing heart-beat is due.
+        """
+        if not self._out:
+            return b""
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out.clear()
+        if now is not None and self._heartbeat is not None:
+            self._heartbeat.sent(now)
+        return data
+
+    def _emit(self, frame: Frame) -> None:
+        self._out.append(encode(frame, self.version))
+
+    def _new_id(self, prefix: str, taken: Iterable[str] | Mapping[str, object]) -> str:
+        while True:
+            self._next_id += 1
+            candidate = f"{prefix}{self._next_id}"
+            if candidate not in taken:
+                return candidate
+
+    def _require(self, *states: State) -> None:
+        if self.state not in states:
+            wanted = " or ".join(s.name for s in states)
+            raise LocalProtocolError(f"not allowed in state {self.state.name} (needs {wanted})")
+
+    def _receipt(self, receipt: bool | str, command: str) -> str | None:
+        if receipt is False:
+            return None
+        if receipt is True:
+            receipt_id = self._new_id("r-", self._receipts)
+        else:
+            receipt_id = receipt
+            if not receipt_id:
+                raise LocalProtocolError("a receipt id must not be empty")
+            if receipt_id in self._receipts:
+                raise LocalProtocolError(f"receipt {receipt_id!r} is already awaited")
+        return receipt_id
+
+    def _track_receipt(self, receipt_id: str | None, command: str) -> None:
+        if receipt_id is not None:
+            self._receipts[receipt_id] = command
+
+    def _check_transaction(self, transaction: str | None) -> None:
+        if transaction is not None and transaction not in self._transactions:
+            raise LocalProtocolError(f"transaction {transaction!r} is not open")
+
+    @staticmethod
+    def _user_headers(
+        headers: HeaderInput, reserved: frozenset[str], what: str
+    ) -> list[tuple[str, str]]:
+        items = list(make_headers(headers))
+        for key, _ in items:
+            if key in reserved:
+                raise LocalProtocolError(
+                    f"header {key!r} is set by stompy for {what}: "
+                    f"use the {key.replace('-', '_')} argument"
+                )
+        return [(k, v) for k, v in items if k != "content-length"]
+
+    def connect(
+        self,
+        host: str,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        headers: HeaderInput = None,
+        command: str = "CONNECT",
+    ) -> None:
+        """Queue the CONNECT (or STOMP) frame. Allowed only in IDLE.
+
+        ``host`` is the virtual host, ``headers`` extra headers such as ``client-id``.
+        Raises :class:`LocalProtocolError` in another state, and for a header no
+        version can carry in CONNECT (a line break), before anything is queued.
+        """
+        self._require(State.IDLE)
+        if command not in ("CONNECT", "STOMP"):
+            raise LocalProtocolError("the connect command is CONNECT or STOMP")
+        items: list[tuple[str, str]] = []
+        if self.versions != (V10,):
+            items.append(("accept-version", ",".join(self.versions)))
+        items.append(("host", host))
+        if login is not None:
+            items.append(("login", login))
+        if passcode is not None:
+            items.append(("passcode", passcode))
+        if self.heartbeats != (0, 0):
+            items.append(("heart-beat", format_heartbeat(self.heartbeats)))
+        reserved = frozenset({"accept-version", "host", "login", "passcode", "heart-beat"})
+        items.extend(self._user_headers(headers, reserved, command))
+        try:
+            data = encode(Frame(command, tuple(items)), V10)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc)) from None
+        self._out.append(data)
+        self.state = State.CONNECTING
+
+    def send(
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        *,
+        headers: HeaderInput = None,
+        content_type: str | None = None,
+        transaction: str | None = None,
+        receipt: bool | str = False,
+    ) -> str | None:
+        """Queue a SEND frame; return the receipt id asked for, if any.
+
+        A ``str`` body is encoded as UTF-8 and, unless ``content_type`` or a
+        ``content-type`` header says otherwise, labelled ``text/plain;charset=utf-8``.
+        """
+        self._require(State.CONNECTED)
+        if not destination:
+            raise LocalProtocolError("SEND needs a destination")
+        self._check_transaction(transaction)
+        user = self._user_headers(headers, _RESERVED_SEND, "SEND")
+        items = [("destination", destination)]
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+            if content_type is None and not any(k == "content-type" for k, _ in user):
+                content_type = _TEXT_TYPE
+        if content_type is not None:
+            user = [(k, v) for k, v in user if k != "content-type"]
+            items.append(("content-type", content_type))
+        if transaction is not None:
+            items.append(("transaction", transaction))
+        receipt_id = self._receipt(receipt, "SEND")
+        if receipt_id is not None:
+            items.append(("receipt", receipt_id))
+        items.extend(user)
+        self._emit_checked(Frame("SEND", tuple(items), bytes(body)))
+        self._track_receipt(receipt_id, "SEND")
+        return receipt_id
+
+    def _emit_checked(self, frame: Frame) -> None:
+        try:
+            self._emit(frame)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc)) from None
+
+    def subscribe(
+        self,
+        destination: str,
+        *,
+        ack: AckMode = "auto",
+        id: str | None = None,
+        headers: HeaderInput = None,
+        receipt: bool | str = False,
+    ) -> str:
+        """Queue a SUBSCRIBE frame and return the subscription id (generated if not given)."""
+        self._require(State.CONNECTED)
+        if not destination:
+            raise LocalProtocolError("SUBSCRIBE needs a destination")
+        if ack not in ACK_MODES:
+            raise LocalProtocolError(f"ack mode must be one of {ACK_MODES}, got {ack!r}")
+        if ack == "client-individual" and self.version == V10:
+            raise LocalProtocolError("ack mode 'client-individual' needs STOMP 1.1 or later")
+        if id is None:
+            id = self._new_id("", self._subscriptions.keys() | self._closed_subscriptions)
+        elif not id:
+            raise LocalProtocolError("a subscription id must not be empty")
+        elif id in self._subscriptions:
+            raise LocalProtocolError(f"subscription id {id!r} is already in use")
+        user = self._user_headers(headers, _RESERVED_SUBSCRIBE, "SUBSCRIBE")
+        items = [("destination", destination), ("id", id), ("ack", ack)]
+        receipt_id = self._receipt(receipt, "SUBSCRIBE")
+        if receipt_id is not None:
+            items.append(("receipt", receipt_id))
+        items.extend(user)
+        self._emit_checked(Frame("SUBSCRIBE", tuple(items)))
+        self._track_receipt(receipt_id, "SUBSCRIBE")
+        self._subscriptions[id] = SubscriptionInfo(id, destination, ack)
+        self._closed_subscriptions.discard(id)
+        return id
+
+    def unsubscribe(self, id: str, *, receipt: bool | str = False) -> str | None:
+        """Queue an UNSUBSCRIBE frame; return the receipt id asked for, if any."""
+        self._require(State.CONNECTED)
+        if id not in self._subscriptions:
+            raise LocalProtocolError(f"no open subscription with id {id!r}")
+        items = [("id", id)]
+        receipt_id = self._receipt(receipt, "UNSUBSCRIBE")
+        if receipt_id is not None:
+            items.append(("receipt", receipt_id))
+        self._emit_checked(Frame("UNSUBSCRIBE", tuple(items)))
+        self._track_receipt(receipt_id, "UNSUBSCRIBE")
+        del self._subscriptions[id]
+        # MESSAGE frames already on the wire for it are not a protocol error.
+        self._closed_subscriptions.add(id)
+        return receipt_id
+
+    def ack(
+        self, message: Message, *, transaction: str | None = None, receipt: bool | str = False
+    ) -> str | None:
+        """Queue the ACK frame the negotiated version needs for ``message``."""
+        return self._acknowledge("ACK", message, transaction, receipt)
+
+    def nack(
+        self, message: Message, *, transaction: str | None = None, receipt: bool | str = False
+    ) -> str | None:
+        """Queue the NACK frame for ``message``; STOMP 1.0 has no NACK."""
+        if self.state is State.CONNECTED and self.version == V10:
+            raise LocalProtocolError("NACK does not exist in STOMP 1.0")
+        return self._acknowledge("NACK", message, transaction, receipt)
+
+    def _acknowledge(
+        self, command: str, message: Message, transaction: str | None, receipt: bool | str
+    ) -> str | None:
+        self._require(State.CONNECTED)
+        info = self._subscriptions.get(message.subscription)
+        if info is None:
+            raise LocalProtocolError(
+                f"cannot {command} a message of subscription {message.subscription!r}: "
+                "it is not open on this connection"
+            )
+        if info.ack == "auto":
+            raise LocalProtocolError(
+                f"cannot {command} a message of subscription {info.id!r}: its ack mode is 'auto'"
+            )
+        self._check_transaction(transaction)
+        message_id = message.message_id
+        items: list[tuple[str, str]]
+        if self.version == V12:
+            # "The ACK frame MUST include an id header matching the ack header of the
+            # MESSAGE being acknowledged." Fall back to message-id for servers that omit it.
+            items = [("id", message.ack_id or message_id)]
+        elif self.version == V11:
+            items = [("message-id", message_id), ("subscription", message.subscription)]
+        else:
+            items = [("message-id", message_id)]
+        if transaction is not None:
+            items.append(("transaction", transaction))
+        receipt_id = self._receipt(receipt, command)
+        if receipt_id is not None:
+            items.append(("receipt", receipt_id))
+        self._emit_checked(Frame(command, tuple(items)))
+        self._track_receipt(receipt_id, command)
+        return receipt_id
+
+    def begin(self, transaction: str | None = None, *, receipt: bool | str = False) -> str:
+        """Queue BEGIN and return the transaction id (generated if not given)."""
+        self._require(State.CONNECTED)
+        if transaction is None:
+            transaction = self._new_id("tx-", self._transactions)
+        elif not transaction:
+            raise LocalProtocolError("a transaction id must not be empty")
+        elif transaction in self._transactions:
+            raise LocalProtocolError(f"transaction {transaction!r} is already open")
+        self._transaction_frame("BEGIN", transaction, receipt)
+        self._transactions.add(transaction)
+        return transaction
+
+    def commit(self, transaction: str, *, receipt: bool | str = False) -> str | None:
+        """Queue COMMIT of an open transaction."""
+        return self._finish_transaction("COMMIT", transaction, receipt)
+
+    def abort(self, transaction: str, *, receipt: bool | str = False) -> str | None:
+        """Queue ABORT of an open transaction."""
+        return self._finish_transaction("ABORT", transaction, receipt)
+
+    def _finish_transaction(
+        self, command: str, transaction: str, receipt: bool | str
+    ) -> str | None:
+        self._require(State.CONNECTED)
+        self._check_transaction(transaction)
+        receipt_id = self._transaction_frame(command, transaction, receipt)
+        self._transactions.discard(transaction)
+        return receipt_id
+
+    def _transaction_frame(self, command: str, transaction: str, receipt: bool | str) -> str | None:
+        items = [("transaction", transaction)]
+        receipt_id = self._receipt(receipt, command)
+        if receipt_id is not None:
+            items.append(("receipt", receipt_id))
+        self._emit_checked(Frame(command, tuple(items)))
+        self._track_receipt(receipt_id, command)
+        return receipt_id
+
+    def disconnect(self, *, receipt: bool | str = True) -> str | None:
+        """Queue DISCONNECT; with a receipt (the default) the state closes when it arrives.
+
+        "Clients MUST NOT send any more frames after the DISCONNECT frame is sent."
+        Open transactions are aborted by the server and forgotten here.
+        """
+        self._require(State.CONNECTED)
+        receipt_id = self._receipt(receipt, "DISCONNECT")
+        items = [("receipt", receipt_id)] if receipt_id is not None else []
+        self._emit_checked(Frame("DISCONNECT", tuple(items)))
+        self._track_receipt(receipt_id, "DISCONNECT")
+        self._transactions.clear()
+        if receipt_id is None:
+            self.state = State.CLOSED
+        else:
+            self._disconnect_receipt = receipt_id
+            self.state = State.DISCONNECTING
+        return receipt_id
+
+    def close(self) -> None:
+        """Forget the connection without a DISCONNECT (the transport is gone)."""
+        self.state = State.CLOSED
+        self._transactions.clear()
+
+    # -- incoming ----------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float | None = None) -> None:
+        """Buffer bytes from the peer; ``now`` is when they arrived (any byte is life)."""
+        if self.state is State.CLOSED:
+            return  # after an ERROR or our close, what follows is noise
+        if data:
+            self._parser.feed(data)
+            if now is not None and self._heartbeat is not None:
+                self._heartbeat.received(now)
+
+    def receive_eof(self) -> None:
+        """The peer closed the transport; report it as :class:`ConnectionClosed`."""
+        if self.state is State.CLOSED and not self._error_seen:
+            return
+        expected = self._error_seen or self.state is State.DISCONNECTING
+        self.state = State.CLOSED
+        self._error_seen = False
+        self._events.append(ConnectionClosed(expected=expected))
+
+    def next_event(self) -> Event | None:
+        """Return the next event, or ``None`` until more data arrives.
+
+        Raises :class:`ProtocolError` when the peer broke the protocol; the state is
+        then CLOSED.
+        """
+        if self._event_pos < len(self._events):
+            event = self._events[self._event_pos]
+            self._event_pos += 1
+            if self._event_pos == len(self._events):
+                self._events.clear()
+                self._event_pos = 0
+            return event
+        if self.state in (State.CLOSED, State.IDLE):
+            return None
+        try:
+            frame = self._parser.next_frame()
+            if frame is None:
+                return None
+            return self._handle_frame(frame)
+        except ProtocolError:
+            self.state = State.CLOSED
+            raise
+
+    def _handle_frame(self, frame: Frame) -> Event:
+        command = frame.command
+        if command == "MESSAGE":
+            return self._handle_message(frame)
+        if command == "RECEIPT":
+            return self._handle_receipt(frame)
+        if command == "ERROR":
+            message = frame.get("message")
+            if message is None:
+                message = frame.body[:200].decode("utf-8", "replace").strip() or "(no message)"
+            self.state = State.CLOSED
+            self._error_seen = True
+            return Error(message, frame.get("receipt-id"), frame)
+        if command == "CONNECTED":
+            return self._handle_connected(frame)
+        raise ProtocolError(f"the server sent a {command} frame, which only clients send")
+
+    def _handle_connected(self, frame: Frame) -> Connected:
+        if self.state is not State.CONNECTING:
+            raise ProtocolError(f"unexpected CONNECTED frame in state {self.state.name}")
+        # "If the accept-version header is missing, it means that the client only
+        # supports version 1.0": such servers answer without a version header too.
+        version = frame.get("version", V10) or V10
+        if version not in self.versions:
+            raise ProtocolError(
+                f"the server chose STOMP {version}, "
+                f"which we did not offer ({','.join(self.versions)})"
+            )
+        theirs = parse_heartbeat(frame.get("heart-beat"))
+        self.version = version
+        self._parser.version = version
+        self.server = frame.get("server")
+        self.session = frame.get("session")
+        self.negotiated_heartbeats = negotiate(self.heartbeats, theirs)
+        self.state = State.CONNECTED
+        return Connected(version, self.server, self.session, self.negotiated_heartbeats, frame)
+
+    def _handle_message(self, frame: Frame) -> Message:
+        if self.state not in (State.CONNECTED, State.DISCONNECTING):
+            raise ProtocolError(f"MESSAGE frame in state {self.state.name}")
+        sub_id = frame.get("subscription")
+        if sub_id is None:
+            if self.version != V10:
+                raise ProtocolError("MESSAGE frame without the subscription header")
+            # STOMP 1.0 servers may leave it out: route by destination when unambiguous.
+            destination = frame.get("destination")
+            matches = [s for s in self._subscriptions.values() if s.destination == destination]
+            if len(matches) != 1:
+                raise ProtocolError(
+                    f"MESSAGE for {destination!r} without a subscription header matches "
+                    f"{len(matches)} subscriptions"
+                )
+            return Message(frame, matches[0].id, matches[0].ack)
+        info = self._subscriptions.get(sub_id)
+        if info is None:
+            if sub_id in self._closed_subscriptions:
+                # In flight when we unsubscribed: delivered, though nobody waits for it.
+                return Message(frame, sub_id, "auto")
+            raise ProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
+        return Message(frame, sub_id, info.ack)
+
+    def _handle_receipt(self, frame: Frame) -> Receipt:
+        if self.state not in (State.CONNECTED, State.DISCONNECTING):
+            raise ProtocolError(f"RECEIPT frame in state {self.state.name}")
+        receipt_id = frame.get("receipt-id")
+        if receipt_id is None:
+            raise ProtocolError("RECEIPT frame without a receipt-id header")
+        if self._receipts.pop(receipt_id, None) is None:
+            raise ProtocolError(f"RECEIPT for {receipt_id!r}, which we never asked for")
+        if receipt_id == self._disconnect_receipt:
+            self.state = State.CLOSED
+        return Receipt(receipt_id, frame)
+
+    # -- timers ------------------------------------------------------------------------
+
+    def start_heartbeats(self, now: float) -> None:
+        """Start the heart-beat clocks; call it when :class:`Connected` is handled.
+
+        It is separate from the CONNECTED frame because the protocol has no clock.
+        """
+        out_ms, in_ms = self.negotiated_heartbeats
+        if out_ms or in_ms:
+            self._heartbeat = Heartbeat(out_ms, in_ms, self.heartbeat_tolerance, now)
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timer` must next be called (``None``: never)."""
+        if self._heartbeat is None or self.state in (State.CLOSED, State.IDLE):
+            return None
+        return self._heartbeat.deadline()
+
+    def handle_timer(self, now: float) -> None:
+        """Queue a heart-beat EOL if one is due; report a dead peer.
+
+        A dead peer (nothing received for the incoming interval times the tolerance)
+        yields a :class:`HeartbeatTimedOut` event and closes the state.
+        """
+        beat = self._heartbeat
+        if beat is None or self.state in (State.CLOSED, State.IDLE):
+            return
+        if beat.peer_dead(now):
+            self.state = State.CLOSED
+            self._events.append(HeartbeatTimedOut(beat.silence(now)))
+            return
+        if beat.beat_due(now):
+            if not self._out:
+                self._out.append(b"\n")
+            # Count the beat as sent now, so the deadline moves even if the transport
+            # drains later; data_to_send(now) records the real time again.
+            beat.sent(now)

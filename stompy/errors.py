@@ -1,0 +1,101 @@
+"""The one error hierarchy of stompy.
+
+Everything stompy raises on purpose derives from :class:`StompError`. Split the h11
+way: :class:`LocalProtocolError` means *you* asked for something the protocol or the
+current state forbids; :class:`ProtocolError` means the *peer* broke the protocol.
+Network failures, timeouts and ERROR frames from the server each have their own
+branch, so that ``except stompy.errors.StompError`` is the only clause a user needs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stompy._frames import Frame
+
+__all__ = (
+    "ConnectFailed",
+    "ConnectionLost",
+    "FrameTooLarge",
+    "HeartbeatTimeout",
+    "LocalProtocolError",
+    "NetworkError",
+    "ProtocolError",
+    "ReceiptTimeout",
+    "ServerError",
+    "StompError",
+    "StompTimeout",
+    "TransactionLost",
+)
+
+
+class StompError(Exception):
+    """Base class of every error stompy raises."""
+
+
+class ProtocolError(StompError):
+    """The peer sent something the STOMP specification does not allow.
+
+    Raised by the parser for malformed bytes and by the state machine for frames
+    that make no sense in the current state. The connection cannot be trusted after
+    it and should be closed.
+    """
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame crossed one of the configured :class:`~stompy.FrameLimits`.
+
+    Raised as soon as the limit is crossed, before the rest of the frame is buffered.
+    """
+
+
+class LocalProtocolError(StompError):
+    """The caller asked for something the protocol or the current state forbids.
+
+    Nothing was sent and the state did not change: the connection is still usable.
+    """
+
+
+class ServerError(StompError):
+    """The server sent an ERROR frame; it closes the connection after it.
+
+    ``frame`` is the ERROR frame, ``message`` its ``message`` header (or its body
+    when the header is missing).
+    """
+
+    def __init__(self, message: str, frame: Frame | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.frame = frame
+
+
+class NetworkError(StompError):
+    """The transport failed: refused, reset, closed, or unreachable."""
+
+
+class ConnectFailed(NetworkError):
+    """No connection could be established to any of the given servers."""
+
+
+class ConnectionLost(NetworkError):
+    """An established connection ended without a graceful DISCONNECT."""
+
+
+class StompTimeout(StompError, TimeoutError):
+    """Something did not happen in the time allowed."""
+
+
+class HeartbeatTimeout(ConnectionLost, StompTimeout):
+    """Nothing arrived from the peer within the negotiated heart-beat window."""
+
+
+class ReceiptTimeout(StompTimeout):
+    """The RECEIPT for a frame did not arrive in time."""
+
+
+class TransactionLost(StompError):
+    """The connection was lost (and perhaps re-established) while a transaction was open.
+
+    The broker aborted the transaction; nothing sent or acked in it took effect.
+    """

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+# CI runs on a noisy 2-core machine: no per-example deadline, a fixed budget.
+settings.register_profile(
+    "ci", deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", deadline=None, max_examples=100)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
