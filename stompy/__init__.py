@@ -1,35 +1,40 @@
 """stompy: a STOMP 1.0 / 1.1 / 1.2 client for Python.
 
 The protocol lives in a sans-IO core (:class:`FrameParser`, :func:`encode`,
-:class:`ClientProtocol`); thin transports run it over blocking sockets and anyio.
+:class:`ClientProtocol`, whose events are in :mod:`stompy.events`); thin transports
+run it over blocking sockets (:class:`Connection`) and anyio (:class:`AsyncConnection`).
 """
 
 from __future__ import annotations
 
-from stompy import errors
-from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._events import (
-    AckMode,
-    Connected,
-    ConnectionClosed,
-    Error,
-    Event,
-    HeartbeatTimedOut,
-    Message,
-    Receipt,
+from stompy import errors, events
+from stompy._async import (
+    AsyncConnection,
+    AsyncMessage,
+    AsyncSubscription,
+    AsyncTransaction,
+    send_async,
 )
+from stompy._client import Reconnect
+from stompy._codec import FrameLimits, FrameParser, encode
+from stompy._events import AckMode
 from stompy._frames import VERSIONS, Frame
 from stompy._protocol import ClientProtocol, State, SubscriptionInfo
+from stompy._sync import Connection, Message, Subscription, Transaction, send
+from stompy._urls import Endpoint, parse_url
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,
     FrameTooLarge,
     HeartbeatTimeout,
     LocalProtocolError,
+    NetworkError,
     ProtocolError,
     ReceiptTimeout,
     ServerError,
     StompError,
+    StompTimeout,
+    TransactionLost,
 )
 
 __version__ = "0.1.0"
@@ -37,28 +42,38 @@ __version__ = "0.1.0"
 __all__ = (
     "VERSIONS",
     "AckMode",
+    "AsyncConnection",
+    "AsyncMessage",
+    "AsyncSubscription",
+    "AsyncTransaction",
     "ClientProtocol",
     "ConnectFailed",
-    "Connected",
-    "ConnectionClosed",
+    "Connection",
     "ConnectionLost",
-    "Error",
-    "Event",
+    "Endpoint",
     "Frame",
     "FrameLimits",
     "FrameParser",
     "FrameTooLarge",
-    "HeartbeatTimedOut",
     "HeartbeatTimeout",
     "LocalProtocolError",
     "Message",
+    "NetworkError",
     "ProtocolError",
-    "Receipt",
     "ReceiptTimeout",
+    "Reconnect",
     "ServerError",
     "State",
     "StompError",
+    "StompTimeout",
+    "Subscription",
     "SubscriptionInfo",
+    "Transaction",
+    "TransactionLost",
     "encode",
     "errors",
+    "events",
+    "parse_url",
+    "send",
+    "send_async",
 )

@@ -1,0 +1,251 @@
+"""What the blocking and the async clients share: options, messages, reconnect policy.
+
+Everything here is free of I/O. The two transports differ only in how they move
+bytes and wait; how an address becomes a CONNECT frame, how an event becomes an
+exception, and what a received message looks like are decided once, here.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl as _ssl
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from stompy._codec import DEFAULT_LIMITS, FrameLimits
+from stompy._events import AckMode, ConnectionClosed, Error, Event, HeartbeatTimedOut
+from stompy._events import Message as MessageEvent
+from stompy._frames import VERSIONS, Frame
+from stompy._protocol import ClientProtocol
+from stompy._urls import Endpoint, parse_urls
+from stompy.errors import ConnectionLost, HeartbeatTimeout, ServerError, StompError
+
+__all__ = ("ClientOptions", "MessageBase", "Reconnect", "error_for_event", "log")
+
+log: Final = logging.getLogger("stompy")
+
+#: The ``host`` header when neither the ``host`` argument nor the URL path names one.
+#: STOMP lets clients choose "any name of their choosing"; ``/`` is RabbitMQ's default
+#: virtual host, and ActiveMQ and the in-process broker accept any value.
+DEFAULT_VHOST: Final = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnect:
+    """How to reconnect after a connection is lost (off unless given to a connection).
+
+    Addresses are tried in turn; between rounds the delay grows from
+    ``initial_delay`` by ``multiplier`` up to ``max_delay``, with ``jitter`` (a
+    fraction) of randomness so that many clients do not return at once.
+    ``max_attempts`` bounds the attempts per outage (``None``: no bound).
+    ``send_timeout`` is how long a send waits for the connection to come back.
+    """
+
+    max_attempts: int | None = None
+    initial_delay: float = 0.1
+    max_delay: float = 10.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+    send_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1.0:
+            raise ValueError(f"invalid reconnect policy: {self!r}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("jitter is a fraction between 0 and 1")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+
+    def delays(self) -> Iterator[float]:
+        """The delay before each attempt: 0 for the first, then growing with jitter."""
+        delay = self.initial_delay
+        attempt = 0
+        while self.max_attempts is None or attempt < self.max_attempts:
+            if attempt == 0:
+                yield 0.0
+            else:
+                spread = delay * self.jitter
+                yield max(0.0, delay + random.uniform(-spread, spread))
+                delay = min(self.max_delay, delay * self.multiplier)
+            attempt += 1
+
+
+SslArg = bool | _ssl.SSLContext | None
+
+
+class ClientOptions:
+    """The normalised arguments of ``Connection`` / ``AsyncConnection``."""
+
+    def __init__(
+        self,
+        urls: str | Endpoint | Sequence[str | Endpoint],
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+        host: str | None = None,
+        versions: Sequence[str] = VERSIONS,
+        heartbeats: tuple[int, int] = (0, 0),
+        heartbeat_tolerance: float = 2.0,
+        ssl: SslArg = None,
+        connect_timeout: float = 10.0,
+        receipt_timeout: float = 10.0,
+        reconnect: Reconnect | None = None,
+        headers: Mapping[str, str] | None = None,
+        limits: FrameLimits = DEFAULT_LIMITS,
+        max_pending: int = 1000,
+        strict: bool = True,
+    ) -> None:
+        self.endpoints = parse_urls(urls)
+        if max_pending < 1:
+            raise ValueError("max_pending must be at least 1")
+        if connect_timeout <= 0 or receipt_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        self.login = login
+        self._passcode = passcode
+        self.host = host
+        self.versions = tuple(versions)
+        self.heartbeats = heartbeats
+        self.heartbeat_tolerance = heartbeat_tolerance
+        self.ssl = ssl
+        self.connect_timeout = connect_timeout
+        self.receipt_timeout = receipt_timeout
+        self.reconnect = reconnect
+        self.headers = dict(headers or {})
+        self.limits = limits
+        self.max_pending = max_pending
+        self.strict = strict
+        self.new_protocol()  # validate versions and heart-beats now, not at connect time
+
+    def __repr__(self) -> str:
+        urls = ", ".join(str(e) for e in self.endpoints)
+        return f"ClientOptions({urls!r}, login={self.login!r}, host={self.host!r})"
+
+    def new_protocol(self) -> ClientProtocol:
+        return ClientProtocol(
+            versions=self.versions,
+            heartbeats=self.heartbeats,
+            heartbeat_tolerance=self.heartbeat_tolerance,
+            limits=self.limits,
+            strict=self.strict,
+        )
+
+    def credentials(self, endpoint: Endpoint) -> tuple[str | None, str | None]:
+        """Login and passcode: the arguments win over the URL."""
+        login = self.login if self.login is not None else endpoint.login
+        passcode = self._passcode if self._passcode is not None else endpoint.passcode
+        return login, passcode
+
+    def vhost(self, endpoint: Endpoint) -> str:
+        """The ``host`` header: the ``host`` argument, else the URL path, else ``/``."""
+        if self.host is not None:
+            return self.host
+        return endpoint.vhost if endpoint.vhost is not None else DEFAULT_VHOST
+
+    def start(self, endpoint: Endpoint) -> ClientProtocol:
+        """A fresh protocol with the CONNECT frame for ``endpoint`` queued."""
+        proto = self.new_protocol()
+        login, passcode = self.credentials(endpoint)
+        proto.connect(self.vhost(endpoint), login=login, passcode=passcode, headers=self.headers)
+        return proto
+
+    def ssl_context(self, endpoint: Endpoint) -> _ssl.SSLContext | None:
+        """The TLS context for ``endpoint``, or ``None`` for plain TCP.
+
+        ``stomp+ssl://`` and ``wss://`` always use TLS; ``ssl=True`` or a context turns
+        it on for the others. Certificates are verified unless the context says not.
+        """
+        if isinstance(self.ssl, _ssl.SSLContext):
+            return self.ssl
+        if self.ssl or endpoint.tls:
+            if self.ssl is False:
+                raise ValueError(f"{endpoint} needs TLS, but ssl=False was given")
+            return _ssl.create_default_context()
+        return None
+
+
+def error_for_event(event: Event) -> StompError | None:
+    """The exception a connection-ending event becomes, or ``None`` for other events."""
+    if isinstance(event, Error):
+        return ServerError(event.message, event.frame)
+    if isinstance(event, HeartbeatTimedOut):
+        return HeartbeatTimeout(f"no data from the server for {event.silence:.1f} s")
+    if isinstance(event, ConnectionClosed):
+        return ConnectionLost("the server closed the connection")
+    return None
+
+
+def _charset(content_type: str | None) -> str:
+    if content_type:
+        for param in content_type.split(";")[1:]:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "charset" and value.strip():
+                return value.strip().strip('"')
+    return "utf-8"
+
+
+class MessageBase:
+    """A received message: body, headers and where it came from.
+
+    ``headers`` is a read-only mapping in which the first entry of a repeated header
+    wins; ``frame.headers`` keeps every entry in order.
+    """
+
+    __slots__ = ("_epoch", "_headers", "event")
+
+    def __init__(self, event: MessageEvent, epoch: int) -> None:
+        self.event = event
+        self._epoch = epoch
+        self._headers: Mapping[str, str] | None = None
+
+    @property
+    def frame(self) -> Frame:
+        return self.event.frame
+
+    @property
+    def body(self) -> bytes:
+        return self.event.frame.body
+
+    @property
+    def text(self) -> str:
+        """The body decoded with the content-type's charset (UTF-8 by default)."""
+        return self.body.decode(_charset(self.content_type))
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        if self._headers is None:
+            self._headers = MappingProxyType(self.event.frame.header_map())
+        return self._headers
+
+    @property
+    def destination(self) -> str:
+        return self.event.destination
+
+    @property
+    def message_id(self) -> str:
+        return self.event.message_id
+
+    @property
+    def subscription(self) -> str:
+        return self.event.subscription
+
+    @property
+    def ack_mode(self) -> AckMode:
+        return self.event.ack_mode
+
+    @property
+    def content_type(self) -> str | None:
+        return self.event.frame.get("content-type")
+
+    @property
+    def redelivered(self) -> bool:
+        return self.event.frame.get("redelivered") == "true"
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
+        return (
+            f"<{type(self).__name__} {self.message_id!r} from {self.destination!r} "
+            f"sub={self.subscription!r} body={body!r}>"
+        )

@@ -1,0 +1,91 @@
+"""Broker addresses: ``stomp://``, ``stomp+ssl://`` (and ``ws://``, ``wss://``), failover lists.
+
+``stomp://[login[:passcode]@]host[:port][/vhost]``. The path, when present, names the
+virtual host sent in the ``host`` header (``%2F`` for a ``/`` inside it). Several
+addresses are given as a sequence, or as one string separated by commas, and are
+tried in turn by the failover logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+__all__ = ("Endpoint", "parse_url", "parse_urls")
+
+DEFAULT_PORTS: Final = {"stomp": 61613, "stomp+ssl": 61614, "ws": 80, "wss": 443}
+TLS_SCHEMES: Final = frozenset({"stomp+ssl", "wss"})
+SCHEMES: Final = frozenset(DEFAULT_PORTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One broker address, parsed."""
+
+    scheme: str
+    host: str
+    port: int
+    login: str | None = None
+    passcode: str | None = field(default=None, repr=False)
+    #: The virtual host from the URL path, if any.
+    vhost: str | None = None
+    #: The HTTP path, for WebSocket URLs.
+    path: str = "/"
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme in TLS_SCHEMES
+
+    @property
+    def websocket(self) -> bool:
+        return self.scheme in ("ws", "wss")
+
+    def __str__(self) -> str:
+        """The URL without the passcode (safe to log)."""
+        user = f"{self.login}@" if self.login else ""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        tail = self.path if self.websocket else (f"/{self.vhost}" if self.vhost else "")
+        return f"{self.scheme}://{user}{host}:{self.port}{tail}"
+
+
+def parse_url(url: str) -> Endpoint:
+    """Parse one address. Raises :class:`ValueError` naming what is wrong."""
+    text = url.strip()
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        shown = text.split("@")[-1]  # never echo a passcode
+        raise ValueError(
+            f"unsupported URL {shown!r}: the scheme must be one of {', '.join(sorted(SCHEMES))}"
+        )
+    host = parts.hostname
+    if not host:
+        raise ValueError(f"URL {text.split('@')[-1]!r} has no host")
+    try:
+        port = parts.port or DEFAULT_PORTS[scheme]
+    except ValueError:
+        raise ValueError(f"URL {text.split('@')[-1]!r} has an invalid port") from None
+    login = unquote(parts.username) if parts.username is not None else None
+    passcode = unquote(parts.password) if parts.password is not None else None
+    if scheme in ("ws", "wss"):
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        return Endpoint(scheme, host, port, login, passcode, None, path)
+    raw_path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    vhost = unquote(raw_path) if raw_path else None
+    return Endpoint(scheme, host, port, login, passcode, vhost)
+
+
+def parse_urls(urls: str | Endpoint | Sequence[str | Endpoint]) -> tuple[Endpoint, ...]:
+    """Parse one address, a comma-separated list, or a sequence of them."""
+    if isinstance(urls, Endpoint):
+        return (urls,)
+    items: list[str | Endpoint] = (
+        [u for u in urls.split(",") if u.strip()] if isinstance(urls, str) else list(urls)
+    )
+    if not items:
+        raise ValueError("no broker URL given")
+    return tuple(u if isinstance(u, Endpoint) else parse_url(u) for u in items)

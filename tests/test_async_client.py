@@ -1,0 +1,294 @@
+"""The async client against the in-process broker, on asyncio and on trio."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import anyio
+import pytest
+
+import stompy
+from stompy.errors import (
+    ConnectFailed,
+    ConnectionLost,
+    FrameTooLarge,
+    HeartbeatTimeout,
+    LocalProtocolError,
+    ProtocolError,
+    ReceiptTimeout,
+    ServerError,
+    TransactionLost,
+)
+from stompy.testing import AsyncBroker, serve
+
+pytestmark = pytest.mark.anyio
+
+
+def queue() -> str:
+    return f"/queue/{uuid.uuid4().hex}"
+
+
+def session_of(broker: AsyncBroker, conn: stompy.AsyncConnection) -> str:
+    return next(c.session for c in broker.connections if c.session == conn.session)
+
+
+async def test_send_receive_ack_and_text() -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            assert conn.version == "1.2"
+            async with conn.subscribe(dest, ack="client-individual") as sub:
+                await conn.send(dest, b"\x00bin", headers={"priority": "9"}, receipt=True)
+                msg = await sub.get(timeout=5)
+                assert msg is not None
+                assert msg.body == b"\x00bin"
+                assert msg.headers["priority"] == "9"
+                await msg.ack(receipt=True)
+                await conn.send(dest, "héllo")
+                async for text in sub:
+                    assert text.text == "héllo"
+                    await text.ack()
+                    break
+            await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+async def test_versions(version: str) -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url, versions=(version,)) as conn:
+                assert conn.version == version
+                sub = await conn.subscribe(dest, ack="client")
+                await conn.send(dest, "x", receipt=True)
+                msg = await sub.get(timeout=5)
+                assert msg is not None
+                await msg.ack(receipt=True)
+                assert broker.unacked_count(dest) == 0
+
+
+async def test_transactions_commit_and_abort() -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            async with conn.transaction() as tx:
+                await tx.send(dest, "committed")
+                assert broker.queue_depth(dest) == 0
+            assert broker.queue_depth(dest) == 1
+            with pytest.raises(ValueError, match="abort"):
+                async with conn.transaction() as tx:
+                    await tx.send(dest, "aborted")
+                    raise ValueError("abort")
+            await conn.send(dest, "after", receipt=True)
+            assert broker.queue_depth(dest) == 2
+            async with conn.subscribe(dest, ack="client") as sub:
+                first = await sub.get(timeout=5)
+                assert first is not None
+                second = await sub.get(timeout=5)
+                assert second is not None
+                assert [first.text, second.text] == ["committed", "after"]
+                async with conn.transaction() as tx:
+                    await tx.ack(second)  # cumulative: acks both
+            await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+            tx2 = await conn.transaction()
+            await tx2.abort()
+            with pytest.raises(LocalProtocolError):
+                await tx2.commit()
+
+
+async def test_cancelling_get_loses_no_message() -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            sub = await conn.subscribe(dest)
+            with anyio.move_on_after(0.05):
+                await sub.get()
+            await conn.send(dest, "kept", receipt=True)
+            msg = await sub.get(timeout=5)
+            assert msg is not None
+            assert msg.text == "kept"
+
+
+async def test_cancelling_sends_never_leaves_half_a_frame() -> None:
+    dest = queue()
+    body = b"z" * 200_000
+    with anyio.fail_after(20):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            for delay in (0.0, 0.0001, 0.001):
+                with anyio.move_on_after(delay):
+                    for _ in range(20):
+                        await conn.send(dest, body)
+            await conn.send(dest, "last", receipt=True)
+            # The broker parsed every frame: nothing was cut in half.
+            assert broker.queue_depth(dest) >= 1
+            async with conn.subscribe(dest) as sub:
+                while True:
+                    msg = await sub.get(timeout=5)
+                    assert msg is not None
+                    if msg.body == b"last":
+                        break
+                    assert msg.body == body
+
+
+async def test_receipt_timeout() -> None:
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url, receipt_timeout=0.3) as conn:
+                broker.pause()
+                with pytest.raises(ReceiptTimeout):
+                    await conn.send(queue(), "x", receipt=True)
+                broker.resume()
+
+
+async def test_heartbeat_loss_wakes_blocked_get() -> None:
+    with anyio.fail_after(10):
+        async with serve(heartbeats=(100, 100)) as broker:
+            conn = stompy.AsyncConnection(broker.url, heartbeats=(100, 100))
+            await conn.connect()
+            try:
+                sub = await conn.subscribe(queue())
+                await anyio.sleep(0.5)
+                assert conn.connected
+                broker.pause()
+                with pytest.raises(HeartbeatTimeout):
+                    await sub.get(timeout=8)
+                with pytest.raises(HeartbeatTimeout):
+                    await conn.send("/queue/x", "y")
+            finally:
+                await conn.close()
+
+
+async def test_dropped_connection_without_reconnect() -> None:
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            sub = await conn.subscribe(queue())
+            await broker.drop_all_connections()
+            with pytest.raises(ConnectionLost):
+                await sub.get(timeout=5)
+
+
+async def test_reconnect_resubscribes() -> None:
+    dest = queue()
+    policy = stompy.Reconnect(initial_delay=0.05, max_delay=0.2, send_timeout=5)
+    with anyio.fail_after(20):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url, reconnect=policy) as conn:
+                sub = await conn.subscribe(dest, ack="client-individual")
+                await conn.send(dest, "before", receipt=True)
+                before = await sub.get(timeout=5)
+                assert before is not None
+                tx = await conn.transaction()
+                await broker.drop_all_connections()
+                again = await sub.get(timeout=5)
+                assert again is not None
+                assert again.text == "before"
+                assert again.redelivered
+                await before.ack()  # stale: a no-op
+                await again.ack(receipt=True)
+                with pytest.raises(TransactionLost):
+                    await tx.commit()
+                await conn.send(dest, "after", receipt=True)
+                after = await sub.get(timeout=5)
+                assert after is not None
+                assert after.text == "after"
+
+
+async def test_malformed_and_oversized_frames() -> None:
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url) as conn:
+                sub = await conn.subscribe(queue())
+                broker.send_raw(session_of(broker, conn), b"MESSAGE\nbroken\n\n\x00")
+                with pytest.raises(ProtocolError, match="colon"):
+                    await sub.get(timeout=5)
+            limits = stompy.FrameLimits(max_body=100)
+            async with stompy.AsyncConnection(broker.url, limits=limits) as conn:
+                sub = await conn.subscribe(queue())
+                broker.send_raw(
+                    session_of(broker, conn),
+                    b"MESSAGE\ndestination:/q\nmessage-id:1\nsubscription:0\n\n" + b"z" * 500,
+                )
+                with pytest.raises(FrameTooLarge):
+                    await sub.get(timeout=5)
+
+
+async def test_wrong_passcode_and_unreachable() -> None:
+    with anyio.fail_after(10):
+        async with serve(users={"guest": "guest"}) as broker:
+            with pytest.raises(ServerError) as info:
+                async with stompy.AsyncConnection(broker.url, login="guest", passcode="hunter2"):
+                    pass
+            assert "hunter2" not in str(info.value)
+            dead = broker.url
+        with pytest.raises(ConnectFailed):
+            await stompy.AsyncConnection(dead, connect_timeout=2).connect()
+
+
+async def test_one_call_send_async() -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            await stompy.send_async(broker.url, dest, "hello")
+            assert broker.queue_depth(dest) == 1
+
+
+async def test_backpressure_bounds_the_subscription() -> None:
+    dest = queue()
+    with anyio.fail_after(30):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url) as producer:
+                for _ in range(2000):
+                    await producer.send(dest, b"y" * 4096)
+                await producer.send(dest, b"end", receipt=True)
+            async with stompy.AsyncConnection(broker.url, max_pending=5) as conn:
+                sub = await conn.subscribe(dest)
+                await anyio.sleep(0.3)
+                assert sub.pending <= 5
+                assert broker.queue_depth(dest) > 0
+                count = 0
+                async for msg in sub:
+                    count += 1
+                    if msg.body == b"end":
+                        break
+                assert count == 2001
+
+
+async def test_many_subscriptions_on_one_connection() -> None:
+    with anyio.fail_after(30):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            subs = [await conn.subscribe(f"/topic/t{i}") for i in range(1000)]
+            await conn.send("/topic/t999", "last", receipt=True)
+            msg = await subs[999].get(timeout=5)
+            assert msg is not None
+            assert msg.text == "last"
+            assert subs[0].pending == 0
+
+
+async def test_many_connections_in_one_process() -> None:
+    dest = queue()
+    with anyio.fail_after(60):
+        async with serve() as broker:
+            async with contextlib.AsyncExitStack() as stack:
+                # Each connection's lifetime belongs to this task: entered here.
+                conns = [
+                    await stack.enter_async_context(stompy.AsyncConnection(broker.url))
+                    for _ in range(200)
+                ]
+                assert len(broker.connections) == 200
+                for conn in conns:
+                    await conn.send(dest, "x")
+                await conns[0].send(dest, "end", receipt=True)
+                await broker.wait_until(lambda: broker.queue_depth(dest) == 201)
+            await broker.wait_until(lambda: len(broker.connections) == 0)
+
+
+async def test_cancelling_the_host_task_disconnects() -> None:
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            with anyio.move_on_after(0.2):
+                async with stompy.AsyncConnection(broker.url) as conn:
+                    sub = await conn.subscribe(queue())
+                    await sub.get()
+            await broker.wait_until(lambda: len(broker.connections) == 0)
+            assert not conn.connected

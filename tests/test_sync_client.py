@@ -1,0 +1,377 @@
+"""The blocking client against the in-process broker: behaviour and faults."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import stompy
+from stompy.errors import (
+    ConnectFailed,
+    ConnectionLost,
+    FrameTooLarge,
+    HeartbeatTimeout,
+    LocalProtocolError,
+    ProtocolError,
+    ReceiptTimeout,
+    ServerError,
+    TransactionLost,
+)
+from stompy.testing import Broker, run_broker
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    with run_broker(users={"guest": "guest"}) as running:
+        yield running
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[Broker]:
+    """A broker of the test's own, for tests that break connections."""
+    with run_broker() as running:
+        yield running
+
+
+def url(broker: Broker) -> str:
+    return f"stomp://guest:guest@{broker.host}:{broker.port}"
+
+
+def queue() -> str:
+    return f"/queue/{uuid.uuid4().hex}"
+
+
+def session_of(broker: Broker, conn: stompy.Connection) -> str:
+    return next(c.session for c in broker.connections if c.session == conn.session)
+
+
+def test_send_and_receive_with_every_accessor(broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(url(broker), receipt_timeout=5) as conn:
+        assert conn.connected
+        assert conn.version == "1.2"
+        assert conn.session
+        with conn.subscribe(dest, ack="client-individual") as sub:
+            conn.send(dest, b"\x00binary", headers={"priority": "9"}, receipt=True)
+            msg = sub.get(timeout=5)
+            assert msg is not None
+            assert msg.body == b"\x00binary"
+            assert msg.headers["priority"] == "9"
+            assert msg.destination == dest
+            assert msg.subscription == sub.id
+            assert msg.message_id
+            msg.ack()
+            conn.send(dest, "héllo")
+            text = sub.get(timeout=5)
+            assert text is not None
+            assert text.text == "héllo"
+            assert text.content_type == "text/plain;charset=utf-8"
+            text.ack(receipt=True)
+        assert broker.unacked_count(dest) == 0
+    assert not conn.connected
+
+
+def test_unicode_headers_with_colons_and_newlines(broker: Broker) -> None:
+    dest = queue()
+    weird = {"key:with:colons": "value:\nwith\\newline\r", "ünï": "cødé"}
+    with stompy.Connection(url(broker)) as conn, conn.subscribe(dest) as sub:
+        conn.send(dest, b"x", headers=weird, receipt=True)
+        msg = sub.get(timeout=5)
+        assert msg is not None
+        for key, value in weird.items():
+            assert msg.headers[key] == value
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_each_version_acks_correctly(broker: Broker, version: str) -> None:
+    dest = queue()
+    with stompy.Connection(url(broker), versions=(version,)) as conn:
+        assert conn.version == version
+        with conn.subscribe(dest, ack="client") as sub:
+            conn.send(dest, "one", receipt=True)
+            msg = sub.get(timeout=5)
+            assert msg is not None
+            msg.ack(receipt=True)
+            assert broker.unacked_count(dest) == 0
+            if version == "1.0":
+                with pytest.raises(LocalProtocolError, match="NACK"):
+                    msg.nack()
+
+
+def test_iteration_ends_when_subscription_ends(broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(url(broker)) as conn:
+        sub = conn.subscribe(dest)
+        for i in range(3):
+            conn.send(dest, str(i))
+        got = []
+        for msg in sub:
+            got.append(msg.text)
+            if len(got) == 3:
+                sub.unsubscribe()
+        assert got == ["0", "1", "2"]
+        assert sub.get(timeout=0.01) is None
+        assert not sub.active
+
+
+def test_get_times_out_with_none(broker: Broker) -> None:
+    with stompy.Connection(url(broker)) as conn, conn.subscribe(queue()) as sub:
+        started = time.monotonic()
+        assert sub.get(timeout=0.05) is None
+        assert time.monotonic() - started >= 0.04
+
+
+def test_on_message_callback_runs_in_its_own_thread(broker: Broker) -> None:
+    dest = queue()
+    got: list[str] = []
+    done = threading.Event()
+
+    def handle(msg: stompy.Message) -> None:
+        if msg.text == "boom":
+            raise RuntimeError("callback failure is logged, not fatal")
+        got.append(msg.text)
+        if len(got) == 2:
+            done.set()
+
+    with stompy.Connection(url(broker)) as conn:
+        conn.subscribe(dest, on_message=handle)
+        for body in ("a", "boom", "b"):
+            conn.send(dest, body)
+        assert done.wait(5)
+    assert got == ["a", "b"]
+
+
+def test_transaction_commits_and_aborts(broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(url(broker)) as conn:
+        with conn.transaction() as tx:
+            tx.send(dest, "committed")
+            assert broker.queue_depth(dest) == 0
+        assert broker.queue_depth(dest) == 1
+        with pytest.raises(ValueError, match="rolled back"), conn.transaction() as tx:
+            tx.send(dest, "aborted")
+            raise ValueError("rolled back")
+        conn.send(dest, "after", receipt=True)
+        assert broker.queue_depth(dest) == 2
+        with conn.subscribe(dest, ack="client-individual") as sub:
+            first = sub.get(timeout=5)
+            second = sub.get(timeout=5)
+            assert first is not None
+            assert second is not None
+            assert [first.text, second.text] == ["committed", "after"]
+            with conn.transaction() as tx:
+                tx.ack(first)
+                tx.nack(second)
+            tx2 = conn.transaction()
+            tx2.abort()
+            with pytest.raises(LocalProtocolError, match="finished"):
+                tx2.send(dest, "x")
+
+
+def test_receipt_timeout_when_broker_stalls(fresh_broker: Broker) -> None:
+    with stompy.Connection(fresh_broker.url, receipt_timeout=0.3) as conn:
+        fresh_broker.pause()
+        with pytest.raises(ReceiptTimeout):
+            conn.send(queue(), "x", receipt=True)
+        fresh_broker.resume()
+
+
+def test_heartbeat_loss_is_detected_and_wakes_blocked_calls(fresh_broker: Broker) -> None:
+    with run_broker(heartbeats=(100, 100)) as beating:
+        conn = stompy.Connection(beating.url, heartbeats=(100, 100), heartbeat_tolerance=2.0)
+        conn.connect()
+        try:
+            assert conn.heartbeats == (100, 100)
+            sub = conn.subscribe(queue())
+            time.sleep(0.5)  # several intervals: beats keep it alive both ways
+            assert conn.connected
+            beating.pause()
+            started = time.monotonic()
+            with pytest.raises(HeartbeatTimeout):
+                sub.get(timeout=10)
+            assert time.monotonic() - started < 5
+            with pytest.raises(HeartbeatTimeout):
+                conn.send("/queue/x", "y")
+        finally:
+            conn.close()
+
+
+def test_dropped_connection_without_reconnect_raises(fresh_broker: Broker) -> None:
+    with stompy.Connection(fresh_broker.url) as conn:
+        sub = conn.subscribe(queue())
+        fresh_broker.drop_all_connections()
+        with pytest.raises(ConnectionLost):
+            sub.get(timeout=5)
+        with pytest.raises(ConnectionLost):
+            conn.send("/queue/x", "y")
+
+
+def test_reconnect_resubscribes_and_goes_on(fresh_broker: Broker) -> None:
+    dest = queue()
+    policy = stompy.Reconnect(initial_delay=0.05, max_delay=0.2, send_timeout=5)
+    with stompy.Connection(fresh_broker.url, reconnect=policy) as conn:
+        sub = conn.subscribe(dest, ack="client-individual")
+        conn.send(dest, "before", receipt=True)
+        before = sub.get(timeout=5)
+        assert before is not None
+        tx = conn.transaction()
+        fresh_broker.drop_all_connections()
+        # The message was never acked: the broker gives it back, redelivered.
+        again = sub.get(timeout=5)
+        assert again is not None
+        assert again.text == "before"
+        assert again.redelivered
+        before.ack()  # from the old connection: a no-op, not an error
+        again.ack(receipt=True)
+        with pytest.raises(TransactionLost):
+            tx.commit()
+        conn.send(dest, "after", receipt=True)
+        after = sub.get(timeout=5)
+        assert after is not None
+        assert after.text == "after"
+        after.ack()
+
+
+def test_reconnect_gives_up_after_max_attempts() -> None:
+    policy = stompy.Reconnect(max_attempts=2, initial_delay=0.01, send_timeout=5)
+    with run_broker() as doomed:
+        conn = stompy.Connection(doomed.url, reconnect=policy)
+        conn.connect()
+        sub = conn.subscribe(queue())
+    # The broker is gone for good: two attempts, then the failure surfaces.
+    with pytest.raises(ConnectionLost, match="could not reconnect"):
+        sub.get(timeout=10)
+    conn.close()
+
+
+def test_concurrent_senders_never_interleave_frames(broker: Broker) -> None:
+    dest = queue()
+    per_thread = 200
+    with stompy.Connection(url(broker)) as conn, conn.subscribe(dest) as sub:
+
+        def produce(n: int) -> None:
+            for i in range(per_thread):
+                body = (f"{n}:{i}:" + "x" * (i % 50)).encode() + b"\x00" * (i % 3)
+                conn.send(dest, body, headers={"thread": str(n), "seq": str(i)})
+
+        threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        seen: dict[str, list[int]] = {}
+        for _ in range(8 * per_thread):
+            msg = sub.get(timeout=10)
+            assert msg is not None
+            n, i = msg.headers["thread"], int(msg.headers["seq"])
+            expected = (f"{n}:{i}:" + "x" * (i % 50)).encode() + b"\x00" * (i % 3)
+            assert msg.body == expected
+            seen.setdefault(n, []).append(i)
+        assert all(v == list(range(per_thread)) for v in seen.values())
+        assert len(seen) == 8
+
+
+def test_slow_consumer_backpressure_bounds_memory(fresh_broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(fresh_broker.url, max_pending=5) as conn:
+        with stompy.Connection(fresh_broker.url) as producer:
+            for _ in range(3000):
+                producer.send(dest, b"y" * 4096)
+            producer.send(dest, b"end", receipt=True)
+        sub = conn.subscribe(dest)
+        time.sleep(0.3)
+        # The client holds at most max_pending; the rest waits in TCP and the broker.
+        assert sub.pending <= 5
+        assert fresh_broker.queue_depth(dest) > 0
+        count = 0
+        for msg in sub:
+            count += 1
+            if msg.body == b"end":
+                break
+        assert count == 3001
+
+
+def test_malformed_frame_from_server_is_a_protocol_error(fresh_broker: Broker) -> None:
+    with stompy.Connection(fresh_broker.url) as conn:
+        sub = conn.subscribe(queue())
+        fresh_broker.send_raw(session_of(fresh_broker, conn), b"MESSAGE\nno colon here\n\n\x00")
+        with pytest.raises(ProtocolError, match="colon"):
+            sub.get(timeout=5)
+
+
+def test_oversized_frame_from_server_is_frame_too_large(fresh_broker: Broker) -> None:
+    limits = stompy.FrameLimits(max_body=1000)
+    with stompy.Connection(fresh_broker.url, limits=limits) as conn:
+        sub = conn.subscribe(queue())
+        fresh_broker.send_raw(
+            session_of(fresh_broker, conn),
+            b"MESSAGE\ndestination:/q\nmessage-id:1\nsubscription:0\n\n" + b"z" * 5000,
+        )
+        with pytest.raises(FrameTooLarge):
+            sub.get(timeout=5)
+
+
+def test_wrong_passcode_is_a_server_error_without_the_passcode(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="stompy")
+    conn = stompy.Connection(broker.url, login="guest", passcode="hunter2")
+    assert "hunter2" not in repr(conn)
+    with pytest.raises(ServerError) as info:
+        conn.connect()
+    assert "hunter2" not in str(info.value)
+    assert "hunter2" not in caplog.text
+    assert info.value.frame is not None
+    assert info.value.frame.command == "ERROR"
+
+
+def test_connect_failures() -> None:
+    with run_broker() as gone:
+        dead_url = gone.url
+    with pytest.raises(ConnectFailed):
+        stompy.Connection(dead_url, connect_timeout=2).connect()
+    with pytest.raises(ConnectFailed, match="WebSocket"):
+        stompy.Connection("ws://127.0.0.1:1/ws").connect()
+
+
+def test_failover_uses_the_next_address(broker: Broker) -> None:
+    with run_broker() as gone:
+        dead_url = gone.url
+    with stompy.Connection([dead_url, url(broker)], connect_timeout=2) as conn:
+        assert conn.connected
+
+
+def test_one_call_send(broker: Broker) -> None:
+    dest = queue()
+    stompy.send(url(broker), dest, "hello")
+    assert broker.queue_depth(dest) == 1
+
+
+def test_misuse_raises_local_errors(broker: Broker) -> None:
+    conn = stompy.Connection(url(broker))
+    with pytest.raises(LocalProtocolError):
+        conn.send("/queue/a", "x")
+    conn.connect()
+    with pytest.raises(LocalProtocolError):
+        conn.connect()
+    sub = conn.subscribe(queue())
+    with pytest.raises(LocalProtocolError, match="in use"):
+        conn.subscribe(queue(), id=sub.id)
+    conn.close()
+    conn.close()  # twice is fine
+    with pytest.raises(LocalProtocolError):
+        conn.send("/queue/a", "x")
+
+
+def test_no_thread_outlives_its_connection(broker: Broker) -> None:
+    before = {t.name for t in threading.enumerate()}
+    with stompy.Connection(url(broker)) as conn:
+        conn.subscribe(queue(), on_message=lambda m: None)
+    time.sleep(0.05)
+    leftover = {t.name for t in threading.enumerate()} - before
+    assert not [name for name in leftover if name.startswith("stompy")]
