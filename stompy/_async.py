@@ -167,14 +167,18 @@ class AsyncSubscription:
         Cancelling it loses no message. Raises the connection's error once it is lost
         and every message received before was handed out.
         """
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
+        try:
             try:
+                # A message already waiting is handed out even with timeout=0.
+                return self._receive.receive_nowait()
+            except anyio.WouldBlock:
+                pass
+            with anyio.move_on_after(math.inf if timeout is None else timeout):
                 return await self._receive.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                failure = self._conn._failure
-                if failure is not None and self._active:
-                    raise failure from None
-                return None
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            failure = self._conn._failure
+            if failure is not None and self._active:
+                raise failure from None
         return None
 
     def __aiter__(self) -> AsyncSubscription:
@@ -369,6 +373,11 @@ class AsyncConnection:
     @property
     def connected(self) -> bool:
         return self._status == _CONNECTED
+
+    @property
+    def failure(self) -> StompError | None:
+        """The error that ended the connection, or ``None`` while it is fine or closed by us."""
+        return self._failure
 
     @property
     def version(self) -> str | None:
@@ -642,8 +651,11 @@ class AsyncConnection:
         try:
             with anyio.move_on_after(self._options.receipt_timeout):
                 while rid not in self._received:
-                    if self._failure is not None:
-                        raise self._failure
+                    # _lost is set the moment the reader sees the end, before the
+                    # supervisor decides between reconnecting and failing.
+                    failure = self._failure if self._failure is not None else self._lost
+                    if failure is not None:
+                        raise failure
                     if (
                         self._epoch != epoch
                         or not self._reader_alive

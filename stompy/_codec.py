@@ -22,6 +22,7 @@ from stompy._frames import (
     COMMANDS,
     UNESCAPED_COMMANDS,
     V10,
+    V11,
     V12,
     VERSIONS,
     Frame,
@@ -33,6 +34,13 @@ from stompy.errors import FrameTooLarge, ProtocolError
 __all__ = ("FrameLimits", "FrameParser", "encode")
 
 _DIGITS: Final = re.compile(r"[0-9]+")
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error message: a peer's megabyte of garbage is cut short."""
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
 _NEEDS_ESCAPE: Final = re.compile(r"[\\\n:\r]").search
 
 
@@ -69,7 +77,11 @@ class FrameParser:
 
     Every problem with the input raises :class:`ProtocolError` (or
     :class:`FrameTooLarge`) naming what was wrong and at which byte offset of the
-    stream; after that the parser is unusable and raises the same error again.
+    stream; after that the parser is unusable and raises the same error again. The
+    outcome never depends on how the stream was cut into chunks.
+
+    ``strict=False`` keeps undefined escapes literally and accepts a body on a frame
+    that may not have one, instead of raising.
     """
 
     def __init__(
@@ -193,8 +205,19 @@ class FrameParser:
             return False
 
         limits = self.limits
-        if stop - pos > limits.max_header_line * (limits.max_headers + 1):
-            raise self._fail("header block too large", pos, too_large=True)
+        size = stop - pos
+        # Size checks come first and work on bytes, so that a frame too large is
+        # reported the same way whether it arrived whole or in pieces.
+        if size > 2 * limits.max_headers:  # else it cannot hold too many lines
+            count = buf.count(b"\n", pos, stop)
+            if count > limits.max_headers:
+                raise self._fail(
+                    f"{count} headers, more than the limit of {limits.max_headers} headers",
+                    pos,
+                    too_large=True,
+                )
+        if size > limits.max_header_line:  # else no line can be too long
+            self._check_line_lengths(pos, stop)
         try:
             text = buf[pos:stop].decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -206,34 +229,23 @@ class FrameParser:
         if command.endswith("\r"):
             command = command[:-1]
         if command not in COMMANDS:
-            shown = command if len(command) <= 40 else command[:40] + "..."
-            raise self._fail(f"unknown command {shown!r}", pos)
-        if len(lines) - 1 > limits.max_headers:
-            raise self._fail(
-                f"{len(lines) - 1} headers, more than the limit of {limits.max_headers}",
-                pos,
-                too_large=True,
-            )
+            raise self._fail(f"unknown command {_shown(command)}", pos)
         raw = command in UNESCAPED_COMMANDS
         version = self.version
-        strip_cr = raw or version == V12
+        # "EOL = [CR] LF" (1.2). STOMP 1.1 ends lines with LF only and lets a value
+        # hold a CR, so it keeps one. 1.0 says LF too, but a 1.0 value cannot carry
+        # a CR reliably, and a 1.0 parser is what reads an ERROR that arrives before
+        # CONNECTED names the version: strip it there, as for CONNECT/CONNECTED.
+        strip_cr = raw or version != V11
         do_unescape = not raw and version != V10
-        max_line = limits.max_header_line
         headers: list[tuple[str, str]] = []
         for line in lines[1:]:
             if strip_cr and line.endswith("\r"):
                 line = line[:-1]
-            if len(line) > max_line:
-                raise self._fail(
-                    f"header line of {len(line)} characters, over the limit of {max_line}",
-                    pos,
-                    too_large=True,
-                )
             colon = line.find(":")
             if colon <= 0:
-                shown = line if len(line) <= 40 else line[:40] + "..."
                 what = "without a colon" if colon < 0 else "with an empty name"
-                raise self._fail(f"header line {what}: {shown!r} in {command}", pos)
+                raise self._fail(f"header line {what}: {_shown(line)} in {command}", pos)
             if do_unescape and "\\" in line:
                 try:
                     headers.append(
@@ -251,11 +263,15 @@ class FrameParser:
         for key, value in headers:
             if key == "content-length":
                 if _DIGITS.fullmatch(value) is None:
-                    raise self._fail(f"invalid content-length {value!r} in {command}", pos)
-                length = int(value)
+                    raise self._fail(f"invalid content-length {_shown(value)} in {command}", pos)
+                # Measured before int(): a long run of digits is both too large and
+                # beyond what int() converts (sys.get_int_max_str_digits).
+                digits = value.lstrip("0")
+                length = int(digits or "0") if len(digits) <= 18 else limits.max_body + 1
                 if length > limits.max_body:
                     raise self._fail(
-                        f"content-length {length} is over the body limit of {limits.max_body}",
+                        f"content-length {_shown(value)} is over the body limit of "
+                        f"{limits.max_body}",
                         pos,
                         too_large=True,
                     )
@@ -268,23 +284,51 @@ class FrameParser:
         self._scan = self._body_start
         return True
 
+    def _line_too_long(self, start: int) -> ProtocolError:
+        limit = self.limits.max_header_line
+        return self._fail(f"header line over the limit of {limit} bytes", start, too_large=True)
+
+    def _check_line_lengths(self, start: int, stop: int) -> None:
+        """Enforce ``max_header_line`` on the complete header block ``buf[start:stop]``."""
+        buf = self._buf
+        limit = self.limits.max_header_line
+        while True:
+            newline = buf.find(b"\n", start, stop)
+            end = stop if newline < 0 else newline
+            length = end - start
+            if length > limit and (length > limit + 1 or buf[end - 1] != 13):
+                raise self._line_too_long(start)
+            if newline < 0:
+                return
+            start = newline + 1
+
     def _check_partial_header(self, scan: int, end: int) -> None:
-        """Enforce the header limits on a header block that is not complete yet."""
+        """Enforce the header limits on a header block that is not complete yet.
+
+        The limits are the same as for a complete block (line length in bytes without
+        the EOL; lines after the command), checked as the bytes arrive.
+        """
         buf = self._buf
         limits = self.limits
+        limit = limits.max_header_line
         line_start = self._line_start
         lines = self._lines
         newline = buf.find(b"\n", max(scan, line_start), end)
         while newline >= 0:
-            if newline - line_start > limits.max_header_line + 1:
-                raise self._fail("header line too long", line_start, too_large=True)
+            length = newline - line_start
+            if length > limit and (length > limit + 1 or buf[newline - 1] != 13):
+                raise self._line_too_long(line_start)
             lines += 1
             line_start = newline + 1
             newline = buf.find(b"\n", line_start, end)
-        if end - line_start > limits.max_header_line + 1:
-            raise self._fail("header line too long", line_start, too_large=True)
+        # The line still arriving may end in the CR of its CRLF: allow one byte for it.
+        length = end - line_start
+        if length > limit and (length > limit + 1 or buf[end - 1] != 13):
+            raise self._line_too_long(line_start)
         if lines > limits.max_headers + 1:
-            raise self._fail("too many headers", self._pos, too_large=True)
+            raise self._fail(
+                f"more than the limit of {limits.max_headers} headers", self._pos, too_large=True
+            )
         self._line_start = line_start
         self._lines = lines
         # Resume one byte back: the "\n" of a "\n\n" or "\n\r\n" may already be here.
@@ -337,11 +381,15 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     whenever there is a body, so the body may hold NUL octets.
 
     Raises :class:`ValueError`, before anything is produced, for what cannot be
-    written safely: an unknown command, a body on a frame that may not have one, an
-    empty header name, and wherever no escaping exists (STOMP 1.0, and CONNECT /
-    CONNECTED in every version) a newline in a header or a colon in a name: a header
-    value must never be able to inject a header or a frame.
+    written safely: an unknown version or command, a body on a frame that may not
+    have one, an empty header name, text that is not encodable as UTF-8 (a lone
+    surrogate), and wherever no escaping exists (STOMP 1.0, and CONNECT / CONNECTED
+    in every version) a line break in a header or a colon in a name: a header value
+    must never be able to inject a header or a frame.
     """
+    if version not in VERSIONS:
+        # An unknown version would escape nothing and let a newline through.
+        raise ValueError(f"unknown STOMP version {version!r}")
     command = frame.command
     if command not in COMMANDS:
         raise ValueError(f"unknown STOMP command {command!r}")

@@ -130,8 +130,9 @@ def unescape(text: str, version: str, *, strict: bool = True) -> str:
         if found is not None:
             return found
         if strict:
+            shown = text if len(text) <= 40 else text[:40] + "..."
             raise ProtocolError(
-                f"undefined escape sequence {seq!r} in header {text!r} (STOMP {version})"
+                f"undefined escape sequence {seq!r} in header {shown!r} (STOMP {version})"
             )
         return seq
 

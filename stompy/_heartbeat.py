@@ -12,9 +12,19 @@ from typing import Final
 
 from stompy.errors import ProtocolError
 
-__all__ = ("Heartbeat", "format_heartbeat", "negotiate", "parse_heartbeat")
+__all__ = ("MAX_INTERVAL", "Heartbeat", "format_heartbeat", "negotiate", "parse_heartbeat")
 
 _HEADER: Final = re.compile(r"\s*([0-9]+)\s*,\s*([0-9]+)\s*")
+#: The longest interval kept, in ms (about 24.8 days): longer means "never" in practice,
+#: and a peer's thousand-digit number must not reach int() (sys.get_int_max_str_digits).
+MAX_INTERVAL: Final = 2**31 - 1
+
+
+def _interval(digits: str) -> int:
+    digits = digits.lstrip("0")
+    if len(digits) > 10:
+        return MAX_INTERVAL
+    return min(int(digits or "0"), MAX_INTERVAL)
 
 
 def parse_heartbeat(value: str | None) -> tuple[int, int]:
@@ -22,16 +32,18 @@ def parse_heartbeat(value: str | None) -> tuple[int, int]:
 
     "A missing heart-beat header MUST be treated the same way as a heart-beat:0,0
     header" (1.2, Heart-beating). Anything but two non-negative integers separated by
-    a comma raises :class:`ProtocolError`.
+    a comma raises :class:`ProtocolError`; intervals above :data:`MAX_INTERVAL` are
+    cut down to it.
     """
     if value is None:
         return (0, 0)
     match = _HEADER.fullmatch(value)
     if match is None:
+        shown = value if len(value) <= 40 else value[:40] + "..."
         raise ProtocolError(
-            f"invalid heart-beat header {value!r}: want two integers like '10000,10000'"
+            f"invalid heart-beat header {shown!r}: want two integers like '10000,10000'"
         )
-    return (int(match.group(1)), int(match.group(2)))
+    return (_interval(match.group(1)), _interval(match.group(2)))
 
 
 def format_heartbeat(beats: tuple[int, int]) -> str:
@@ -95,7 +107,9 @@ class Heartbeat:
         return self.outgoing > 0 and now >= self.last_sent + self.outgoing
 
     def peer_dead(self, now: float) -> bool:
-        return self.incoming > 0 and now - self.last_received >= self.incoming * self.tolerance
+        # The same sum as in deadline(): ``now - last >= window`` can be False at the
+        # deadline itself through rounding, and a timer would then fire for nothing.
+        return self.incoming > 0 and now >= self.last_received + self.incoming * self.tolerance
 
     def silence(self, now: float) -> float:
         """Seconds since anything arrived."""

@@ -10,7 +10,7 @@ four kinds of call:
   nothing when the intent is invalid in the current state;
 * ``receive_data(data, now)`` / ``receive_eof()`` hand over what the peer sent;
   ``next_event()`` then returns typed events one at a time (``None`` when it needs
-  more bytes);
+  more bytes), the frames that arrived before the EOF first;
 * ``data_to_send(now)`` drains the outgoing buffer (heart-beat EOLs included: STOMP
   produces bytes nobody asked for);
 * ``next_deadline()`` / ``handle_timer(now)`` run the heart-beats: the transport
@@ -21,6 +21,11 @@ States move only forward::
     IDLE --connect()--> CONNECTING --CONNECTED--> CONNECTED --disconnect()--> DISCONNECTING
       ERROR frame, EOF, heart-beat loss or a peer protocol error: any state --> CLOSED
       RECEIPT for the DISCONNECT:                            DISCONNECTING --> CLOSED
+      close(), or disconnect(receipt=False):                     any state --> CLOSED
+
+An intent that is not allowed raises :class:`LocalProtocolError` before anything
+changes: no byte is queued and no id, receipt, subscription or transaction is
+recorded. Entering CLOSED forgets open transactions (the server aborts them).
 
 Every decision the protocol makes lives here: version negotiation, which ACK frame a
 version needs, receipt matching, subscription routing, transaction bookkeeping and
@@ -60,6 +65,9 @@ HeaderInput = Mapping[str, str] | Iterable[tuple[str, str]] | None
 _RESERVED_SEND: Final = frozenset({"destination", "receipt", "transaction"})
 _RESERVED_SUBSCRIBE: Final = frozenset({"destination", "receipt", "id", "ack"})
 _TEXT_TYPE: Final = "text/plain;charset=utf-8"
+#: How many unsubscribed ids are remembered, so that MESSAGE frames still in flight
+#: for them are delivered rather than treated as a protocol error.
+_CLOSED_SUBSCRIPTIONS_KEPT: Final = 1024
 
 
 class State(enum.Enum):
@@ -87,7 +95,15 @@ class SubscriptionInfo:
 
 
 class ClientProtocol:
-    """A STOMP client connection, without I/O. See the module docstring."""
+    """A STOMP client connection, without I/O. See the module docstring.
+
+    ``versions`` are offered in ``accept-version``; ``heartbeats`` is what we can send
+    and want to receive, in ms; the peer is declared dead after the incoming interval
+    times ``heartbeat_tolerance``; ``limits`` bound every received frame. Receiving is
+    strict by default: ``strict=False`` keeps undefined escapes such as ``\\t``
+    literally and accepts a body on a frame that may not have one, for brokers that
+    send them anyway. What we send is always strict.
+    """
 
     def __init__(
         self,
@@ -119,15 +135,16 @@ class ClientProtocol:
         self.negotiated_heartbeats: tuple[int, int] = (0, 0)
         self._parser = FrameParser(V10, limits, strict=strict)
         self._out: list[bytes] = []
-        self._events: list[Event] = []
-        self._event_pos = 0
+        self._events: list[Event] = []  # made by timers, not frames (at most one)
         self._heartbeat: Heartbeat | None = None
         self._subscriptions: dict[str, SubscriptionInfo] = {}
-        self._closed_subscriptions: set[str] = set()
+        # Unsubscribed, oldest first (bounded by _CLOSED_SUBSCRIPTIONS_KEPT).
+        self._closed_subscriptions: dict[str, SubscriptionInfo] = {}
         self._transactions: set[str] = set()
         self._receipts: dict[str, str] = {}  # receipt id -> the command that asked for it
         self._disconnect_receipt: str | None = None
         self._error_seen = False
+        self._eof = False  # the peer closed; reported once the buffered frames are out
         self._next_id = 0
 
     # -- read-only views ---------------------------------------------------------------
@@ -163,9 +180,6 @@ class ClientProtocol:
             self._heartbeat.sent(now)
         return data
 
-    def _emit(self, frame: Frame) -> None:
-        self._out.append(encode(frame, self.version))
-
     def _new_id(self, prefix: str, taken: Iterable[str] | Mapping[str, object]) -> str:
         while True:
             self._next_id += 1
@@ -191,9 +205,25 @@ class ClientProtocol:
                 raise LocalProtocolError(f"receipt {receipt_id!r} is already awaited")
         return receipt_id
 
-    def _track_receipt(self, receipt_id: str | None, command: str) -> None:
+    def _emit(self, frame: Frame, mark: int, receipt_id: str | None) -> None:
+        """Queue ``frame`` and record its receipt; on failure change nothing.
+
+        ``mark`` is the id counter before the intent began: ids generated for a frame
+        that cannot be encoded are given back.
+        """
+        try:
+            data = encode(frame, self.version)
+        except ValueError as exc:
+            self._next_id = mark
+            raise LocalProtocolError(str(exc)) from None
+        self._out.append(data)
         if receipt_id is not None:
-            self._receipts[receipt_id] = command
+            self._receipts[receipt_id] = frame.command
+
+    def _close(self) -> None:
+        """Enter CLOSED. The server aborts whatever transaction was open."""
+        self.state = State.CLOSED
+        self._transactions.clear()
 
     def _check_transaction(self, transaction: str | None) -> None:
         if transaction is not None and transaction not in self._transactions:
@@ -269,9 +299,13 @@ class ClientProtocol:
             raise LocalProtocolError("SEND needs a destination")
         self._check_transaction(transaction)
         user = self._user_headers(headers, _RESERVED_SEND, "SEND")
+        mark = self._next_id
         items = [("destination", destination)]
         if isinstance(body, str):
-            body = body.encode("utf-8")
+            try:
+                body = body.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise LocalProtocolError(f"the body is not valid text: {exc.reason}") from None
             if content_type is None and not any(k == "content-type" for k, _ in user):
                 content_type = _TEXT_TYPE
         if content_type is not None:
@@ -283,15 +317,8 @@ class ClientProtocol:
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
         items.extend(user)
-        self._emit_checked(Frame("SEND", tuple(items), bytes(body)))
-        self._track_receipt(receipt_id, "SEND")
+        self._emit(Frame("SEND", tuple(items), bytes(body)), mark, receipt_id)
         return receipt_id
-
-    def _emit_checked(self, frame: Frame) -> None:
-        try:
-            self._emit(frame)
-        except ValueError as exc:
-            raise LocalProtocolError(str(exc)) from None
 
     def subscribe(
         self,
@@ -310,22 +337,23 @@ class ClientProtocol:
             raise LocalProtocolError(f"ack mode must be one of {ACK_MODES}, got {ack!r}")
         if ack == "client-individual" and self.version == V10:
             raise LocalProtocolError("ack mode 'client-individual' needs STOMP 1.1 or later")
-        if id is None:
-            id = self._new_id("", self._subscriptions.keys() | self._closed_subscriptions)
-        elif not id:
-            raise LocalProtocolError("a subscription id must not be empty")
-        elif id in self._subscriptions:
-            raise LocalProtocolError(f"subscription id {id!r} is already in use")
+        if id is not None:
+            if not id:
+                raise LocalProtocolError("a subscription id must not be empty")
+            if id in self._subscriptions:
+                raise LocalProtocolError(f"subscription id {id!r} is already in use")
         user = self._user_headers(headers, _RESERVED_SUBSCRIBE, "SUBSCRIBE")
-        items = [("destination", destination), ("id", id), ("ack", ack)]
+        mark = self._next_id
         receipt_id = self._receipt(receipt, "SUBSCRIBE")
+        if id is None:
+            id = self._new_id("", self._subscriptions.keys() | self._closed_subscriptions.keys())
+        items = [("destination", destination), ("id", id), ("ack", ack)]
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
         items.extend(user)
-        self._emit_checked(Frame("SUBSCRIBE", tuple(items)))
-        self._track_receipt(receipt_id, "SUBSCRIBE")
+        self._emit(Frame("SUBSCRIBE", tuple(items)), mark, receipt_id)
         self._subscriptions[id] = SubscriptionInfo(id, destination, ack)
-        self._closed_subscriptions.discard(id)
+        self._closed_subscriptions.pop(id, None)
         return id
 
     def unsubscribe(self, id: str, *, receipt: bool | str = False) -> str | None:
@@ -333,15 +361,17 @@ class ClientProtocol:
         self._require(State.CONNECTED)
         if id not in self._subscriptions:
             raise LocalProtocolError(f"no open subscription with id {id!r}")
+        mark = self._next_id
         items = [("id", id)]
         receipt_id = self._receipt(receipt, "UNSUBSCRIBE")
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        self._emit_checked(Frame("UNSUBSCRIBE", tuple(items)))
-        self._track_receipt(receipt_id, "UNSUBSCRIBE")
-        del self._subscriptions[id]
+        self._emit(Frame("UNSUBSCRIBE", tuple(items)), mark, receipt_id)
         # MESSAGE frames already on the wire for it are not a protocol error.
-        self._closed_subscriptions.add(id)
+        closed = self._closed_subscriptions
+        closed[id] = self._subscriptions.pop(id)
+        if len(closed) > _CLOSED_SUBSCRIPTIONS_KEPT:
+            del closed[next(iter(closed))]
         return receipt_id
 
     def ack(
@@ -378,30 +408,40 @@ class ClientProtocol:
         if self.version == V12:
             # "The ACK frame MUST include an id header matching the ack header of the
             # MESSAGE being acknowledged." Fall back to message-id for servers that omit it.
-            items = [("id", message.ack_id or message_id)]
+            ack_id = message.ack_id or message_id
+            items = [("id", ack_id)]
         elif self.version == V11:
+            ack_id = message_id
             items = [("message-id", message_id), ("subscription", message.subscription)]
         else:
+            ack_id = message_id
             items = [("message-id", message_id)]
+        if not ack_id:
+            raise LocalProtocolError(
+                f"cannot {command} a message without an ack or message-id header"
+            )
+        mark = self._next_id
         if transaction is not None:
             items.append(("transaction", transaction))
         receipt_id = self._receipt(receipt, command)
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        self._emit_checked(Frame(command, tuple(items)))
-        self._track_receipt(receipt_id, command)
+        self._emit(Frame(command, tuple(items)), mark, receipt_id)
         return receipt_id
 
     def begin(self, transaction: str | None = None, *, receipt: bool | str = False) -> str:
         """Queue BEGIN and return the transaction id (generated if not given)."""
         self._require(State.CONNECTED)
+        if transaction is not None:
+            if not transaction:
+                raise LocalProtocolError("a transaction id must not be empty")
+            if transaction in self._transactions:
+                raise LocalProtocolError(f"transaction {transaction!r} is already open")
+        mark = self._next_id
+        receipt_id = self._receipt(receipt, "BEGIN")
         if transaction is None:
             transaction = self._new_id("tx-", self._transactions)
-        elif not transaction:
-            raise LocalProtocolError("a transaction id must not be empty")
-        elif transaction in self._transactions:
-            raise LocalProtocolError(f"transaction {transaction!r} is already open")
-        self._transaction_frame("BEGIN", transaction, receipt)
+        self._transaction_frame("BEGIN", transaction, receipt_id, mark)
         self._transactions.add(transaction)
         return transaction
 
@@ -417,19 +457,21 @@ class ClientProtocol:
         self, command: str, transaction: str, receipt: bool | str
     ) -> str | None:
         self._require(State.CONNECTED)
-        self._check_transaction(transaction)
-        receipt_id = self._transaction_frame(command, transaction, receipt)
+        if transaction not in self._transactions:
+            raise LocalProtocolError(f"transaction {transaction!r} is not open")
+        mark = self._next_id
+        receipt_id = self._receipt(receipt, command)
+        self._transaction_frame(command, transaction, receipt_id, mark)
         self._transactions.discard(transaction)
         return receipt_id
 
-    def _transaction_frame(self, command: str, transaction: str, receipt: bool | str) -> str | None:
+    def _transaction_frame(
+        self, command: str, transaction: str, receipt_id: str | None, mark: int
+    ) -> None:
         items = [("transaction", transaction)]
-        receipt_id = self._receipt(receipt, command)
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        self._emit_checked(Frame(command, tuple(items)))
-        self._track_receipt(receipt_id, command)
-        return receipt_id
+        self._emit(Frame(command, tuple(items)), mark, receipt_id)
 
     def disconnect(self, *, receipt: bool | str = True) -> str | None:
         """Queue DISCONNECT; with a receipt (the default) the state closes when it arrives.
@@ -438,42 +480,46 @@ class ClientProtocol:
         Open transactions are aborted by the server and forgotten here.
         """
         self._require(State.CONNECTED)
+        mark = self._next_id
         receipt_id = self._receipt(receipt, "DISCONNECT")
         items = [("receipt", receipt_id)] if receipt_id is not None else []
-        self._emit_checked(Frame("DISCONNECT", tuple(items)))
-        self._track_receipt(receipt_id, "DISCONNECT")
+        self._emit(Frame("DISCONNECT", tuple(items)), mark, receipt_id)
         self._transactions.clear()
         if receipt_id is None:
-            self.state = State.CLOSED
+            self._close()
         else:
             self._disconnect_receipt = receipt_id
             self.state = State.DISCONNECTING
         return receipt_id
 
     def close(self) -> None:
-        """Forget the connection without a DISCONNECT (the transport is gone)."""
-        self.state = State.CLOSED
-        self._transactions.clear()
+        """Forget the connection without a DISCONNECT (the transport is gone).
+
+        Nothing is reported after it, not even an EOF that follows an ERROR.
+        """
+        self._close()
+        self._error_seen = False
 
     # -- incoming ----------------------------------------------------------------------
 
     def receive_data(self, data: bytes, now: float | None = None) -> None:
         """Buffer bytes from the peer; ``now`` is when they arrived (any byte is life)."""
-        if self.state is State.CLOSED:
-            return  # after an ERROR or our close, what follows is noise
+        if self.state is State.CLOSED or self._eof:
+            return  # after an ERROR, our close or the EOF, what follows is noise
         if data:
             self._parser.feed(data)
             if now is not None and self._heartbeat is not None:
                 self._heartbeat.received(now)
 
     def receive_eof(self) -> None:
-        """The peer closed the transport; report it as :class:`ConnectionClosed`."""
-        if self.state is State.CLOSED and not self._error_seen:
-            return
-        expected = self._error_seen or self.state is State.DISCONNECTING
-        self.state = State.CLOSED
-        self._error_seen = False
-        self._events.append(ConnectionClosed(expected=expected))
+        """The peer closed the transport.
+
+        :meth:`next_event` reports it as :class:`ConnectionClosed` once the frames
+        that arrived before it are out (a RECEIPT or an ERROR is often the last thing
+        a server sends). Nothing is reported after our own close, a DISCONNECT
+        receipt, a dead peer or a protocol error: the transport knows already.
+        """
+        self._eof = True
 
     def next_event(self) -> Event | None:
         """Return the next event, or ``None`` until more data arrives.
@@ -481,23 +527,28 @@ class ClientProtocol:
         Raises :class:`ProtocolError` when the peer broke the protocol; the state is
         then CLOSED.
         """
-        if self._event_pos < len(self._events):
-            event = self._events[self._event_pos]
-            self._event_pos += 1
-            if self._event_pos == len(self._events):
-                self._events.clear()
-                self._event_pos = 0
-            return event
-        if self.state in (State.CLOSED, State.IDLE):
+        if self._events:
+            return self._events.pop(0)
+        if self.state is State.CLOSED:
+            if self._eof and self._error_seen:
+                # "the server MUST close the connection right after sending the ERROR".
+                self._error_seen = False
+                return ConnectionClosed(expected=True)
             return None
+        # Frames are parsed in IDLE too: a peer that talks first is still bounded by
+        # the limits (and anything it can send there is a protocol error or ERROR).
         try:
             frame = self._parser.next_frame()
-            if frame is None:
-                return None
-            return self._handle_frame(frame)
+            if frame is not None:
+                return self._handle_frame(frame)
         except ProtocolError:
-            self.state = State.CLOSED
+            self._close()
             raise
+        if not self._eof:
+            return None
+        expected = self.state is State.DISCONNECTING
+        self._close()
+        return ConnectionClosed(expected=expected)
 
     def _handle_frame(self, frame: Frame) -> Event:
         command = frame.command
@@ -509,9 +560,13 @@ class ClientProtocol:
             message = frame.get("message")
             if message is None:
                 message = frame.body[:200].decode("utf-8", "replace").strip() or "(no message)"
-            self.state = State.CLOSED
+            receipt_id = frame.get("receipt-id")
+            if receipt_id is not None:
+                # The ERROR answers the frame that asked for this receipt.
+                self._receipts.pop(receipt_id, None)
+            self._close()
             self._error_seen = True
-            return Error(message, frame.get("receipt-id"), frame)
+            return Error(message, receipt_id, frame)
         if command == "CONNECTED":
             return self._handle_connected(frame)
         raise ProtocolError(f"the server sent a {command} frame, which only clients send")
@@ -543,15 +598,7 @@ class ClientProtocol:
         if sub_id is None:
             if self.version != V10:
                 raise ProtocolError("MESSAGE frame without the subscription header")
-            # STOMP 1.0 servers may leave it out: route by destination when unambiguous.
-            destination = frame.get("destination")
-            matches = [s for s in self._subscriptions.values() if s.destination == destination]
-            if len(matches) != 1:
-                raise ProtocolError(
-                    f"MESSAGE for {destination!r} without a subscription header matches "
-                    f"{len(matches)} subscriptions"
-                )
-            return Message(frame, matches[0].id, matches[0].ack)
+            return self._route_v10(frame)
         info = self._subscriptions.get(sub_id)
         if info is None:
             if sub_id in self._closed_subscriptions:
@@ -559,6 +606,28 @@ class ClientProtocol:
                 return Message(frame, sub_id, "auto")
             raise ProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
         return Message(frame, sub_id, info.ack)
+
+    def _route_v10(self, frame: Frame) -> Message:
+        """Route a MESSAGE without a ``subscription`` header, which 1.0 allows.
+
+        By destination: the first open subscription to it; else one just closed (a
+        message in flight, delivered as ``auto``); else the only open subscription
+        (a wildcard, or a destination the server rewrote).
+        """
+        destination = frame.get("destination")
+        for info in self._subscriptions.values():
+            if info.destination == destination:
+                return Message(frame, info.id, info.ack)
+        for info in reversed(self._closed_subscriptions.values()):
+            if info.destination == destination:
+                return Message(frame, info.id, "auto")
+        if len(self._subscriptions) == 1:
+            info = next(iter(self._subscriptions.values()))
+            return Message(frame, info.id, info.ack)
+        raise ProtocolError(
+            f"MESSAGE for {destination!r} without a subscription header matches none of "
+            f"{len(self._subscriptions)} subscriptions"
+        )
 
     def _handle_receipt(self, frame: Frame) -> Receipt:
         if self.state not in (State.CONNECTED, State.DISCONNECTING):
@@ -569,7 +638,7 @@ class ClientProtocol:
         if self._receipts.pop(receipt_id, None) is None:
             raise ProtocolError(f"RECEIPT for {receipt_id!r}, which we never asked for")
         if receipt_id == self._disconnect_receipt:
-            self.state = State.CLOSED
+            self._close()
         return Receipt(receipt_id, frame)
 
     # -- timers ------------------------------------------------------------------------
@@ -582,6 +651,16 @@ class ClientProtocol:
         out_ms, in_ms = self.negotiated_heartbeats
         if out_ms or in_ms:
             self._heartbeat = Heartbeat(out_ms, in_ms, self.heartbeat_tolerance, now)
+
+    def note_alive(self, now: float) -> None:
+        """Count the peer as alive at ``now`` without handing over its bytes.
+
+        For a transport that stopped reading on purpose (backpressure from a slow
+        consumer) but can see that bytes are waiting: a paused reader must not be
+        mistaken for a silent peer.
+        """
+        if self._heartbeat is not None:
+            self._heartbeat.received(now)
 
     def next_deadline(self) -> float | None:
         """When :meth:`handle_timer` must next be called (``None``: never)."""
@@ -599,7 +678,7 @@ class ClientProtocol:
         if beat is None or self.state in (State.CLOSED, State.IDLE):
             return
         if beat.peer_dead(now):
-            self.state = State.CLOSED
+            self._close()
             self._events.append(HeartbeatTimedOut(beat.silence(now)))
             return
         if beat.beat_due(now):

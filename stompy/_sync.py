@@ -371,6 +371,11 @@ class Connection:
         return self._status == _CONNECTED
 
     @property
+    def failure(self) -> StompError | None:
+        """The error that ended the connection, or ``None`` while it is fine or closed by us."""
+        return self._failure
+
+    @property
     def version(self) -> str | None:
         """The negotiated STOMP version (``None`` before connecting)."""
         return self._connected.version if self._connected else None

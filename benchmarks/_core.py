@@ -1,0 +1,227 @@
+"""What every benchmark group shares: settings, rows, the registry and the timing loop.
+
+A group is a function ``run(settings) -> list[Row]`` registered under a name. The
+timing loop :func:`alternate` runs every contender once per round, rotating the order
+each round, so that drift (thermal, other load, allocator state) hits all contenders
+alike; the figure reported is the median over rounds.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The contender every ratio is taken against.
+STOMPY = "stompy"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Command-line choices handed to every group."""
+
+    #: Fast smoke run: few messages, few rounds; figures are not meaningful.
+    quick: bool = False
+    #: Rounds per contender; ``None`` lets each group pick its default.
+    rounds: int | None = None
+    #: Frames / messages per run; ``None`` lets each group pick its default.
+    count: int | None = None
+    #: Print progress lines on stderr.
+    verbose: bool = True
+
+    def pick_rounds(self, default: int, quick: int) -> int:
+        if self.rounds is not None:
+            return self.rounds
+        return quick if self.quick else default
+
+    def pick_count(self, default: int, quick: int) -> int:
+        if self.count is not None:
+            return self.count
+        return quick if self.quick else default
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured figure: the median of ``samples`` for one contender."""
+
+    group: str
+    #: The benchmark inside the group, e.g. ``parse`` or ``consume``.
+    name: str
+    contender: str
+    value: float
+    unit: str
+    #: Throughputs are; latencies and memory are not. Decides how ratios are taken.
+    higher_is_better: bool = True
+    #: Every round's figure, in the order measured.
+    samples: tuple[float, ...] = ()
+    #: Set when the contender could not run; ``value`` is then NaN.
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal: stompy must beat ``peer`` on ``name`` by at least ``ratio``."""
+
+    name: str
+    peer: str
+    ratio: float
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    help: str
+    run: Callable[[Settings], list[Row]]
+    targets: tuple[Target, ...] = ()
+    #: Free-form facts about the workload, copied into the JSON file.
+    describe: Callable[[Settings], dict[str, Any]] = field(default=lambda settings: {})
+
+
+REGISTRY: dict[str, Group] = {}
+
+#: Modules that register groups; a new group is a new module added here.
+GROUP_MODULES: tuple[str, ...] = ("benchmarks.codec", "benchmarks.clients")
+
+
+def register(
+    name: str,
+    help: str,
+    *,
+    targets: Sequence[Target] = (),
+    describe: Callable[[Settings], dict[str, Any]] | None = None,
+) -> Callable[[Callable[[Settings], list[Row]]], Callable[[Settings], list[Row]]]:
+    """Decorator: make ``run`` selectable as ``python -m benchmarks NAME``."""
+
+    def decorate(run: Callable[[Settings], list[Row]]) -> Callable[[Settings], list[Row]]:
+        if name in REGISTRY:
+            raise ValueError(f"benchmark group {name!r} registered twice")
+        REGISTRY[name] = Group(name, help, run, tuple(targets), describe or (lambda settings: {}))
+        return run
+
+    return decorate
+
+
+def log(settings: Settings, message: str) -> None:
+    if settings.verbose:
+        import sys
+
+        print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of doing the benchmark's work.
+
+    ``prepare()`` builds fresh input outside the timer (for codecs that mutate what
+    they are given); ``run(prepared)`` is timed and returns its output, which
+    ``verify(output)`` checks outside the timer and rejects by raising.
+    ``units(output)`` says how many units of work the run did (frames, messages).
+    """
+
+    name: str
+    run: Callable[[Any], Any]
+    verify: Callable[[Any], None]
+    units: Callable[[Any], int]
+    prepare: Callable[[], Any] = field(default=lambda: None)
+
+
+def alternate(
+    contenders: Sequence[Contender], rounds: int, settings: Settings, label: str
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Run each contender ``rounds`` times, rotating the order; return units/second.
+
+    The garbage collector stays on (it is part of the real cost of making objects) but
+    is emptied before each run so no run pays for its predecessor's garbage. A
+    contender that raises, or whose output fails ``verify``, is dropped and its error
+    returned in the second dict: it is reported, never ranked.
+    """
+    rates: dict[str, list[float]] = {c.name: [] for c in contenders}
+    failed: dict[str, str] = {}
+    for index in range(rounds):
+        shift = index % len(contenders)
+        for contender in (*contenders[shift:], *contenders[:shift]):
+            if contender.name in failed:
+                continue
+            try:
+                prepared = contender.prepare()
+                gc.collect()
+                start = time.perf_counter()
+                output = contender.run(prepared)
+                elapsed = time.perf_counter() - start
+                contender.verify(output)
+                units = contender.units(output)
+            except Exception as exc:
+                failed[contender.name] = f"failed: {exc!r}"[:200]
+                log(settings, f"  {label} {contender.name} FAILED: {exc!r}")
+                continue
+            del output, prepared
+            rate = units / elapsed
+            rates[contender.name].append(rate)
+            log(
+                settings,
+                f"  {label} round {index + 1}/{rounds} {contender.name:<10} "
+                f"{rate:>12,.0f}/s ({elapsed:.3f} s)",
+            )
+    return {name: r for name, r in rates.items() if name not in failed}, failed
+
+
+def rows_from_rates(group: str, name: str, rates: dict[str, list[float]], unit: str) -> list[Row]:
+    return [
+        Row(group, name, contender, statistics.median(samples), unit, True, tuple(samples))
+        for contender, samples in rates.items()
+    ]
+
+
+def ratio(stompy: Row, peer: Row) -> float:
+    """How many times better stompy is than ``peer`` (>1 means stompy wins)."""
+    if stompy.higher_is_better:
+        return stompy.value / peer.value
+    return peer.value / stompy.value
+
+
+class NotWired(Exception):
+    """A contender exists but its benchmark is not written yet (a hook to fill in)."""
+
+
+def alternate_timed(
+    contenders: Sequence[tuple[str, Callable[[], float]]],
+    rounds: int,
+    units: int,
+    settings: Settings,
+    label: str,
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Like :func:`alternate`, for contenders that time themselves.
+
+    Each callable does one full run and returns the seconds its measured window took
+    (for clients: from subscribing or the first send to the last message or receipt,
+    connection set-up excluded). A contender that raises is dropped from later rounds
+    and its error is returned, so one broken peer does not sink the whole suite.
+    """
+    rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    failed: dict[str, str] = {}
+    for index in range(rounds):
+        shift = index % len(contenders)
+        for name, run in (*contenders[shift:], *contenders[:shift]):
+            if name in failed:
+                continue
+            gc.collect()
+            try:
+                elapsed = run()
+            except NotWired as exc:
+                failed[name] = f"not wired: {exc}"
+                continue
+            except Exception as exc:
+                failed[name] = f"failed: {exc!r}"[:200]
+                log(settings, f"  {label} {name} FAILED: {exc!r}")
+                continue
+            rate = units / elapsed
+            rates[name].append(rate)
+            log(
+                settings,
+                f"  {label} round {index + 1}/{rounds} {name:<22} "
+                f"{rate:>12,.0f}/s ({elapsed:.3f} s)",
+            )
+    return {name: r for name, r in rates.items() if name not in failed}, failed

@@ -1,0 +1,76 @@
+"""An in-process STOMP broker with true STOMP semantics, for tests.
+
+Built on the same codec as the client and on anyio::
+
+    async with stompy.testing.serve(port=0) as broker:      # asyncio or trio
+        ... connect to broker.url ...
+
+    with stompy.testing.run_broker() as broker:             # a background thread
+        ... connect to broker.url ...
+
+With the package installed, pytest gets a ``stomp_broker`` fixture (a running
+:class:`Broker`), and ``stompy broker`` runs one standalone.
+
+Queues (``/queue/...`` and any other prefix) deliver each message to one subscriber,
+round-robin, and keep it while nobody subscribes; topics (``/topic/...``) deliver to
+every current subscriber. Storage is in memory and bounded (see
+:class:`BrokerConfig`): this is a broker for tests, not for production.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stompy.testing._broker import (
+        BrokerConfig,
+        BrokerCore,
+        BrokerOptions,
+        BrokerStats,
+        ConnectionInfo,
+        ServerSession,
+        SessionState,
+        StoredMessage,
+        SubscriberInfo,
+    )
+    from stompy.testing._server import AsyncBroker, serve
+    from stompy.testing._thread import Broker, run_broker
+
+__all__ = (
+    "AsyncBroker",
+    "Broker",
+    "BrokerConfig",
+    "BrokerCore",
+    "BrokerOptions",
+    "BrokerStats",
+    "ConnectionInfo",
+    "ServerSession",
+    "SessionState",
+    "StoredMessage",
+    "SubscriberInfo",
+    "run_broker",
+    "serve",
+)
+
+# Imported on first use: the pytest plugin lives in this package and is loaded by
+# every pytest run, so importing the package must cost next to nothing.
+_HOMES = {
+    "AsyncBroker": "_server",
+    "serve": "_server",
+    "Broker": "_thread",
+    "run_broker": "_thread",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_HOMES.get(name, '_broker')}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,1138 @@
+"""The broker's protocol side, without I/O: destinations, subscriptions, acks, transactions.
+
+Theory of operation
+-------------------
+:class:`BrokerCore` holds what the connections share: the destinations with their
+stored messages, and every open :class:`ServerSession`. A transport opens one session
+per connection and drives it like the client core is driven:
+
+* ``receive_data(data, now)`` parses and acts on what the client sent;
+* ``data_to_send(now)`` drains the bytes to write (heart-beat EOLs included);
+* ``next_deadline()`` / ``handle_timer(now)`` run the CONNECT timeout and heart-beats;
+* ``receive_eof()`` / ``close()`` end it: its unacknowledged messages go back to their
+  queues marked ``redelivered:true`` and its open transactions are aborted.
+
+A frame on one connection can produce bytes on others (a SEND delivers to
+subscribers elsewhere), so after any call the transport asks
+:meth:`BrokerCore.pop_ready` which sessions got new output and wakes their writers.
+
+Session states move only forward::
+
+    AWAITING_CONNECT --CONNECT/STOMP--> CONNECTED --DISCONNECT--> CLOSING
+      any error (bad frame, refused CONNECT, heart-beat loss, no CONNECT in time):
+                                                     any open state --> CLOSING
+      CLOSING: ERROR or RECEIPT queued, input ignored; the transport flushes and closes
+      receive_eof() or close():                          any state --> CLOSED
+
+Destinations: names starting with ``/topic/`` are topics (each message goes to every
+current subscriber and is dropped when there is none); every other name is a queue
+(each message goes to one subscriber, round-robin, and waits while nobody listens).
+
+Flow control: a session receives no deliveries while its unsent output is above
+``write_buffer`` bytes, and a ``client`` / ``client-individual`` subscription none
+while it holds ``prefetch`` unacknowledged messages. Deliveries resume when the
+transport drains the output or the client acks. Messages wait in their queue (or a
+topic subscription's backlog) meanwhile: storage is in memory, bounded by
+``max_queue_depth`` and ``max_stored_bytes``. A SEND over those bounds gets an ERROR;
+a topic backlog over ``max_queue_depth`` drops its oldest message.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Final, TypedDict
+
+from stompy._codec import FrameLimits, FrameParser, encode
+from stompy._events import AckMode
+from stompy._frames import V10, V11, V12, VERSIONS, Frame, Headers
+from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
+from stompy.errors import FrameTooLarge, ProtocolError
+
+__all__ = (
+    "BrokerConfig",
+    "BrokerCore",
+    "BrokerOptions",
+    "BrokerStats",
+    "ConnectionInfo",
+    "ServerSession",
+    "SessionState",
+    "StoredMessage",
+    "SubscriberInfo",
+)
+
+_ACK_MODES: Final[tuple[AckMode, ...]] = ("auto", "client", "client-individual")
+#: Headers of a SEND frame that the broker sets itself on the MESSAGE frame; the rest
+#: are user headers and "MUST be passed through in the MESSAGE frame" (1.2, SEND).
+_BROKER_HEADERS: Final = frozenset(
+    {
+        "destination",
+        "transaction",
+        "receipt",
+        "content-length",
+        "message-id",
+        "subscription",
+        "ack",
+        "redelivered",
+    }
+)
+_TOPIC_PREFIX: Final = "/topic/"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """What a broker accepts and how much it holds. Every bound has a default.
+
+    Raises :class:`ValueError` for unusable values.
+    """
+
+    #: ``login -> passcode``; ``None`` accepts every client, with or without a login.
+    users: Mapping[str, str] | None = None
+    #: Accepted values of the CONNECT ``host`` header; ``None`` accepts any.
+    virtual_hosts: Collection[str] | None = None
+    #: The STOMP versions spoken, from which the highest common one is chosen.
+    versions: tuple[str, ...] = VERSIONS
+    #: The broker's ``heart-beat`` header, ``(can send, wants)`` in ms. Small values let
+    #: the client's wishes decide, since the negotiated interval is the larger one.
+    heartbeats: tuple[int, int] = (100, 100)
+    #: A client is dropped after ``incoming interval * tolerance`` of silence.
+    heartbeat_tolerance: float = 2.0
+    #: Frame size limits for what clients send.
+    limits: FrameLimits = field(default_factory=FrameLimits)
+    #: Unacknowledged messages in flight per client-ack subscription (overridable per
+    #: subscription with a ``prefetch-count`` header).
+    prefetch: int = 100
+    #: Messages a queue (or a topic subscription's backlog) holds at most.
+    max_queue_depth: int = 10_000
+    #: Body bytes all queues together hold at most.
+    max_stored_bytes: int = 256 * 1024 * 1024
+    #: Unsent output per connection above which deliveries to it pause.
+    write_buffer: int = 1024 * 1024
+    max_subscriptions: int = 1000
+    max_transactions: int = 100
+    #: SEND, ACK and NACK frames one transaction holds at most.
+    max_transaction_frames: int = 10_000
+    #: Seconds a new connection has to send CONNECT.
+    connect_timeout: float = 30.0
+    #: The ``server`` header of CONNECTED.
+    server_name: str = "stompy-broker/0.1"
+
+    def __post_init__(self) -> None:
+        versions = tuple(v for v in VERSIONS if v in set(self.versions))
+        if not versions or len(versions) != len(set(self.versions)):
+            raise ValueError(f"versions must be a non-empty subset of {VERSIONS}")
+        object.__setattr__(self, "versions", versions)
+        format_heartbeat(self.heartbeats)
+        object.__setattr__(self, "heartbeats", (int(self.heartbeats[0]), int(self.heartbeats[1])))
+        if self.users is not None:
+            object.__setattr__(self, "users", dict(self.users))
+        if self.virtual_hosts is not None:
+            object.__setattr__(self, "virtual_hosts", frozenset(self.virtual_hosts))
+        if self.heartbeat_tolerance < 1.0:
+            raise ValueError("heartbeat_tolerance must be at least 1.0")
+        for name in (
+            "prefetch",
+            "max_queue_depth",
+            "max_stored_bytes",
+            "write_buffer",
+            "max_subscriptions",
+            "max_transactions",
+            "max_transaction_frames",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.connect_timeout <= 0:
+            raise ValueError("connect_timeout must be positive")
+        if "\n" in self.server_name or "\r" in self.server_name:
+            raise ValueError("server_name must be one line")
+
+
+class BrokerOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`~stompy.testing.serve`: :class:`BrokerConfig`'s fields."""
+
+    users: Mapping[str, str] | None
+    virtual_hosts: Collection[str] | None
+    versions: tuple[str, ...]
+    heartbeats: tuple[int, int]
+    heartbeat_tolerance: float
+    limits: FrameLimits
+    prefetch: int
+    max_queue_depth: int
+    max_stored_bytes: int
+    write_buffer: int
+    max_subscriptions: int
+    max_transactions: int
+    max_transaction_frames: int
+    connect_timeout: float
+    server_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as the broker keeps it between SEND and MESSAGE."""
+
+    message_id: str
+    destination: str
+    #: The SEND frame's user headers, in order (``content-type`` included).
+    headers: Headers
+    body: bytes
+    #: True once it was delivered and came back (NACK, or its connection ended).
+    redelivered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStats:
+    """Counters since the broker started (a snapshot)."""
+
+    connections_opened: int = 0
+    connections_open: int = 0
+    #: Messages accepted by SEND (counted at COMMIT inside a transaction).
+    messages_received: int = 0
+    #: MESSAGE frames written, redeliveries included.
+    messages_delivered: int = 0
+    messages_redelivered: int = 0
+    messages_acked: int = 0
+    messages_nacked: int = 0
+    #: Topic messages nobody could take, and backlog overflow.
+    messages_dropped: int = 0
+    #: ERROR frames sent.
+    errors_sent: int = 0
+    heartbeat_timeouts: int = 0
+    #: Bugs: exceptions the transport caught while serving a connection.
+    internal_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberInfo:
+    """One subscription of a connection, as seen by the broker."""
+
+    id: str
+    destination: str
+    ack: str
+    prefetch: int
+    #: Messages delivered to it and not acknowledged yet.
+    unacked: int
+    #: Topic messages waiting for it (always 0 for queues: they wait in the queue).
+    backlog: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """One connection, as seen by the broker."""
+
+    session: str
+    peer: str
+    state: str
+    version: str
+    login: str | None
+    host: str | None
+    #: Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms.
+    heartbeats: tuple[int, int]
+    paused: bool
+    #: Output bytes waiting to be written to it.
+    buffered: int
+    subscriptions: tuple[SubscriberInfo, ...]
+    transactions: tuple[str, ...]
+
+
+class SessionState(enum.Enum):
+    """Where a client connection stands, seen from the broker."""
+
+    #: Connected at the transport level, waiting for CONNECT or STOMP.
+    AWAITING_CONNECT = "AWAITING_CONNECT"
+    #: CONNECTED sent; every client frame is accepted.
+    CONNECTED = "CONNECTED"
+    #: An ERROR (or the DISCONNECT receipt) is queued; input is ignored, the transport
+    #: flushes the output and closes the connection.
+    CLOSING = "CLOSING"
+    #: The transport is gone and the session released everything it held.
+    CLOSED = "CLOSED"
+
+
+class _Reject(Exception):
+    """A client frame the broker refuses: it answers with ERROR and closes."""
+
+    def __init__(self, message: str, *, body: str = "", headers: Headers = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.body = body
+        self.headers = headers
+
+
+class _Counters:
+    """The mutable side of :class:`BrokerStats`."""
+
+    __slots__ = (
+        "connections_opened",
+        "errors_sent",
+        "heartbeat_timeouts",
+        "internal_errors",
+        "messages_acked",
+        "messages_delivered",
+        "messages_dropped",
+        "messages_nacked",
+        "messages_received",
+        "messages_redelivered",
+    )
+
+    def __init__(self) -> None:
+        self.connections_opened = 0
+        self.messages_received = 0
+        self.messages_delivered = 0
+        self.messages_redelivered = 0
+        self.messages_acked = 0
+        self.messages_nacked = 0
+        self.messages_dropped = 0
+        self.errors_sent = 0
+        self.heartbeat_timeouts = 0
+        self.internal_errors = 0
+
+
+class _Destination:
+    __slots__ = ("bytes", "is_topic", "messages", "name", "next_index", "subscriptions")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.is_topic = name.startswith(_TOPIC_PREFIX)
+        self.messages: deque[StoredMessage] = deque()
+        self.bytes = 0
+        self.subscriptions: list[_Subscription] = []
+        self.next_index = 0  # round-robin position among the subscriptions
+
+
+class _Subscription:
+    __slots__ = ("ack", "backlog", "by_message_id", "destination", "id", "prefetch", "session")
+
+    def __init__(
+        self,
+        session: ServerSession,
+        id: str,
+        destination: _Destination,
+        ack: AckMode,
+        prefetch: int,
+    ) -> None:
+        self.session = session
+        self.id = id
+        self.destination = destination
+        self.ack: AckMode = ack
+        self.prefetch = prefetch
+        #: Topic messages waiting until this subscription can take them.
+        self.backlog: deque[StoredMessage] = deque()
+        #: message-id -> ack id of the unacknowledged deliveries, in delivery order.
+        self.by_message_id: dict[str, str] = {}
+
+    def can_accept(self) -> bool:
+        session = self.session
+        if (
+            session.state is not SessionState.CONNECTED
+            or session.paused
+            or session.buffered >= session.core.config.write_buffer
+        ):
+            return False
+        return self.ack == "auto" or len(self.by_message_id) < self.prefetch
+
+
+@dataclass(frozen=True, slots=True)
+class _TxSend:
+    destination: str
+    headers: Headers
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _TxSettle:
+    command: str  # "ACK" or "NACK"
+    subscription: _Subscription
+    ack_id: str
+
+
+class BrokerCore:
+    """The shared state of one broker and the factory of its sessions."""
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config if config is not None else BrokerConfig()
+        #: Open sessions by id, CLOSING ones included.
+        self.sessions: dict[str, ServerSession] = {}
+        self._destinations: dict[str, _Destination] = {}
+        self._ready: dict[str, ServerSession] = {}
+        self._counters = _Counters()
+        self._stored_bytes = 0
+        self._token = secrets.token_hex(3)
+        self._next_session = 0
+        self._next_message = 0
+        self._next_ack = 0
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(self, now: float, peer: str = "") -> ServerSession:
+        """Start serving a new connection; ``peer`` only labels it."""
+        self._next_session += 1
+        session = ServerSession(self, f"session-{self._token}-{self._next_session}", now, peer)
+        self.sessions[session.id] = session
+        self._counters.connections_opened += 1
+        return session
+
+    def pop_ready(self) -> list[ServerSession]:
+        """Sessions that got output since the last call (their writers need waking)."""
+        if not self._ready:
+            return []
+        ready = list(self._ready.values())
+        self._ready.clear()
+        return ready
+
+    def record_internal_error(self) -> None:
+        """Count a bug the transport caught (shown in :attr:`stats`)."""
+        self._counters.internal_errors += 1
+
+    # -- inspection --------------------------------------------------------------------
+
+    def queue_depth(self, destination: str) -> int:
+        """Messages waiting in a queue; for a topic, in its subscriptions' backlogs."""
+        dest = self._destinations.get(destination)
+        if dest is None:
+            return 0
+        if dest.is_topic:
+            return sum(len(sub.backlog) for sub in dest.subscriptions)
+        return len(dest.messages)
+
+    def unacked_count(self, destination: str | None = None) -> int:
+        """Messages delivered and not acknowledged, for one destination or all."""
+        total = 0
+        for session in self.sessions.values():
+            for sub in session._subscriptions.values():
+                if destination is None or sub.destination.name == destination:
+                    total += len(sub.by_message_id)
+        return total
+
+    def destinations(self) -> tuple[str, ...]:
+        """Names of the destinations that hold messages or subscriptions."""
+        return tuple(self._destinations)
+
+    def connection_infos(self) -> tuple[ConnectionInfo, ...]:
+        return tuple(session.info() for session in self.sessions.values())
+
+    @property
+    def stats(self) -> BrokerStats:
+        c = self._counters
+        return BrokerStats(
+            connections_opened=c.connections_opened,
+            connections_open=len(self.sessions),
+            messages_received=c.messages_received,
+            messages_delivered=c.messages_delivered,
+            messages_redelivered=c.messages_redelivered,
+            messages_acked=c.messages_acked,
+            messages_nacked=c.messages_nacked,
+            messages_dropped=c.messages_dropped,
+            errors_sent=c.errors_sent,
+            heartbeat_timeouts=c.heartbeat_timeouts,
+            internal_errors=c.internal_errors,
+        )
+
+    # -- routing -----------------------------------------------------------------------
+
+    def _destination(self, name: str) -> _Destination:
+        dest = self._destinations.get(name)
+        if dest is None:
+            dest = self._destinations[name] = _Destination(name)
+        return dest
+
+    def _forget_if_unused(self, dest: _Destination) -> None:
+        # Destinations are made on demand; an empty one with no subscriber is garbage,
+        # so a client cycling through names cannot grow this dict.
+        if not dest.messages and not dest.subscriptions:
+            self._destinations.pop(dest.name, None)
+
+    def _check_capacity(self, sends: list[_TxSend]) -> None:
+        """Raise :class:`_Reject` unless every send fits the storage bounds."""
+        config = self.config
+        counts: dict[str, int] = {}
+        size = 0
+        for send in sends:
+            if not send.destination.startswith(_TOPIC_PREFIX):
+                counts[send.destination] = counts.get(send.destination, 0) + 1
+                size += len(send.body)
+        for name, count in counts.items():
+            dest = self._destinations.get(name)
+            depth = len(dest.messages) if dest is not None else 0
+            if depth + count > config.max_queue_depth:
+                raise _Reject(
+                    f"destination {name!r} is full ({depth} messages, "
+                    f"the limit is {config.max_queue_depth})"
+                )
+        if self._stored_bytes + size > config.max_stored_bytes:
+            raise _Reject(
+                f"the broker is full ({self._stored_bytes} bytes stored, "
+                f"the limit is {config.max_stored_bytes})"
+            )
+
+    def _publish(self, send: _TxSend) -> None:
+        self._next_message += 1
+        message = StoredMessage(
+            f"message-{self._token}-{self._next_message}", send.destination, send.headers, send.body
+        )
+        self._counters.messages_received += 1
+        dest = self._destination(send.destination)
+        if dest.is_topic:
+            if not dest.subscriptions:
+                self._counters.messages_dropped += 1
+                self._forget_if_unused(dest)
+                return
+            for sub in dest.subscriptions:
+                if not sub.backlog and sub.can_accept():
+                    sub.session._deliver(sub, message)
+                else:
+                    self._add_backlog(sub, message)
+            return
+        dest.messages.append(message)
+        dest.bytes += len(message.body)
+        self._stored_bytes += len(message.body)
+        self._dispatch(dest)
+
+    def _add_backlog(self, sub: _Subscription, message: StoredMessage) -> None:
+        sub.backlog.append(message)
+        if len(sub.backlog) > self.config.max_queue_depth:
+            sub.backlog.popleft()
+            self._counters.messages_dropped += 1
+
+    def _requeue(self, dest: _Destination, messages: list[StoredMessage]) -> None:
+        """Put delivered messages back at the front, in their order, for redelivery."""
+        again = [
+            m
+            if m.redelivered
+            else StoredMessage(m.message_id, m.destination, m.headers, m.body, True)
+            for m in messages
+        ]
+        size = sum(len(m.body) for m in again)
+        dest.messages.extendleft(reversed(again))
+        dest.bytes += size
+        self._stored_bytes += size
+
+    def _dispatch(self, dest: _Destination) -> None:
+        """Hand waiting messages to subscriptions that can take them."""
+        if dest.is_topic:
+            for sub in dest.subscriptions:
+                while sub.backlog and sub.can_accept():
+                    sub.session._deliver(sub, sub.backlog.popleft())
+            return
+        subs = dest.subscriptions
+        while dest.messages and subs:
+            count = len(subs)
+            chosen: _Subscription | None = None
+            for step in range(count):
+                candidate = subs[(dest.next_index + step) % count]
+                if candidate.can_accept():
+                    chosen = candidate
+                    dest.next_index = (dest.next_index + step + 1) % count
+                    break
+            if chosen is None:
+                return
+            message = dest.messages.popleft()
+            dest.bytes -= len(message.body)
+            self._stored_bytes -= len(message.body)
+            chosen.session._deliver(chosen, message)
+
+    def _new_ack_id(self) -> str:
+        self._next_ack += 1
+        return str(self._next_ack)
+
+
+class ServerSession:
+    """The broker's side of one connection, without I/O. See the module docstring."""
+
+    def __init__(self, core: BrokerCore, session_id: str, now: float, peer: str) -> None:
+        self.core = core
+        self.id = session_id
+        self.peer = peer
+        self.state = SessionState.AWAITING_CONNECT
+        #: The negotiated version (1.0 until CONNECTED).
+        self.version: str = V10
+        self.login: str | None = None
+        self.host: str | None = None
+        #: Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms.
+        self.heartbeats: tuple[int, int] = (0, 0)
+        #: While paused the session takes no deliveries and keeps no heart-beat time;
+        #: the transport stops reading and writing.
+        self.paused = False
+        #: Why the session is closing or closed.
+        self.close_reason: str | None = None
+        self._parser = FrameParser(V10, core.config.limits)
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._opened = now
+        self._heartbeat: Heartbeat | None = None
+        self._subscriptions: dict[str, _Subscription] = {}
+        self._ack_index: dict[str, tuple[_Subscription, StoredMessage]] = {}
+        self._transactions: dict[str, list[_TxSend | _TxSettle]] = {}
+        self._released = False
+
+    # -- views -------------------------------------------------------------------------
+
+    @property
+    def buffered(self) -> int:
+        """Bytes queued for the client and not yet taken by :meth:`data_to_send`."""
+        return self._out_bytes
+
+    @property
+    def wants_data(self) -> bool:
+        """Whether the transport should read more from the client now.
+
+        False while paused, and while the output is over ``write_buffer`` in an open
+        state: a client that sends without reading its receipts gets backpressure.
+        After CLOSING the transport reads on (and the session discards) until EOF.
+        """
+        if self.paused or self.state is SessionState.CLOSED:
+            return False
+        return self.state is SessionState.CLOSING or self._out_bytes < self.core.config.write_buffer
+
+    @property
+    def finished(self) -> bool:
+        """The connection should close once :meth:`data_to_send` returned everything."""
+        return self.state in (SessionState.CLOSING, SessionState.CLOSED)
+
+    def info(self) -> ConnectionInfo:
+        subs = tuple(
+            SubscriberInfo(
+                sub.id,
+                sub.destination.name,
+                sub.ack,
+                sub.prefetch,
+                len(sub.by_message_id),
+                len(sub.backlog),
+            )
+            for sub in self._subscriptions.values()
+        )
+        return ConnectionInfo(
+            session=self.id,
+            peer=self.peer,
+            state=self.state.value,
+            version=self.version,
+            login=self.login,
+            host=self.host,
+            heartbeats=self.heartbeats,
+            paused=self.paused,
+            buffered=self._out_bytes,
+            subscriptions=subs,
+            transactions=tuple(self._transactions),
+        )
+
+    # -- output ------------------------------------------------------------------------
+
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
+        self.core._ready[self.id] = self
+
+    def _encode(self, frame: Frame) -> bytes:
+        try:
+            return encode(frame, self.version)
+        except ValueError:
+            # STOMP 1.0 has no escaping: a header from a 1.1+ sender holding a line
+            # break cannot be written as is. Flatten it rather than inject a header.
+            cleaned = tuple(
+                (
+                    key.replace(":", "_").replace("\n", "_").replace("\r", "_"),
+                    value.replace("\n", " ").replace("\r", " "),
+                )
+                for key, value in frame.headers
+            )
+            return encode(Frame(frame.command, cleaned, frame.body), self.version)
+
+    def _send_frame(self, command: str, headers: Headers, body: bytes = b"") -> None:
+        self._queue(self._encode(Frame(command, headers, body)))
+
+    def data_to_send(self, now: float | None = None) -> bytes:
+        """Return (and forget) the bytes to write; ``now`` is when they are written.
+
+        Taking the output makes room, so waiting messages are delivered right after:
+        the next call may return more.
+        """
+        self.core._ready.pop(self.id, None)
+        if not self._out:
+            return b""
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out.clear()
+        self._out_bytes = 0
+        if now is not None and self._heartbeat is not None:
+            self._heartbeat.sent(now)
+        if self.state is SessionState.CONNECTED:
+            for sub in list(self._subscriptions.values()):
+                self.core._dispatch(sub.destination)
+        return data
+
+    def send_raw(self, data: bytes) -> None:
+        """Queue bytes exactly as given, to test how clients take broken input."""
+        if self.state is not SessionState.CLOSED:
+            self._queue(bytes(data))
+
+    def _deliver(self, sub: _Subscription, message: StoredMessage) -> None:
+        headers = [
+            ("destination", message.destination),
+            ("message-id", message.message_id),
+            ("subscription", sub.id),
+        ]
+        if sub.ack != "auto":
+            ack_id = self.core._new_ack_id()
+            sub.by_message_id[message.message_id] = ack_id
+            self._ack_index[ack_id] = (sub, message)
+            # "If the message is received from a subscription that requires explicit
+            # acknowledgment ... the MESSAGE frame MUST also contain an ack header" (1.2)
+            if self.version == V12:
+                headers.append(("ack", ack_id))
+        if message.redelivered:
+            headers.append(("redelivered", "true"))
+            self.core._counters.messages_redelivered += 1
+        headers.extend(message.headers)
+        self._send_frame("MESSAGE", tuple(headers), message.body)
+        self.core._counters.messages_delivered += 1
+
+    def _error(self, reject: _Reject, frame: Frame | None) -> None:
+        """Queue an ERROR for ``reject`` and start closing, as the spec requires."""
+        message = " ".join(reject.message.split())
+        headers: list[tuple[str, str]] = [("message", message), *reject.headers]
+        receipt = frame.get("receipt") if frame is not None else None
+        if receipt is not None:
+            # "if the frame included a receipt header, the ERROR frame SHOULD set the
+            # receipt-id header to match the value of the receipt header" (1.2, ERROR)
+            headers.append(("receipt-id", receipt))
+        headers.append(("content-type", "text/plain"))
+        body = reject.body or message
+        if frame is not None and not reject.body:
+            shown = "\n".join(
+                f"{k}:{'********' if k == 'passcode' else v}" for k, v in frame.headers
+            )
+            body += (
+                f"\n\nThe frame:\n-----\n{frame.command}\n{shown}\n"
+                f"({len(frame.body)} body bytes)\n-----\n"
+            )
+        self._send_frame("ERROR", tuple(headers), body.encode("utf-8"))
+        self.core._counters.errors_sent += 1
+        self._closing(message)
+
+    def _closing(self, reason: str) -> None:
+        self.state = SessionState.CLOSING
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._release()
+
+    # -- input -------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Parse and act on bytes from the client; ``now`` is when they arrived.
+
+        Never raises for bad input: it queues an ERROR and moves to CLOSING.
+        """
+        if self.state not in (SessionState.AWAITING_CONNECT, SessionState.CONNECTED):
+            return  # after ERROR or DISCONNECT, what follows is discarded
+        if not data:
+            return
+        if self._heartbeat is not None:
+            self._heartbeat.received(now)
+        self._parser.feed(data)
+        while self.state in (SessionState.AWAITING_CONNECT, SessionState.CONNECTED):
+            try:
+                frame = self._parser.next_frame()
+            except FrameTooLarge as exc:
+                self._error(_Reject("frame too large", body=str(exc)), None)
+                return
+            except ProtocolError as exc:
+                self._error(_Reject("malformed frame received", body=str(exc)), None)
+                return
+            if frame is None:
+                return
+            try:
+                self._handle(frame, now)
+            except _Reject as reject:
+                self._error(reject, frame)
+
+    def receive_eof(self) -> None:
+        """The client closed the connection."""
+        self.close("connection closed by the client")
+
+    def close(self, reason: str = "closed") -> None:
+        """The transport is gone: release everything and forget the session.
+
+        Unacknowledged queue messages go back to their queues (``redelivered:true``),
+        open transactions are aborted. Output not yet taken can still be drained.
+        """
+        if self.state is SessionState.CLOSED:
+            return
+        if self.close_reason is None:
+            self.close_reason = reason
+        self.state = SessionState.CLOSED
+        self._release()
+        self.core.sessions.pop(self.id, None)
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._heartbeat = None
+        # "Any started transactions which have not been committed will be implicitly
+        # aborted if the client sends a DISCONNECT frame or if the TCP connection
+        # fails for any reason." (1.2, BEGIN)
+        self._transactions.clear()
+        for sub in list(self._subscriptions.values()):
+            self._remove_subscription(sub)
+
+    # -- frames ------------------------------------------------------------------------
+
+    def _handle(self, frame: Frame, now: float) -> None:
+        command = frame.command
+        if command in ("CONNECT", "STOMP"):
+            self._on_connect(frame, now)
+            return
+        if self.state is SessionState.AWAITING_CONNECT:
+            raise _Reject(f"expected a CONNECT or STOMP frame, got {command}")
+        if command == "SEND":
+            self._on_send(frame)
+        elif command == "SUBSCRIBE":
+            self._on_subscribe(frame)
+        elif command == "UNSUBSCRIBE":
+            self._on_unsubscribe(frame)
+        elif command in ("ACK", "NACK"):
+            self._on_settle(frame)
+        elif command == "BEGIN":
+            self._on_begin(frame)
+        elif command in ("COMMIT", "ABORT"):
+            self._on_finish(frame)
+        elif command == "DISCONNECT":
+            self._receipt(frame)
+            self._closing("DISCONNECT")
+        else:
+            raise _Reject(f"{command} is a server frame; a client must not send it")
+
+    def _required(self, frame: Frame, name: str) -> str:
+        value = frame.get(name)
+        if not value:
+            what = "an empty" if value == "" else "no"
+            raise _Reject(
+                f"{frame.command} frame with {what} {name} header, which is required "
+                f"(STOMP {self.version})"
+            )
+        return value
+
+    def _receipt(self, frame: Frame) -> None:
+        # "A RECEIPT frame is sent from the server to the client once a server has
+        # successfully processed a client frame that requests a receipt." (1.2)
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            self._send_frame("RECEIPT", (("receipt-id", receipt),))
+
+    def _on_connect(self, frame: Frame, now: float) -> None:
+        if self.state is not SessionState.AWAITING_CONNECT:
+            raise _Reject(f"{frame.command} frame on a connection that is already connected")
+        config = self.core.config
+        accept = frame.get("accept-version")
+        # "If the accept-version header is missing, it means that the client only
+        # supports version 1.0 of the protocol." (1.2, Protocol Negotiation)
+        offered = {V10} if accept is None else {v.strip() for v in accept.split(",")}
+        common = [v for v in config.versions if v in offered]
+        if not common:
+            supported = " ".join(config.versions)
+            # "the server MUST respond with an ERROR frame similar to the following
+            # and then close the connection: version:1.2,2.1 ..."
+            raise _Reject(
+                f"no common STOMP version: the client accepts {accept or '1.0'}, "
+                f"this server speaks {supported}",
+                body=f"Supported protocol versions are {supported}",
+                headers=(("version", ",".join(config.versions)),),
+            )
+        version = common[-1]
+        host = frame.get("host")
+        if config.virtual_hosts is not None and host not in config.virtual_hosts:
+            # STOMP 1.1 and 1.2 make host REQUIRED, yet common clients (stomp.py in
+            # 1.1 mode) leave it out; like RabbitMQ and ActiveMQ the broker lets that
+            # pass unless it checks virtual hosts.
+            what = "no host header" if host is None else f"unknown virtual host {host!r}"
+            raise _Reject(f"{frame.command} frame with {what}")
+        try:
+            theirs = parse_heartbeat(frame.get("heart-beat"))
+        except ProtocolError as exc:
+            raise _Reject(str(exc)) from None
+        login = frame.get("login")
+        if config.users is not None and (
+            login is None
+            or login not in config.users
+            or config.users[login] != frame.get("passcode")
+        ):
+            raise _Reject("authentication failed: unknown login or wrong passcode")
+        self.version = version
+        self._parser.version = version
+        self.login = login
+        self.host = host
+        self.state = SessionState.CONNECTED
+        headers = [("version", version), ("session", self.id), ("server", config.server_name)]
+        if version != V10:  # STOMP 1.0 has no heart-beating
+            headers.append(("heart-beat", format_heartbeat(config.heartbeats)))
+            out_ms, in_ms = negotiate(config.heartbeats, theirs)
+            self.heartbeats = (out_ms, in_ms)
+            if out_ms or in_ms:
+                self._heartbeat = Heartbeat(out_ms, in_ms, config.heartbeat_tolerance, now)
+        self._send_frame("CONNECTED", tuple(headers))
+
+    def _transaction(self, frame: Frame) -> list[_TxSend | _TxSettle] | None:
+        name = frame.get("transaction")
+        if name is None:
+            return None
+        ops = self._transactions.get(name)
+        if ops is None:
+            raise _Reject(f"{frame.command} in transaction {name!r}, which is not open")
+        if len(ops) >= self.core.config.max_transaction_frames:
+            raise _Reject(
+                f"transaction {name!r} holds {len(ops)} frames, "
+                f"the limit is {self.core.config.max_transaction_frames}"
+            )
+        return ops
+
+    def _on_send(self, frame: Frame) -> None:
+        destination = self._required(frame, "destination")
+        ops = self._transaction(frame)
+        headers = tuple((k, v) for k, v in frame.headers if k not in _BROKER_HEADERS)
+        send = _TxSend(destination, headers, frame.body)
+        if ops is not None:
+            ops.append(send)
+        else:
+            self.core._check_capacity([send])
+            self.core._publish(send)
+        self._receipt(frame)
+
+    def _on_subscribe(self, frame: Frame) -> None:
+        config = self.core.config
+        destination = self._required(frame, "destination")
+        if self.version == V10 and frame.get("id") is None:
+            # STOMP 1.0 makes the id optional; the destination then names it.
+            sub_id = destination
+        else:
+            sub_id = self._required(frame, "id")
+        if sub_id in self._subscriptions:
+            # "Within the same connection, different subscriptions MUST use different
+            # subscription identifiers." (1.2, SUBSCRIBE id Header)
+            raise _Reject(f"subscription id {sub_id!r} is already in use on this connection")
+        ack = frame.get("ack", "auto")
+        if ack not in _ACK_MODES:
+            raise _Reject(f"invalid ack mode {ack!r}: want auto, client or client-individual")
+        if len(self._subscriptions) >= config.max_subscriptions:
+            raise _Reject(f"too many subscriptions (the limit is {config.max_subscriptions})")
+        prefetch = config.prefetch
+        requested = frame.get("prefetch-count")
+        if requested is not None:
+            if not requested.isdigit() or int(requested) < 1:
+                raise _Reject(f"invalid prefetch-count {requested!r}: want a positive integer")
+            prefetch = int(requested)
+        dest = self.core._destination(destination)
+        sub = _Subscription(self, sub_id, dest, _ACK_MODES[_ACK_MODES.index(ack)], prefetch)
+        self._subscriptions[sub_id] = sub
+        dest.subscriptions.append(sub)
+        self._receipt(frame)
+        self.core._dispatch(dest)
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
+        sub_id = frame.get("id")
+        if sub_id is None and self.version == V10:
+            # 1.0: "It requires either a destination header or an id header"
+            destination = self._required(frame, "destination")
+            matches = [s for s in self._subscriptions.values() if s.destination.name == destination]
+            if not matches:
+                raise _Reject(f"no subscription to {destination!r} on this connection")
+            sub = matches[0]
+        else:
+            sub_id = self._required(frame, "id")
+            found = self._subscriptions.get(sub_id)
+            if found is None:
+                raise _Reject(
+                    f"UNSUBSCRIBE of {sub_id!r}, which is no subscription of this connection"
+                )
+            sub = found
+        self._remove_subscription(sub)
+        self._receipt(frame)
+
+    def _remove_subscription(self, sub: _Subscription) -> None:
+        core = self.core
+        self._subscriptions.pop(sub.id, None)
+        dest = sub.destination
+        index = dest.subscriptions.index(sub)
+        del dest.subscriptions[index]
+        # Keep the round-robin position on the subscription that was next.
+        if index < dest.next_index:
+            dest.next_index -= 1
+        if dest.subscriptions:
+            dest.next_index %= len(dest.subscriptions)
+        else:
+            dest.next_index = 0
+        unacked = [self._ack_index.pop(ack_id)[1] for ack_id in sub.by_message_id.values()]
+        sub.by_message_id.clear()
+        core._counters.messages_dropped += len(sub.backlog)
+        sub.backlog.clear()
+        if unacked and not dest.is_topic:
+            # Delivered but never acked: the client may not have processed them.
+            core._requeue(dest, unacked)
+            core._dispatch(dest)
+        else:
+            core._counters.messages_dropped += len(unacked)
+        core._forget_if_unused(dest)
+
+    def _find_delivery(self, frame: Frame) -> tuple[_Subscription, str]:
+        """The subscription and ack id an ACK or NACK frame refers to, per version."""
+        command = frame.command
+        if self.version == V12:
+            # "The ACK frame MUST include an id header matching the ack header of the
+            # MESSAGE being acknowledged." (1.2, ACK)
+            ack_id = self._required(frame, "id")
+            entry = self._ack_index.get(ack_id)
+            if entry is None:
+                raise _Reject(f"{command} of {ack_id!r}, which is no unacknowledged message")
+            return entry[0], ack_id
+        message_id = self._required(frame, "message-id")
+        if self.version == V11:
+            sub_id = self._required(frame, "subscription")
+            sub = self._subscriptions.get(sub_id)
+            if sub is None:
+                raise _Reject(
+                    f"{command} for {sub_id!r}, which is no subscription of this connection"
+                )
+            candidates = [sub]
+        else:
+            candidates = list(self._subscriptions.values())
+        for sub in candidates:
+            found = sub.by_message_id.get(message_id)
+            if found is not None:
+                return sub, found
+        raise _Reject(f"{command} of message {message_id!r}, which is not awaiting acknowledgement")
+
+    def _on_settle(self, frame: Frame) -> None:
+        if frame.command == "NACK" and self.version == V10:
+            raise _Reject("NACK does not exist in STOMP 1.0")
+        sub, ack_id = self._find_delivery(frame)
+        ops = self._transaction(frame)
+        if ops is not None:
+            ops.append(_TxSettle(frame.command, sub, ack_id))
+        else:
+            self._settle(frame.command, sub, ack_id)
+        self._receipt(frame)
+
+    def _settle(self, command: str, sub: _Subscription, ack_id: str) -> None:
+        """Apply an ACK or NACK (cumulative in ``client`` mode)."""
+        entry = self._ack_index.get(ack_id)
+        if entry is None or entry[0] is not sub:
+            return  # settled meanwhile (e.g. acked outside the transaction)
+        if sub.ack == "client":
+            # "The ACK frames sent by the client will be treated as a cumulative
+            # acknowledgment ... and all messages sent to the subscription before."
+            # NACK alike: "to all messages sent before and not yet ACK'ed or NACK'ed".
+            ack_ids: list[str] = []
+            for pending in sub.by_message_id.values():
+                ack_ids.append(pending)
+                if pending == ack_id:
+                    break
+        else:
+            ack_ids = [ack_id]
+        messages = []
+        for pending in ack_ids:
+            message = self._ack_index.pop(pending)[1]
+            del sub.by_message_id[message.message_id]
+            messages.append(message)
+        core = self.core
+        if command == "ACK":
+            core._counters.messages_acked += len(messages)
+        else:
+            core._counters.messages_nacked += len(messages)
+            if sub.destination.is_topic:
+                for message in reversed(messages):
+                    sub.backlog.appendleft(
+                        StoredMessage(
+                            message.message_id,
+                            message.destination,
+                            message.headers,
+                            message.body,
+                            True,
+                        )
+                    )
+            else:
+                core._requeue(sub.destination, messages)
+        core._dispatch(sub.destination)
+
+    def _on_begin(self, frame: Frame) -> None:
+        name = self._required(frame, "transaction")
+        if name in self._transactions:
+            # "Within the same connection, different transactions MUST use different
+            # transaction identifiers." (1.2, BEGIN)
+            raise _Reject(f"transaction {name!r} is already open")
+        if len(self._transactions) >= self.core.config.max_transactions:
+            raise _Reject(
+                f"too many open transactions (the limit is {self.core.config.max_transactions})"
+            )
+        self._transactions[name] = []
+        self._receipt(frame)
+
+    def _on_finish(self, frame: Frame) -> None:
+        name = self._required(frame, "transaction")
+        ops = self._transactions.pop(name, None)
+        if ops is None:
+            raise _Reject(f"{frame.command} of transaction {name!r}, which is not open")
+        if frame.command == "COMMIT":
+            # All or nothing: check room for every SEND before applying any.
+            self.core._check_capacity([op for op in ops if isinstance(op, _TxSend)])
+            for op in ops:
+                if isinstance(op, _TxSend):
+                    self.core._publish(op)
+                else:
+                    self._settle(op.command, op.subscription, op.ack_id)
+        self._receipt(frame)
+
+    # -- timers and test hooks ---------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timer` must next be called (``None``: never)."""
+        if self.state is SessionState.AWAITING_CONNECT:
+            return self._opened + self.core.config.connect_timeout
+        if self.state is SessionState.CONNECTED and self._heartbeat and not self.paused:
+            return self._heartbeat.deadline()
+        return None
+
+    def handle_timer(self, now: float) -> None:
+        """Queue a heart-beat EOL when one is due; drop a silent or late client."""
+        if self.state is SessionState.AWAITING_CONNECT:
+            if now >= self._opened + self.core.config.connect_timeout:
+                self._error(
+                    _Reject(f"no CONNECT frame within {self.core.config.connect_timeout:g} s"),
+                    None,
+                )
+            return
+        beat = self._heartbeat
+        if self.state is not SessionState.CONNECTED or beat is None or self.paused:
+            return
+        if beat.peer_dead(now):
+            self.core._counters.heartbeat_timeouts += 1
+            self._error(
+                _Reject(
+                    f"heart-beat timeout: nothing received for {beat.silence(now):.3f} s "
+                    f"(heart-beats every {self.heartbeats[1]} ms were agreed)"
+                ),
+                None,
+            )
+            return
+        if beat.beat_due(now):
+            # "if the sender has no real STOMP frame to send, it MUST send an EOL"
+            if not self._out:
+                self._queue(b"\n")
+            beat.sent(now)
+
+    def pause(self) -> None:
+        """Stop deliveries and heart-beat bookkeeping (the transport stops its I/O)."""
+        self.paused = True
+
+    def resume(self, now: float) -> None:
+        """Undo :meth:`pause`; the heart-beat clocks restart at ``now``."""
+        if not self.paused:
+            return
+        self.paused = False
+        if self._heartbeat is not None:
+            self._heartbeat.sent(now)
+            self._heartbeat.received(now)
+        if self.state is SessionState.CONNECTED:
+            for sub in list(self._subscriptions.values()):
+                self.core._dispatch(sub.destination)
+        self.core._ready[self.id] = self

@@ -1,0 +1,350 @@
+"""The broker's anyio transport: it moves bytes and keeps time, and decides nothing.
+
+Every connection is one :class:`~stompy.testing._broker.ServerSession` served by three
+tasks in one task group:
+
+* the reader feeds received bytes to the session; it stops reading while the
+  session's unsent output is over its bound (a client that sends without reading
+  gets TCP backpressure) and while the connection is paused;
+* the writer is the only task that writes: it drains the session's output, and once
+  the session is closing (ERROR or DISCONNECT receipt queued) it flushes, half-closes
+  and waits for the client's EOF, so the last frame is not lost to a reset;
+* the timer sleeps until the session's next deadline (CONNECT timeout, heart-beats)
+  and bounds the closing: a client that neither reads nor closes is cut off after
+  ``LINGER`` seconds.
+
+Any anyio byte stream can be served (:meth:`AsyncBroker.serve_stream`), so another
+framing (WebSocket) only needs to present itself as one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Final
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from typing_extensions import Unpack
+
+from stompy.testing._broker import (
+    BrokerConfig,
+    BrokerCore,
+    BrokerOptions,
+    BrokerStats,
+    ConnectionInfo,
+    ServerSession,
+    SessionState,
+)
+
+__all__ = ("LINGER", "AsyncBroker", "serve")
+
+logger = logging.getLogger("stompy.testing")
+
+#: Seconds a closing connection gets to flush its last frame and see the client's EOF.
+LINGER: Final = 2.0
+_CHUNK: Final = 65536
+_STREAM_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
+
+
+class _Connection:
+    """One served stream and its session."""
+
+    def __init__(self, broker: AsyncBroker, stream: anyio.abc.ByteStream, session: ServerSession):
+        self.broker = broker
+        self.stream = stream
+        self.session = session
+        self.scope = anyio.CancelScope()
+        #: The client closed its side (or the stream broke).
+        self.eof = False
+        #: Ended by :meth:`AsyncBroker.drop_all_connections`.
+        self.dropped = False
+        self._changed = anyio.Event()
+
+    def notify(self) -> None:
+        """Wake every task of this connection waiting in :meth:`wait`."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait(self, timeout: float | None = None) -> None:
+        event = self._changed
+        if timeout is None:
+            await event.wait()
+        else:
+            with anyio.move_on_after(timeout):
+                await event.wait()
+
+    async def run(self) -> None:
+        session = self.session
+        with self.scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read)
+                tg.start_soon(self._time)
+                await self._write()
+                if not self.eof:
+                    try:
+                        await self.stream.send_eof()
+                    except _STREAM_ERRORS:
+                        self.eof = True
+                while not self.eof:  # lingering, bounded by the timer task
+                    await self.wait()
+                tg.cancel_scope.cancel()
+        if self.dropped:
+            session.close("dropped by the broker")
+
+    async def _read(self) -> None:
+        session = self.session
+        while True:
+            while not session.wants_data:
+                if session.state is SessionState.CLOSED:
+                    return
+                await self.wait()
+            try:
+                data = await self.stream.receive(_CHUNK)
+            except _STREAM_ERRORS:
+                data = b""
+            if not data:
+                self.eof = True
+                if not session.finished:
+                    session.receive_eof()
+                self.notify()
+                self.broker._wake()
+                return
+            was_waiting = session.state is SessionState.AWAITING_CONNECT
+            session.receive_data(data, anyio.current_time())
+            if was_waiting and session.state is SessionState.CONNECTED:
+                logger.info(
+                    "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
+                    session.id,
+                    session.version,
+                    session.login,
+                    session.host,
+                    session.heartbeats,
+                )
+            self.broker._wake()
+
+    async def _write(self) -> None:
+        session = self.session
+        while True:
+            if not session.paused:
+                data = session.data_to_send(anyio.current_time())
+                self.broker._wake()
+                if data:
+                    try:
+                        await self.stream.send(data)
+                    except _STREAM_ERRORS:
+                        self.eof = True
+                        session.close("connection lost")
+                        self.broker._wake()
+                        return
+                    self.notify()
+                    continue
+                if session.finished:
+                    return
+            await self.wait()
+
+    async def _time(self) -> None:
+        session = self.session
+        while not session.finished:
+            deadline = session.next_deadline()
+            now = anyio.current_time()
+            if deadline is not None and deadline <= now:
+                session.handle_timer(now)
+                self.broker._wake()
+                continue
+            await self.wait(None if deadline is None else deadline - now)
+        await anyio.sleep(LINGER)
+        self.scope.cancel()
+
+
+class AsyncBroker:
+    """A running broker, as yielded by :func:`serve`.
+
+    Its methods must be called from the event loop that runs it (for other threads,
+    use :func:`~stompy.testing.run_broker`). The inspection and fault methods exist
+    for tests: they look inside the broker and break things on purpose.
+    """
+
+    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+        self._core = core
+        #: The address the broker listens on, as given to :func:`serve`.
+        self.host = host
+        #: The real port (never 0).
+        self.port = port
+        self._connections: dict[str, _Connection] = {}
+
+    @property
+    def url(self) -> str:
+        """``stomp://host:port`` with the real port."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"stomp://{host}:{self.port}"
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._core.config
+
+    # -- inspection --------------------------------------------------------------------
+
+    def queue_depth(self, destination: str) -> int:
+        """Messages waiting in a queue (not counting delivered, unacked ones)."""
+        return self._core.queue_depth(destination)
+
+    def unacked_count(self, destination: str | None = None) -> int:
+        """Messages delivered and not yet acknowledged, for one destination or all."""
+        return self._core.unacked_count(destination)
+
+    @property
+    def connections(self) -> tuple[ConnectionInfo, ...]:
+        """A snapshot of every open connection (session id, login, version, ...)."""
+        return self._core.connection_infos()
+
+    @property
+    def stats(self) -> BrokerStats:
+        """A snapshot of the broker's counters."""
+        return self._core.stats
+
+    def destinations(self) -> tuple[str, ...]:
+        """Destinations that currently hold messages or subscriptions."""
+        return self._core.destinations()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await anyio.sleep(0.005)
+
+    # -- faults ------------------------------------------------------------------------
+
+    async def drop_all_connections(self) -> int:
+        """Cut every connection at once, without ERROR; return how many there were.
+
+        Returns once they are gone: their unacked messages are back in their queues.
+        """
+        connections = list(self._connections.values())
+        for connection in connections:
+            connection.dropped = True
+            connection.scope.cancel()
+        with anyio.move_on_after(LINGER + 1.0):
+            while any(c.session.id in self._connections for c in connections):
+                await anyio.sleep(0.002)
+        return len(connections)
+
+    def _select(self, session: str | None) -> list[_Connection]:
+        if session is None:
+            return list(self._connections.values())
+        connection = self._connections.get(session)
+        if connection is None:
+            raise KeyError(f"no open connection with session id {session!r}")
+        return [connection]
+
+    def pause(self, session: str | None = None) -> None:
+        """Stop reading from and writing to one connection (``None``: all of them).
+
+        A paused connection sends no heart-beats and takes no deliveries, and the
+        broker does not time it out: the way to test a client's heart-beat checks.
+        Raises :class:`KeyError` for an unknown session id.
+        """
+        for connection in self._select(session):
+            connection.session.pause()
+            connection.notify()
+
+    def resume(self, session: str | None = None) -> None:
+        """Undo :meth:`pause`; heart-beat clocks restart now."""
+        now = anyio.current_time()
+        for connection in self._select(session):
+            connection.session.resume(now)
+            connection.notify()
+        self._wake()
+
+    def send_raw(self, session: str, data: bytes) -> None:
+        """Write ``data`` to a client exactly as given (after what is already queued)."""
+        (connection,) = self._select(session)
+        connection.session.send_raw(data)
+        self._wake()
+
+    # -- serving -----------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        for session in self._core.pop_ready():
+            connection = self._connections.get(session.id)
+            if connection is not None:
+                connection.notify()
+
+    async def serve_stream(self, stream: anyio.abc.ByteStream, peer: str = "") -> None:
+        """Serve one client over ``stream`` until it ends; closes the stream.
+
+        Never raises, except for cancellation: a bug while serving is logged, counted
+        in :attr:`stats` and ends only this connection.
+        """
+        session = self._core.open_session(anyio.current_time(), peer)
+        connection = _Connection(self, stream, session)
+        self._connections[session.id] = connection
+        logger.info("%s: connection from %s", session.id, peer or "?")
+        try:
+            await connection.run()
+        except Exception:
+            self._core.record_internal_error()
+            logger.exception("%s: internal error", session.id)
+        finally:
+            session.close("closed")
+            del self._connections[session.id]
+            self._wake()
+            with anyio.CancelScope(shield=True):
+                with suppress(*_STREAM_ERRORS):
+                    await stream.aclose()
+            logger.info("%s: closed (%s)", session.id, session.close_reason)
+
+    async def _serve_socket(self, stream: anyio.abc.SocketStream) -> None:
+        try:
+            address = stream.extra(SocketAttribute.remote_address)
+        except (anyio.TypedAttributeLookupError, OSError):
+            address = "?"
+        if isinstance(address, tuple):
+            peer = (
+                f"[{address[0]}]:{address[1]}"
+                if ":" in str(address[0])
+                else (f"{address[0]}:{address[1]}")
+            )
+        else:
+            peer = str(address)
+        await self.serve_stream(stream, peer)
+
+
+@asynccontextmanager
+async def serve(
+    host: str = "127.0.0.1", port: int = 0, **options: Unpack[BrokerOptions]
+) -> AsyncIterator[AsyncBroker]:
+    """Run a broker on ``host:port`` for the duration of the ``async with`` block.
+
+    ``port=0`` picks a free port (see ``broker.port`` / ``broker.url``). ``options``
+    are the fields of :class:`BrokerConfig` (``users``, ``heartbeats``, ``prefetch``,
+    limits ...). Works under asyncio and trio. On exit every connection is cut.
+    Raises :class:`ValueError` for bad options and :class:`OSError` when the address
+    cannot be bound.
+    """
+    core = BrokerCore(BrokerConfig(**options))
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    try:
+        real_port = listener.listeners[0].extra(SocketAttribute.local_port)
+        broker = AsyncBroker(core, host, real_port)
+        # The block's exceptions must reach the caller unwrapped, so the task group
+        # is exited by hand without them (its tasks never raise).
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        try:
+            tg.start_soon(listener.serve, broker._serve_socket, tg)
+            logger.info("listening on %s", broker.url)
+            yield broker
+        finally:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await listener.aclose()

@@ -1,0 +1,108 @@
+"""The broker in a background thread, for synchronous code and tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from typing_extensions import Unpack
+
+from stompy.testing._broker import BrokerConfig, BrokerOptions, BrokerStats, ConnectionInfo
+from stompy.testing._server import AsyncBroker, serve
+
+__all__ = ("Broker", "run_broker")
+
+
+class Broker:
+    """A broker running in a background thread, as yielded by :func:`run_broker`.
+
+    The same inspection and fault methods as :class:`AsyncBroker`, callable from any
+    thread (each runs in the broker's event loop and waits for it), except from the
+    broker's own event loop.
+    """
+
+    def __init__(self, portal: BlockingPortal, broker: AsyncBroker) -> None:
+        self._portal = portal
+        self._broker = broker
+        #: The address the broker listens on.
+        self.host = broker.host
+        #: The real port (never 0).
+        self.port = broker.port
+        #: ``stomp://host:port`` with the real port.
+        self.url = broker.url
+        self.config: BrokerConfig = broker.config
+
+    def queue_depth(self, destination: str) -> int:
+        """Messages waiting in a queue (not counting delivered, unacked ones)."""
+        return self._portal.call(self._broker.queue_depth, destination)
+
+    def unacked_count(self, destination: str | None = None) -> int:
+        """Messages delivered and not yet acknowledged, for one destination or all."""
+        return self._portal.call(self._broker.unacked_count, destination)
+
+    @property
+    def connections(self) -> tuple[ConnectionInfo, ...]:
+        """A snapshot of every open connection (session id, login, version, ...)."""
+        return self._portal.call(lambda: self._broker.connections)
+
+    @property
+    def stats(self) -> BrokerStats:
+        """A snapshot of the broker's counters."""
+        return self._portal.call(lambda: self._broker.stats)
+
+    def destinations(self) -> tuple[str, ...]:
+        """Destinations that currently hold messages or subscriptions."""
+        return self._portal.call(self._broker.destinations)
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Poll ``predicate`` (in this thread) until it is true.
+
+        Raises :class:`TimeoutError` after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"condition not met within {timeout} s")
+            time.sleep(0.005)
+
+    def drop_all_connections(self) -> int:
+        """Cut every connection at once, without ERROR; return how many there were."""
+        return self._portal.call(self._broker.drop_all_connections)
+
+    def pause(self, session: str | None = None) -> None:
+        """Stop reading from and writing to one connection (``None``: all of them)."""
+        self._portal.call(self._broker.pause, session)
+
+    def resume(self, session: str | None = None) -> None:
+        """Undo :meth:`pause`."""
+        self._portal.call(self._broker.resume, session)
+
+    def send_raw(self, session: str, data: bytes) -> None:
+        """Write ``data`` to a client exactly as given."""
+        self._portal.call(self._broker.send_raw, session, data)
+
+    def __repr__(self) -> str:
+        return f"<stompy.testing.Broker {self.url}>"
+
+
+@contextmanager
+def run_broker(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    backend: str = "asyncio",
+    **options: Unpack[BrokerOptions],
+) -> Iterator[Broker]:
+    """Run :func:`~stompy.testing.serve` in a background thread for a ``with`` block.
+
+    ``backend`` is the anyio backend of that thread (``"asyncio"`` or ``"trio"``).
+    Returns once the broker listens; on exit every connection is cut and the thread
+    is joined.
+    """
+    with (
+        start_blocking_portal(backend) as portal,
+        portal.wrap_async_context_manager(serve(host, port, **options)) as broker,
+    ):
+        yield Broker(portal, broker)

@@ -1,0 +1,136 @@
+"""Acknowledgement modes, NACK and redelivery."""
+
+from __future__ import annotations
+
+import pytest
+
+from stompy._frames import VERSIONS
+from stompy.testing import Broker
+from tests.conformance._drivers import Driver
+from tests.conformance.conftest import Connect
+
+
+def fill(client: Driver, queue: str, count: int) -> None:
+    for n in range(count):
+        client.send(queue, str(n))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_auto_ack(connect: Connect, version: str, queue: str) -> None:
+    client = connect(versions=(version,))
+    client.subscribe(queue)
+    fill(client, queue, 2)
+    assert [m.text for m in client.receive_many(2)] == ["0", "1"]
+    client.close()
+    again = connect()
+    again.subscribe(queue)
+    assert again.poll(0.2) is None  # auto-acked on delivery: nothing comes back
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_client_ack_is_cumulative(connect: Connect, version: str, queue: str) -> None:
+    client = connect(versions=(version,))
+    client.subscribe(queue, ack="client")
+    fill(client, queue, 3)
+    messages = client.receive_many(3)
+    client.ack(messages[1])  # acks 0 and 1
+    client.close()
+    again = connect()
+    again.subscribe(queue)
+    assert again.receive().text == "2"
+    assert again.poll(0.2) is None
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_client_individual_ack(connect: Connect, version: str, queue: str) -> None:
+    client = connect(versions=(version,))
+    client.subscribe(queue, ack="client-individual")
+    fill(client, queue, 3)
+    messages = client.receive_many(3)
+    client.ack(messages[1])  # only 1
+    client.close()
+    again = connect()
+    again.subscribe(queue)
+    assert sorted(m.text for m in again.receive_many(2)) == ["0", "2"]
+    assert again.poll(0.2) is None
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_nack_redelivers(connect: Connect, version: str, queue: str) -> None:
+    client = connect(versions=(version,))
+    client.subscribe(queue, ack="client-individual")
+    fill(client, queue, 1)
+    first = client.receive()
+    client.nack(first)
+    second = client.receive()
+    assert second.body == first.body
+    client.ack(second)
+    client.close()
+    again = connect()
+    again.subscribe(queue)
+    assert again.poll(0.2) is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unacked_messages_are_redelivered_after_the_connection_ends(
+    connect: Connect, version: str, queue: str
+) -> None:
+    client = connect(versions=(version,))
+    client.subscribe(queue, ack="client")
+    fill(client, queue, 2)
+    client.receive_many(2)
+    client.close()  # no ACK, no DISCONNECT
+    again = connect(versions=(version,))
+    again.subscribe(queue, ack="client")
+    messages = again.receive_many(2)
+    assert sorted(m.text for m in messages) == ["0", "1"]
+    again.ack(max(messages, key=lambda m: m.text))
+
+
+@pytest.mark.broker_specific
+def test_redelivered_messages_are_marked_and_keep_their_order(
+    connect: Connect, queue: str, broker: Broker
+) -> None:
+    client = connect()
+    client.subscribe(queue, ack="client")
+    fill(client, queue, 3)
+    client.receive_many(3)
+    assert broker.unacked_count(queue) == 3
+    client.disconnect()
+    assert broker.queue_depth(queue) == 3
+    again = connect()
+    again.subscribe(queue)
+    messages = again.receive_many(3)
+    assert [m.text for m in messages] == ["0", "1", "2"]
+    assert all(m.header("redelivered") == "true" for m in messages)
+
+
+@pytest.mark.broker_specific
+def test_dropped_connections_give_their_messages_back(
+    connect: Connect, queue: str, broker: Broker
+) -> None:
+    client = connect()
+    client.subscribe(queue, ack="client-individual")
+    fill(client, queue, 2)
+    client.receive_many(2)
+    assert broker.unacked_count(queue) == 2
+    assert broker.drop_all_connections() >= 1
+    assert broker.unacked_count(queue) == 0
+    assert broker.queue_depth(queue) == 2
+    with pytest.raises(Exception) as info:  # noqa: PT011 - whichever StompError
+        client.idle(2.0)
+    from stompy.errors import StompError
+
+    assert isinstance(info.value, StompError)
+
+
+@pytest.mark.broker_specific
+def test_prefetch_limits_messages_in_flight(connect: Connect, queue: str, broker: Broker) -> None:
+    client = connect()
+    client.subscribe(queue, ack="client-individual", headers={"prefetch-count": "2"})
+    fill(client, queue, 5)
+    messages = client.receive_many(2)
+    assert client.poll(0.2) is None
+    assert broker.queue_depth(queue) == 3
+    client.ack(messages[0])
+    assert client.receive().text == "2"

@@ -1,0 +1,1064 @@
+"""The broker's sans-IO side: sessions driven with bytes and a fake clock, no sockets."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stompy._codec import FrameLimits, FrameParser, encode
+from stompy._frames import V10, V11, V12, VERSIONS, Frame
+from stompy.testing import BrokerConfig, BrokerCore, ServerSession, SessionState
+
+Headers = dict[str, str]
+
+
+class Peer:
+    """The client end of one :class:`ServerSession`: frames in, frames out."""
+
+    def __init__(self, core: BrokerCore, now: float = 0.0) -> None:
+        self.core = core
+        self.session: ServerSession = core.open_session(now, "peer")
+        self.version = V10
+        self._parser = FrameParser(V10)
+
+    def raw(self, data: bytes, now: float = 0.0) -> None:
+        self.session.receive_data(data, now)
+
+    def send(
+        self, command: str, headers: Headers | None = None, body: bytes = b"", now: float = 0.0
+    ) -> None:
+        version = V10 if command in ("CONNECT", "STOMP") else self.version
+        frame = Frame(command, tuple((headers or {}).items()), body)
+        self.raw(encode(frame, version), now)
+
+    def output(self, now: float = 0.0) -> bytes:
+        return self.session.data_to_send(now)
+
+    def frames(self, now: float = 0.0) -> list[Frame]:
+        found: list[Frame] = []
+        for frame in self._parser.parse(self.output(now)):
+            if frame.command == "CONNECTED":
+                self.version = frame.get("version", V10) or V10
+                self._parser.version = self.version
+            found.append(frame)
+        return found
+
+    def frame(self, now: float = 0.0) -> Frame:
+        frames = self.frames(now)
+        assert len(frames) == 1, frames
+        return frames[0]
+
+    def connect(self, version: str = V12, **headers: str) -> Frame:
+        connect = {"accept-version": version, "host": "test"}
+        connect.update(headers)
+        self.send("CONNECT", connect)
+        frame = self.frame()
+        assert frame.command == "CONNECTED", frame
+        return frame
+
+    def subscribe(self, destination: str, id: str = "s1", ack: str = "auto", **extra: str) -> None:
+        self.send("SUBSCRIBE", {"destination": destination, "id": id, "ack": ack, **extra})
+
+    def error(self) -> Frame:
+        frames = self.frames()
+        assert frames, "expected an ERROR"
+        assert frames[-1].command == "ERROR", frames
+        assert self.session.state is SessionState.CLOSING
+        return frames[-1]
+
+
+def make(**options: object) -> BrokerCore:
+    return BrokerCore(BrokerConfig(**options))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def core() -> BrokerCore:
+    return make()
+
+
+def connected(core: BrokerCore, version: str = V12, **headers: str) -> Peer:
+    peer = Peer(core)
+    peer.connect(version, **headers)
+    return peer
+
+
+def bodies(frames: list[Frame]) -> list[bytes]:
+    return [f.body for f in frames if f.command == "MESSAGE"]
+
+
+# -- CONNECT ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_connect_negotiates_the_one_offered_version(core: BrokerCore, version: str) -> None:
+    frame = connected(core, version).session
+    assert frame.version == version
+    assert frame.state is SessionState.CONNECTED
+
+
+def test_connect_picks_the_highest_common_version(core: BrokerCore) -> None:
+    peer = Peer(core)
+    frame = peer.connect("1.0,1.1,2.0")
+    assert frame.get("version") == V11
+    assert frame.get("session") == peer.session.id
+    assert frame.get("server") == core.config.server_name
+    assert frame.get("heart-beat") == "100,100"
+
+
+def test_connect_without_accept_version_is_stomp_10(core: BrokerCore) -> None:
+    peer = Peer(core)
+    peer.send("CONNECT", {})
+    frame = peer.frame()
+    assert frame.command == "CONNECTED"
+    assert frame.get("version") == V10
+    assert frame.get("heart-beat") is None  # 1.0 has no heart-beating
+
+
+def test_stomp_command_connects_like_connect(core: BrokerCore) -> None:
+    peer = Peer(core)
+    peer.send("STOMP", {"accept-version": "1.2", "host": "h"})
+    assert peer.frame().command == "CONNECTED"
+    assert peer.session.host == "h"
+
+
+def test_no_common_version_gets_error_naming_supported_versions() -> None:
+    core = make(versions=("1.1", "1.2"))
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.0,3.0", "host": "h"})
+    error = peer.error()
+    assert error.get("version") == "1.1,1.2"
+    assert b"Supported protocol versions are 1.1 1.2" in error.body
+    assert "no common STOMP version" in (error.get("message") or "")
+
+
+def test_broker_limited_to_old_versions_negotiates_down() -> None:
+    core = make(versions=("1.0", "1.1"))
+    peer = Peer(core)
+    assert peer.connect("1.0,1.1,1.2").get("version") == V11
+
+
+def test_missing_host_is_accepted_unless_virtual_hosts_are_checked() -> None:
+    peer = Peer(make())
+    peer.send("CONNECT", {"accept-version": "1.1"})
+    assert peer.frame().command == "CONNECTED"
+    assert peer.session.host is None
+    peer = Peer(make(virtual_hosts=["h"]))
+    peer.send("CONNECT", {"accept-version": "1.2"})
+    assert "no host header" in (peer.error().get("message") or "")
+
+
+def test_authentication() -> None:
+    core = make(users={"alice": "secret"})
+    assert connected(core, login="alice", passcode="secret").session.login == "alice"
+    for headers in ({"login": "alice", "passcode": "hunter2"}, {"login": "bob"}, {}):
+        peer = Peer(core)
+        peer.send("CONNECT", {"accept-version": "1.2", "host": "h", **headers})
+        error = peer.error()
+        assert "authentication failed" in (error.get("message") or "")
+        assert b"********" in error.body or "passcode" not in headers
+        assert b"hunter2" not in error.body  # never echo a passcode
+
+
+def test_virtual_hosts() -> None:
+    core = make(virtual_hosts=["/", "prod"])
+    assert connected(core, host="prod").session.host == "prod"
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "other"})
+    assert "virtual host" in (peer.error().get("message") or "")
+
+
+def test_bad_heart_beat_header(core: BrokerCore) -> None:
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "soon"})
+    assert "heart-beat" in (peer.error().get("message") or "")
+
+
+def test_frame_before_connect_is_an_error(core: BrokerCore) -> None:
+    peer = Peer(core)
+    peer.send("SEND", {"destination": "/queue/a", "receipt": "r-7"})
+    error = peer.error()
+    assert "expected a CONNECT" in (error.get("message") or "")
+    assert error.get("receipt-id") == "r-7"
+
+
+def test_second_connect_is_an_error(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "h"})
+    assert "already connected" in (peer.error().get("message") or "")
+
+
+def test_server_frames_from_a_client_are_errors(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.send("MESSAGE", {"destination": "/queue/a", "message-id": "1", "subscription": "1"})
+    assert "server frame" in (peer.error().get("message") or "")
+
+
+def test_connect_timeout() -> None:
+    core = make(connect_timeout=5.0)
+    peer = Peer(core, now=100.0)
+    assert peer.session.next_deadline() == 105.0
+    peer.session.handle_timer(104.0)
+    assert peer.frames() == []
+    peer.session.handle_timer(105.0)
+    assert "no CONNECT frame within 5 s" in (peer.error().get("message") or "")
+    assert peer.session.next_deadline() is None
+
+
+def test_connect_frames_split_byte_by_byte(core: BrokerCore) -> None:
+    peer = Peer(core)
+    data = (
+        b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"
+        b"SUBSCRIBE\nid:0\ndestination:/q\nreceipt:1\n\n\x00"
+    )
+    for i in range(len(data)):
+        peer.raw(data[i : i + 1])
+    assert [f.command for f in peer.frames()] == ["CONNECTED", "RECEIPT"]
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"HELLO\n\n\x00", "malformed frame"),
+        (b"\xff\xfe\n\n\x00", "malformed frame"),
+        (b"SEND\ndestination/queue/a\n\n\x00", "malformed frame"),
+        (b"SEND\ndestination:/q\ncontent-length:x\n\nab\x00", "malformed frame"),
+        (b"SEND\ndestination:/q\ncontent-length:2\n\nabc\x00", "malformed frame"),
+        (b"SUBSCRIBE\nid:1\ndestination:/q\n\nbody\x00", "malformed frame"),
+        (b"SEND\nbad:\\t\n\n\x00", "malformed frame"),
+        (b"\r\r", "malformed frame"),
+    ],
+)
+def test_garbage_gets_error_and_close(core: BrokerCore, data: bytes, message: str) -> None:
+    peer = connected(core)
+    peer.raw(data)
+    error = peer.error()
+    assert message in (error.get("message") or "")
+    assert error.body  # says what was wrong
+    peer.raw(b"SEND\ndestination:/q\n\n\x00")  # ignored from now on
+    assert peer.frames() == []
+    assert core.stats.errors_sent == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "headers", "missing"),
+    [
+        ("SEND", {}, "destination"),
+        ("SEND", {"destination": ""}, "destination"),
+        ("SUBSCRIBE", {"id": "1"}, "destination"),
+        ("SUBSCRIBE", {"destination": "/q"}, "id"),
+        ("UNSUBSCRIBE", {}, "id"),
+        ("ACK", {}, "id"),
+        ("NACK", {}, "id"),
+        ("BEGIN", {}, "transaction"),
+        ("COMMIT", {}, "transaction"),
+        ("ABORT", {}, "transaction"),
+    ],
+)
+def test_missing_required_header(
+    core: BrokerCore, command: str, headers: Headers, missing: str
+) -> None:
+    peer = connected(core)
+    peer.send(command, {**headers, "receipt": "r-1"})
+    error = peer.error()
+    assert missing in (error.get("message") or "")
+    assert error.get("receipt-id") == "r-1"
+    assert error.get("content-type") == "text/plain"
+    assert command.encode() in error.body
+
+
+def test_missing_ack_headers_per_version(core: BrokerCore) -> None:
+    peer = connected(core, V11)
+    peer.send("ACK", {"message-id": "m"})
+    assert "subscription" in (peer.error().get("message") or "")
+    peer = connected(core, V10)
+    peer.send("ACK", {})
+    assert "message-id" in (peer.error().get("message") or "")
+
+
+def test_frame_over_the_limits() -> None:
+    core = make(limits=FrameLimits(max_header_line=64, max_headers=4, max_body=10))
+    for data in (
+        b"SEND\ndestination:/q\n\n" + b"x" * 11 + b"\x00",
+        b"SEND\ndestination:/q\ncontent-length:11\n\n",
+        b"SEND\n" + b"a:b\n" * 6 + b"\n\x00",
+        b"SEND\nx:" + b"y" * 100,
+    ):
+        peer = connected(core)
+        peer.raw(data)
+        assert peer.error().get("message") == "frame too large"
+
+
+def test_error_in_a_batch_stops_processing(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.raw(
+        b"SEND\ndestination:/queue/a\n\none\x00SEND\n\n\x00SEND\ndestination:/queue/a\n\ntwo\x00"
+    )
+    peer.error()
+    assert core.queue_depth("/queue/a") == 1
+
+
+def test_unknown_subscription_and_duplicates(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.send("UNSUBSCRIBE", {"id": "nope"})
+    assert "nope" in (peer.error().get("message") or "")
+
+    peer = connected(core)
+    peer.subscribe("/queue/a", id="1")
+    peer.subscribe("/queue/b", id="1")
+    assert "already in use" in (peer.error().get("message") or "")
+
+    peer = connected(core)
+    peer.subscribe("/queue/a", ack="sometimes")
+    assert "invalid ack mode" in (peer.error().get("message") or "")
+
+    peer = connected(core)
+    peer.subscribe("/queue/a", **{"prefetch-count": "0"})
+    assert "prefetch-count" in (peer.error().get("message") or "")
+
+    peer = connected(core, V11)
+    peer.send("ACK", {"message-id": "m", "subscription": "ghost"})
+    assert "ghost" in (peer.error().get("message") or "")
+
+
+def test_unknown_transactions(core: BrokerCore) -> None:
+    for command, headers in (
+        ("COMMIT", {"transaction": "t"}),
+        ("ABORT", {"transaction": "t"}),
+        ("SEND", {"destination": "/q", "transaction": "t"}),
+    ):
+        peer = connected(core)
+        peer.send(command, headers)
+        assert "'t'" in (peer.error().get("message") or "")
+    peer = connected(core)
+    peer.send("BEGIN", {"transaction": "t"})
+    peer.send("BEGIN", {"transaction": "t"})
+    assert "already open" in (peer.error().get("message") or "")
+
+
+def test_ack_of_unknown_message(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.send("ACK", {"id": "999"})
+    assert "no unacknowledged message" in (peer.error().get("message") or "")
+    peer = connected(core, V10)
+    peer.send("ACK", {"message-id": "m-1"})
+    assert "m-1" in (peer.error().get("message") or "")
+
+
+def test_nack_in_stomp_10_is_an_error(core: BrokerCore) -> None:
+    peer = connected(core, V10)
+    peer.send("NACK", {"message-id": "m"})
+    assert "NACK" in (peer.error().get("message") or "")
+
+
+def test_resource_limits() -> None:
+    core = make(max_subscriptions=2, max_transactions=1, max_transaction_frames=2)
+    peer = connected(core)
+    peer.subscribe("/q/1", id="1")
+    peer.subscribe("/q/2", id="2")
+    peer.subscribe("/q/3", id="3")
+    assert "too many subscriptions" in (peer.error().get("message") or "")
+
+    peer = connected(core)
+    peer.send("BEGIN", {"transaction": "a"})
+    peer.send("BEGIN", {"transaction": "b"})
+    assert "too many open transactions" in (peer.error().get("message") or "")
+
+    peer = connected(core)
+    peer.send("BEGIN", {"transaction": "a"})
+    for _ in range(3):
+        peer.send("SEND", {"destination": "/q", "transaction": "a"})
+    assert "limit is 2" in (peer.error().get("message") or "")
+
+
+def test_queue_full_rejects_the_send() -> None:
+    core = make(max_queue_depth=2, max_stored_bytes=10)
+    peer = connected(core)
+    peer.send("SEND", {"destination": "/queue/a"}, b"1")
+    peer.send("SEND", {"destination": "/queue/a"}, b"2")
+    peer.send("SEND", {"destination": "/queue/a", "receipt": "r"}, b"3")
+    error = peer.error()
+    assert "is full" in (error.get("message") or "")
+    assert error.get("receipt-id") == "r"
+    assert core.queue_depth("/queue/a") == 2
+
+    peer = connected(core)
+    peer.send("SEND", {"destination": "/queue/b"}, b"x" * 9)
+    peer.send("SEND", {"destination": "/queue/c"}, b"x" * 2)
+    assert "broker is full" in (peer.error().get("message") or "")
+
+
+def test_commit_over_capacity_applies_nothing() -> None:
+    core = make(max_queue_depth=2)
+    peer = connected(core)
+    peer.send("BEGIN", {"transaction": "t"})
+    for _ in range(3):
+        peer.send("SEND", {"destination": "/queue/a", "transaction": "t"}, b"x")
+    peer.send("COMMIT", {"transaction": "t"})
+    peer.error()
+    assert core.queue_depth("/queue/a") == 0
+
+
+def test_one_bad_client_does_not_disturb_others(core: BrokerCore) -> None:
+    good = connected(core)
+    good.subscribe("/queue/a")
+    bad = connected(core)
+    bad.send("SEND", {"destination": "/queue/a"}, b"before")
+    bad.raw(b"\x00\x01garbage\n\n")
+    bad.error()
+    other = connected(core)
+    other.send("SEND", {"destination": "/queue/a"}, b"after")
+    assert bodies(good.frames()) == [b"before", b"after"]
+    assert good.session.state is SessionState.CONNECTED
+
+
+# -- receipts, headers, bodies -------------------------------------------------------
+
+
+def test_receipts_for_every_frame(core: BrokerCore) -> None:
+    peer = connected(core)
+    steps: list[tuple[str, Headers]] = [
+        ("SUBSCRIBE", {"destination": "/queue/a", "id": "1", "ack": "client"}),
+        ("SEND", {"destination": "/queue/b"}),
+        ("BEGIN", {"transaction": "t"}),
+        ("SEND", {"destination": "/queue/b", "transaction": "t"}),
+        ("COMMIT", {"transaction": "t"}),
+        ("BEGIN", {"transaction": "u"}),
+        ("ABORT", {"transaction": "u"}),
+        ("UNSUBSCRIBE", {"id": "1"}),
+        ("DISCONNECT", {}),
+    ]
+    for number, (command, headers) in enumerate(steps):
+        peer.send(command, {**headers, "receipt": f"r{number}"})
+        frame = peer.frame()
+        assert frame.command == "RECEIPT"
+        assert frame.get("receipt-id") == f"r{number}"
+    assert peer.session.state is SessionState.CLOSING
+    assert peer.session.finished
+
+
+def test_message_headers_and_body_pass_through(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", id="sub-9")
+    consumer.frames()
+    producer = connected(core)
+    body = b"\x00binary\x00\xff" * 100
+    headers = {
+        "destination": "/queue/a",
+        "content-type": "application/octet-stream",
+        "user:key": "value:with\nnewline\\",
+        "ünïcode": "välue",
+        "message-id": "forged",
+        "receipt": "r",
+        "content-length": str(len(body)),
+    }
+    producer.send("SEND", headers, body)
+    message = consumer.frame()
+    assert message.command == "MESSAGE"
+    assert message.body == body
+    assert message.get("destination") == "/queue/a"
+    assert message.get("subscription") == "sub-9"
+    assert (message.get("message-id") or "").startswith("message-")
+    assert message.get("content-type") == "application/octet-stream"
+    assert message.get("content-length") == str(len(body))
+    assert message.get("user:key") == "value:with\nnewline\\"
+    assert message.get("ünïcode") == "välue"
+    assert message.get("receipt") is None
+    assert [k for k, _ in message.headers].count("message-id") == 1
+    assert message.get("ack") is None  # auto mode
+
+
+def test_repeated_user_headers_keep_their_order(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a")
+    consumer.frames()
+    producer = connected(core)
+    producer.raw(b"SEND\ndestination:/queue/a\nx:1\nx:2\n\n\x00")
+    message = consumer.frame()
+    assert [v for k, v in message.headers if k == "x"] == ["1", "2"]
+
+
+def test_message_ids_are_unique(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a")
+    producer = connected(core)
+    for _ in range(50):
+        producer.send("SEND", {"destination": "/queue/a"}, b"x")
+    ids = [f.get("message-id") for f in consumer.frames() if f.command == "MESSAGE"]
+    assert len(ids) == 50
+    assert len(set(ids)) == 50
+
+
+def test_stomp_10_subscriber_gets_flattened_newlines(core: BrokerCore) -> None:
+    old = connected(core, V10)
+    old.subscribe("/queue/a")
+    old.frames()
+    new = connected(core)
+    new.send("SEND", {"destination": "/queue/a", "note": "two\nlines", "a:b": "c"}, b"x")
+    message = old.frame()
+    assert message.get("note") == "two lines"
+    assert message.get("a_b") == "c"
+
+
+def test_stomp_10_subscribe_without_id_and_unsubscribe_by_destination(core: BrokerCore) -> None:
+    peer = connected(core, V10)
+    peer.send("SUBSCRIBE", {"destination": "/queue/a", "receipt": "r"})
+    assert peer.frame().command == "RECEIPT"
+    peer.send("SEND", {"destination": "/queue/a"}, b"x")
+    message = peer.frame()
+    assert message.get("subscription") == "/queue/a"
+    peer.send("UNSUBSCRIBE", {"destination": "/queue/a", "receipt": "u"})
+    assert peer.frame().command == "RECEIPT"
+    peer.send("UNSUBSCRIBE", {"destination": "/queue/a"})
+    assert "no subscription" in (peer.error().get("message") or "")
+
+
+# -- queues and topics ---------------------------------------------------------------
+
+
+def test_queue_keeps_messages_until_someone_subscribes(core: BrokerCore) -> None:
+    producer = connected(core)
+    for n in range(3):
+        producer.send("SEND", {"destination": "/queue/a"}, str(n).encode())
+    assert core.queue_depth("/queue/a") == 3
+    assert core.destinations() == ("/queue/a",)
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", receipt="r")
+    frames = consumer.frames()
+    assert frames[0].command == "RECEIPT"  # the receipt comes before the backlog
+    assert bodies(frames) == [b"0", b"1", b"2"]
+    assert core.queue_depth("/queue/a") == 0
+
+
+def test_queue_round_robin(core: BrokerCore) -> None:
+    consumers = [connected(core) for _ in range(3)]
+    for consumer in consumers:
+        consumer.subscribe("/queue/rr")
+        consumer.frames()
+    producer = connected(core)
+    for n in range(9):
+        producer.send("SEND", {"destination": "/queue/rr"}, str(n).encode())
+    received = [bodies(c.frames()) for c in consumers]
+    assert received == [[b"0", b"3", b"6"], [b"1", b"4", b"7"], [b"2", b"5", b"8"]]
+
+
+def test_other_prefixes_are_queues(core: BrokerCore) -> None:
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/exchange/x"}, b"kept")
+    assert core.queue_depth("/exchange/x") == 1
+
+
+def test_topic_fans_out_and_drops_without_subscribers(core: BrokerCore) -> None:
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/topic/t"}, b"lost")
+    assert core.stats.messages_dropped == 1
+    assert core.destinations() == ()
+    subscribers = [connected(core) for _ in range(3)]
+    for subscriber in subscribers:
+        subscriber.subscribe("/topic/t")
+        subscriber.frames()
+    producer.send("SEND", {"destination": "/topic/t"}, b"all")
+    assert [bodies(s.frames()) for s in subscribers] == [[b"all"]] * 3
+
+
+def test_unsubscribe_stops_delivery(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", id="1")
+    consumer.send("UNSUBSCRIBE", {"id": "1"})
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/queue/a"}, b"x")
+    assert consumer.frames() == []
+    assert core.queue_depth("/queue/a") == 1
+
+
+# -- acknowledgement -----------------------------------------------------------------
+
+
+def deliver(
+    core: BrokerCore, consumer: Peer, count: int, destination: str = "/queue/a"
+) -> list[Frame]:
+    producer = connected(core)
+    for n in range(count):
+        producer.send("SEND", {"destination": destination}, str(n).encode())
+    return [f for f in consumer.frames() if f.command == "MESSAGE"]
+
+
+def ack_headers(version: str, message: Frame) -> Headers:
+    if version == V12:
+        return {"id": message.get("ack") or ""}
+    if version == V11:
+        return {
+            "message-id": message.get("message-id") or "",
+            "subscription": message.get("subscription") or "",
+        }
+    return {"message-id": message.get("message-id") or ""}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_client_ack_is_cumulative(core: BrokerCore, version: str) -> None:
+    consumer = connected(core, version)
+    consumer.subscribe("/queue/a", ack="client")
+    messages = deliver(core, consumer, 3)
+    assert (messages[0].get("ack") is not None) == (version == V12)
+    assert core.unacked_count() == 3
+    consumer.send("ACK", ack_headers(version, messages[1]))
+    assert core.unacked_count("/queue/a") == 1
+    assert core.stats.messages_acked == 2
+    consumer.send("ACK", {**ack_headers(version, messages[2]), "receipt": "r"})
+    assert consumer.frame().command == "RECEIPT"
+    assert core.unacked_count() == 0
+
+
+@pytest.mark.parametrize("version", [V11, V12])
+def test_client_individual_ack_is_not_cumulative(core: BrokerCore, version: str) -> None:
+    consumer = connected(core, version)
+    consumer.subscribe("/queue/a", ack="client-individual")
+    messages = deliver(core, consumer, 3)
+    consumer.send("ACK", ack_headers(version, messages[1]))
+    assert core.unacked_count() == 2
+    consumer.send("ACK", ack_headers(version, messages[1]))  # twice: no longer pending
+    assert consumer.error()
+
+
+@pytest.mark.parametrize("version", [V11, V12])
+def test_nack_redelivers(core: BrokerCore, version: str) -> None:
+    consumer = connected(core, version)
+    consumer.subscribe("/queue/a", ack="client-individual")
+    (message,) = deliver(core, consumer, 1)
+    consumer.send("NACK", ack_headers(version, message))
+    again = consumer.frame()
+    assert again.body == message.body
+    assert again.get("message-id") == message.get("message-id")
+    assert again.get("redelivered") == "true"
+    assert core.stats.messages_nacked == 1
+    assert core.stats.messages_redelivered == 1
+
+
+def test_nack_in_client_mode_is_cumulative_and_keeps_order(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", ack="client")
+    messages = deliver(core, consumer, 3)
+    consumer.send("NACK", ack_headers(V12, messages[1]))
+    assert bodies(consumer.frames()) == [b"0", b"1"]
+    assert core.unacked_count() == 3
+
+
+def test_nack_on_a_topic_redelivers_to_the_same_subscription(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/topic/t", ack="client-individual")
+    (message,) = deliver(core, consumer, 1, "/topic/t")
+    consumer.send("NACK", ack_headers(V12, message))
+    again = consumer.frame()
+    assert (again.body, again.get("redelivered")) == (message.body, "true")
+
+
+def test_auto_mode_needs_no_ack(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a")
+    deliver(core, consumer, 2)
+    assert core.unacked_count() == 0
+    consumer.session.close()
+    assert core.queue_depth("/queue/a") == 0
+
+
+@pytest.mark.parametrize("how", ["eof", "disconnect", "error", "unsubscribe"])
+def test_unacked_messages_return_to_the_queue(core: BrokerCore, how: str) -> None:
+    first = connected(core)
+    first.subscribe("/queue/a", ack="client", id="1")
+    messages = deliver(core, first, 3)
+    first.send("ACK", ack_headers(V12, messages[0]))
+    if how == "eof":
+        first.session.receive_eof()
+        assert first.session.state is SessionState.CLOSED
+        assert first.session.id not in core.sessions
+    elif how == "disconnect":
+        first.send("DISCONNECT", {})
+    elif how == "error":
+        first.raw(b"junk\n\n\x00")
+    else:
+        first.send("UNSUBSCRIBE", {"id": "1"})
+    assert core.queue_depth("/queue/a") == 2
+    assert core.unacked_count() == 0
+    second = connected(core)
+    second.subscribe("/queue/a")
+    frames = second.frames()
+    assert bodies(frames) == [b"1", b"2"]
+    assert all(f.get("redelivered") == "true" for f in frames)
+
+
+def test_unacked_topic_messages_are_dropped_on_close(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/topic/t", ack="client")
+    deliver(core, consumer, 2, "/topic/t")
+    consumer.session.close()
+    assert core.stats.messages_dropped == 2
+    assert core.destinations() == ()
+
+
+def test_requeued_messages_go_to_another_subscriber(core: BrokerCore) -> None:
+    first = connected(core)
+    first.subscribe("/queue/a", ack="client")
+    second = connected(core)
+    second.subscribe("/queue/a", ack="client")
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/queue/a"}, b"only")
+    assert bodies(first.frames()) == [b"only"]
+    first.session.receive_eof()
+    (again,) = second.frames()
+    assert (again.body, again.get("redelivered")) == (b"only", "true")
+
+
+# -- transactions --------------------------------------------------------------------
+
+
+def test_transactional_sends_take_effect_at_commit(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a")
+    producer = connected(core)
+    producer.send("BEGIN", {"transaction": "t"})
+    producer.send("SEND", {"destination": "/queue/a", "transaction": "t"}, b"1")
+    producer.send("SEND", {"destination": "/topic/x", "transaction": "t"}, b"t")
+    producer.send("SEND", {"destination": "/queue/a", "transaction": "t"}, b"2")
+    assert consumer.frames() == []
+    assert producer.session.info().transactions == ("t",)
+    producer.send("COMMIT", {"transaction": "t"})
+    assert bodies(consumer.frames()) == [b"1", b"2"]
+    assert producer.session.info().transactions == ()
+
+
+def test_transactional_sends_are_dropped_at_abort(core: BrokerCore) -> None:
+    producer = connected(core)
+    producer.send("BEGIN", {"transaction": "t"})
+    producer.send("SEND", {"destination": "/queue/a", "transaction": "t"}, b"1")
+    producer.send("ABORT", {"transaction": "t"})
+    assert core.queue_depth("/queue/a") == 0
+    producer.send("BEGIN", {"transaction": "t"})  # the id is free again
+    producer.send("SEND", {"destination": "/queue/a", "transaction": "t"}, b"2")
+    producer.session.receive_eof()  # an open transaction dies with its connection
+    assert core.queue_depth("/queue/a") == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_transactional_acks(core: BrokerCore, version: str) -> None:
+    consumer = connected(core, version)
+    consumer.subscribe("/queue/a", ack="client")
+    messages = deliver(core, consumer, 2)
+    consumer.send("BEGIN", {"transaction": "t"})
+    consumer.send("ACK", {**ack_headers(version, messages[0]), "transaction": "t"})
+    assert core.unacked_count() == 2
+    consumer.send("ABORT", {"transaction": "t"})
+    assert core.unacked_count() == 2  # still pending: it can be acked again
+    consumer.send("BEGIN", {"transaction": "u"})
+    consumer.send("ACK", {**ack_headers(version, messages[1]), "transaction": "u"})
+    consumer.send("COMMIT", {"transaction": "u"})
+    assert core.unacked_count() == 0
+
+
+def test_transactional_nack_and_ack_settled_meanwhile(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", ack="client-individual")
+    messages = deliver(core, consumer, 2)
+    consumer.send("BEGIN", {"transaction": "t"})
+    consumer.send("NACK", {**ack_headers(V12, messages[0]), "transaction": "t"})
+    consumer.send("ACK", {**ack_headers(V12, messages[1]), "transaction": "t"})
+    consumer.send("ACK", ack_headers(V12, messages[1]))  # settled outside first
+    consumer.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    frames = consumer.frames()
+    assert frames[0].command == "MESSAGE"  # the NACKed one, redelivered at COMMIT
+    assert frames[0].get("redelivered") == "true"
+    assert frames[1].get("receipt-id") == "c"
+    assert core.stats.messages_acked == 1
+
+
+# -- flow control --------------------------------------------------------------------
+
+
+def test_prefetch_limits_unacked_in_flight() -> None:
+    core = make(prefetch=2)
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", ack="client-individual")
+    messages = deliver(core, consumer, 5)
+    assert len(messages) == 2
+    assert core.queue_depth("/queue/a") == 3
+    consumer.send("ACK", ack_headers(V12, messages[0]))
+    assert bodies(consumer.frames()) == [b"2"]
+    info = consumer.session.info().subscriptions[0]
+    assert (info.prefetch, info.unacked) == (2, 2)
+
+
+def test_prefetch_count_header_overrides(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a", ack="client", **{"prefetch-count": "1"})
+    assert len(deliver(core, consumer, 3)) == 1
+
+
+def test_slow_reader_output_is_bounded() -> None:
+    core = make(write_buffer=1000)
+    consumer = connected(core)
+    consumer.subscribe("/queue/a")
+    producer = connected(core)
+    for _ in range(100):
+        producer.send("SEND", {"destination": "/queue/a"}, b"x" * 100)
+    # Nothing was drained: deliveries stopped once the output crossed the bound.
+    assert consumer.session.buffered < 1000 + 200
+    assert not consumer.session.wants_data
+    waiting = core.queue_depth("/queue/a")
+    assert waiting > 80
+    # Each drain makes room for more, until everything arrived.
+    total = 0
+    for _ in range(100):
+        got = bodies(consumer.frames())
+        if not got:
+            break
+        total += len(got)
+        assert consumer.session.buffered < 1200
+    assert total == 100
+    assert consumer.session.wants_data
+
+
+def test_topic_backlog_is_bounded() -> None:
+    core = make(write_buffer=100, max_queue_depth=5)
+    consumer = connected(core)
+    consumer.subscribe("/topic/t")
+    producer = connected(core)
+    for n in range(20):
+        producer.send("SEND", {"destination": "/topic/t"}, b"%02d" % n + b"x" * 98)
+    assert core.queue_depth("/topic/t") == 5
+    assert core.stats.messages_dropped == 14  # one went out, five wait
+    received: list[bytes] = []
+    for _ in range(20):
+        got = bodies(consumer.frames())
+        if not got:
+            break
+        received.extend(b[:2] for b in got)
+    assert received == [b"00", b"15", b"16", b"17", b"18", b"19"]
+
+
+def test_client_sending_without_reading_gets_backpressure() -> None:
+    core = make(write_buffer=200)
+    peer = connected(core)
+    for n in range(20):
+        peer.send("BEGIN", {"transaction": f"t{n}", "receipt": f"r{n}"})
+    assert not peer.session.wants_data  # the transport stops reading
+    peer.output()
+    assert peer.session.wants_data
+
+
+# -- heart-beats, pause, raw output --------------------------------------------------
+
+
+def test_heart_beats_both_ways_with_a_fake_clock() -> None:
+    core = make(heartbeats=(100, 100), heartbeat_tolerance=2.0)
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "500,1000"})
+    assert peer.frame().get("heart-beat") == "100,100"
+    session = peer.session
+    assert session.heartbeats == (1000, 500)  # (to the client, from the client)
+    assert session.next_deadline() == 1.0
+    session.handle_timer(0.5)
+    assert peer.output(0.5) == b""
+    peer.raw(b"\n", now=0.9)  # the client's beat keeps it alive
+    session.handle_timer(1.0)
+    assert peer.output(1.0) == b"\n"
+    assert session.next_deadline() == pytest.approx(1.9)
+    session.handle_timer(1.8)
+    assert session.state is SessionState.CONNECTED
+    assert peer.output(1.8) == b""
+    session.handle_timer(1.9)  # 1.0 s of silence = 500 ms * 2.0
+    error = peer.error()
+    assert "heart-beat timeout" in (error.get("message") or "")
+    assert core.stats.heartbeat_timeouts == 1
+    assert session.next_deadline() is None
+
+
+def test_beat_only_when_nothing_else_was_sent() -> None:
+    core = make(heartbeats=(100, 0))
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "0,100"})
+    peer.frames(0.0)
+    peer.subscribe("/queue/a")
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/queue/a"}, b"x")
+    peer.session.handle_timer(0.1)  # a MESSAGE is waiting: it counts as the beat
+    assert bodies(peer.frames(0.1)) == [b"x"]
+    assert peer.session.next_deadline() == pytest.approx(0.2)
+
+
+def test_no_heart_beats_when_either_side_declines() -> None:
+    core = make(heartbeats=(0, 0))
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "100,100"})
+    assert peer.frame().get("heart-beat") == "0,0"
+    assert peer.session.next_deadline() is None
+    peer.session.handle_timer(1000.0)
+    assert peer.output() == b""
+
+
+def test_pause_stops_deliveries_and_timers() -> None:
+    core = make(heartbeats=(100, 100))
+    peer = Peer(core)
+    peer.send("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "100,100"})
+    peer.frames()
+    peer.subscribe("/queue/a")
+    session = peer.session
+    session.pause()
+    assert session.info().paused
+    assert session.next_deadline() is None
+    assert not session.wants_data
+    session.handle_timer(10.0)
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/queue/a"}, b"x")
+    assert peer.frames() == []
+    session.resume(10.0)
+    session.resume(10.0)  # idempotent
+    assert bodies(peer.frames(10.0)) == [b"x"]
+    assert session.next_deadline() == pytest.approx(10.1)
+
+
+def test_send_raw(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.session.send_raw(b"garbage\x00")
+    assert peer.output() == b"garbage\x00"
+    peer.session.close()
+    peer.session.send_raw(b"more")
+    assert peer.output() == b""
+
+
+def test_connection_info_and_stats(core: BrokerCore) -> None:
+    peer = connected(core, V11, login="me")
+    peer.subscribe("/queue/a", ack="client", id="7")
+    deliver(core, peer, 1)
+    (info, producer_info) = core.connection_infos()
+    assert info.session == peer.session.id
+    assert (info.version, info.login, info.state, info.peer) == ("1.1", "me", "CONNECTED", "peer")
+    assert info.subscriptions[0].id == "7"
+    assert info.subscriptions[0].unacked == 1
+    assert producer_info.subscriptions == ()
+    stats = core.stats
+    assert (stats.connections_opened, stats.connections_open) == (2, 2)
+    assert (stats.messages_received, stats.messages_delivered) == (1, 1)
+    core.record_internal_error()
+    assert core.stats.internal_errors == 1
+
+
+def test_ready_sessions_are_reported_once(core: BrokerCore) -> None:
+    consumer = connected(core)
+    consumer.subscribe("/queue/a")
+    producer = connected(core)
+    core.pop_ready()
+    producer.send("SEND", {"destination": "/queue/a"}, b"x")
+    assert core.pop_ready() == [consumer.session]
+    assert core.pop_ready() == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"versions": ()},
+        {"versions": ("1.3",)},
+        {"heartbeats": (-1, 0)},
+        {"heartbeat_tolerance": 0.5},
+        {"prefetch": 0},
+        {"write_buffer": 0},
+        {"connect_timeout": 0},
+        {"server_name": "a\nb"},
+    ],
+)
+def test_bad_config(options: dict[str, object]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011
+        make(**options)
+
+
+def test_config_normalises() -> None:
+    config = BrokerConfig(versions=("1.2", "1.0"), virtual_hosts=["a"], users={"u": "p"})
+    assert config.versions == ("1.0", "1.2")
+    assert config.virtual_hosts == frozenset({"a"})
+
+
+def test_broker_options_mirror_the_config_fields() -> None:
+    from dataclasses import fields
+
+    from stompy.testing import BrokerOptions
+
+    assert set(BrokerOptions.__annotations__) == {f.name for f in fields(BrokerConfig)}
+
+
+def test_round_robin_survives_unsubscribes(core: BrokerCore) -> None:
+    a, b, c = (connected(core) for _ in range(3))
+    for peer in (a, b, c):
+        peer.subscribe("/queue/rr", id="s")
+        peer.frames()
+    producer = connected(core)
+    producer.send("SEND", {"destination": "/queue/rr"}, b"0")  # to a; b is next
+    a.send("UNSUBSCRIBE", {"id": "s"})
+    producer.send("SEND", {"destination": "/queue/rr"}, b"1")
+    producer.send("SEND", {"destination": "/queue/rr"}, b"2")
+    assert (bodies(a.frames()), bodies(b.frames()), bodies(c.frames())) == (
+        [b"0"],
+        [b"1"],
+        [b"2"],
+    )
+    c.send("UNSUBSCRIBE", {"id": "s"})
+    b.send("UNSUBSCRIBE", {"id": "s"})
+    assert core.destinations() == ()
+
+
+def test_empty_input_changes_nothing(core: BrokerCore) -> None:
+    peer = connected(core)
+    peer.raw(b"")
+    assert peer.frames() == []
+    assert peer.session.state is SessionState.CONNECTED
+
+
+_COMMANDS = ["SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT"]
+_HEADER_NAMES = ["destination", "id", "ack", "transaction", "receipt", "message-id", "subscription"]
+
+
+@given(
+    version=st.sampled_from(VERSIONS),
+    frames=st.lists(
+        st.tuples(
+            st.sampled_from(_COMMANDS),
+            st.dictionaries(
+                st.sampled_from(_HEADER_NAMES),
+                st.sampled_from(["/queue/a", "/topic/b", "1", "2", "client", "auto", "t", ""]),
+                max_size=4,
+            ),
+            st.binary(max_size=8),
+        ),
+        max_size=12,
+    ),
+)
+def test_any_frame_sequence_gets_answers_never_exceptions(
+    version: str, frames: list[tuple[str, Headers, bytes]]
+) -> None:
+    core = make()
+    peer = connected(core, version)
+    other = connected(core, version)
+    other.subscribe("/queue/a", ack="client")
+    for command, headers, body in frames:
+        peer.send(command, headers, body if command == "SEND" else b"")
+        for frame in peer.frames():
+            assert frame.command in ("RECEIPT", "MESSAGE", "ERROR")
+            if frame.command == "ERROR":
+                assert frame.get("message")
+        if peer.session.state is not SessionState.CONNECTED:
+            assert peer.session.state is SessionState.CLOSING
+            break
+    peer.session.close()
+    other.session.close()
+    assert core.sessions == {}
+    assert core.unacked_count() == 0
+
+
+@given(data=st.binary(max_size=200))
+def test_random_bytes_never_raise(data: bytes) -> None:
+    core = make()
+    peer = connected(core)
+    peer.raw(data)
+    for frame in peer.frames():
+        assert frame.command in ("RECEIPT", "MESSAGE", "ERROR")
+    assert peer.session.state in (SessionState.CONNECTED, SessionState.CLOSING)

@@ -1,0 +1,184 @@
+"""``stompy broker``: the standalone broker, driven as a user would."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from typing import Any
+
+import anyio
+import pytest
+import stomp
+from anyio.from_thread import start_blocking_portal
+
+from stompy import cli
+
+URL = re.compile(r"listening on (stomp://\S+):(\d+)")
+
+
+def read_line(stream: Any, timeout: float) -> str:
+    """One line from a pipe, or fail after ``timeout`` seconds."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=timeout)
+    except queue.Empty:
+        pytest.fail(f"no line within {timeout} s")
+
+
+@pytest.fixture
+def broker_process() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "broker", "--port", "0", "--users", "app:secret"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        line = read_line(proc.stdout, 20.0)
+        match = URL.search(line)
+        assert match is not None, line
+        yield proc, int(match.group(2))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a hung broker
+            proc.kill()
+            proc.wait(timeout=10)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_stomp_py_talks_to_the_standalone_broker(
+    broker_process: tuple[subprocess.Popen[str], int],
+) -> None:
+    proc, port = broker_process
+    received: queue.Queue[Any] = queue.Queue()
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def on_message(self, frame: Any) -> None:
+            received.put(frame)
+
+    destination = f"/queue/cli-{uuid.uuid4().hex}"
+    conn = stomp.Connection12([("127.0.0.1", port)], timeout=5)
+    conn.set_listener("test", Listener())
+    conn.connect("app", "secret", wait=True)
+    try:
+        conn.subscribe(destination=destination, id="1", ack="auto")
+        conn.send(destination=destination, body="from stomp.py")
+        assert received.get(timeout=5).body == "from stomp.py"
+    finally:
+        conn.disconnect(receipt="bye")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert proc.stderr is not None
+    log = proc.stderr.read()
+    assert "connection from 127.0.0.1:" in log
+    assert "CONNECTED with STOMP 1.2, login 'app'" in log
+    assert "stopping on SIGTERM" in log
+
+
+def args(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["broker", *argv])
+
+
+def test_parser_defaults_and_options() -> None:
+    parsed = args()
+    assert (parsed.host, parsed.port, parsed.heartbeat) == ("127.0.0.1", 61613, (1000, 1000))
+    parsed = args(
+        "--users", "a:1", "b:x:y", "--vhost", "v1", "--vhost", "v2", "--heartbeat", "0,50"
+    )
+    assert cli._broker_options(parsed) == {
+        "heartbeats": (0, 50),
+        "prefetch": 100,
+        "users": {"a": "1", "b": "x:y"},
+        "virtual_hosts": ["v1", "v2"],
+    }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--users", "nocolon"],
+        ["--heartbeat", "1000"],
+        ["--heartbeat", "a,b"],
+        ["--heartbeat=-1,0"],
+    ],
+)
+def test_parser_rejects_bad_values(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["broker", *argv])
+    assert info.value.code == 2
+    assert "want" in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "broker" in capsys.readouterr().err
+
+
+def test_invalid_broker_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["broker", "--prefetch", "0"]) == 2
+    assert "prefetch" in capsys.readouterr().err
+
+
+def test_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["broker", "--port", str(port), "--quiet"]) == 1
+    assert "cannot listen" in capsys.readouterr().err
+
+
+def test_console_script_is_declared() -> None:
+    scripts = entry_points(group="console_scripts", name="stompy")
+    if not scripts:
+        pytest.skip("the package is not installed")
+    assert [s.value for s in scripts] == ["stompy.cli:main"]
+
+
+@pytest.mark.anyio
+async def test_run_broker_command_in_the_main_thread() -> None:
+    out = io.StringIO()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cli.run_broker_command, args("--port", "0"), out)
+        with anyio.fail_after(5):
+            while URL.search(out.getvalue()) is None:
+                await anyio.sleep(0.01)
+        match = URL.search(out.getvalue())
+        assert match is not None
+        stream = await anyio.connect_tcp("127.0.0.1", int(match.group(2)))
+        async with stream:
+            await stream.send(b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00")
+            with anyio.fail_after(5):
+                assert (await stream.receive()).startswith(b"CONNECTED\n")
+        tg.cancel_scope.cancel()
+
+
+def test_run_broker_command_in_another_thread() -> None:
+    out = io.StringIO()
+    with start_blocking_portal() as portal:
+        future = portal.start_task_soon(cli.run_broker_command, args("--port", "0"), out)
+        deadline = 50
+        while URL.search(out.getvalue()) is None and deadline:
+            threading.Event().wait(0.05)
+            deadline -= 1
+        assert URL.search(out.getvalue()) is not None
+        future.cancel()

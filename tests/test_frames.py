@@ -1,0 +1,158 @@
+"""Frame, header lookup and the escaping rules of each STOMP version."""
+
+from __future__ import annotations
+
+import pytest
+
+from stompy._frames import (
+    BODY_COMMANDS,
+    CLIENT_COMMANDS,
+    COMMANDS,
+    SERVER_COMMANDS,
+    UNESCAPED_COMMANDS,
+    VERSIONS,
+    Frame,
+    escape,
+    make_headers,
+    unescape,
+)
+from stompy.errors import ProtocolError
+
+# -- Frame ---------------------------------------------------------------------------
+
+
+def test_headers_keep_order_and_repeats() -> None:
+    frame = Frame("MESSAGE", (("b", "1"), ("a", "2"), ("b", "3")))
+    assert frame.headers == (("b", "1"), ("a", "2"), ("b", "3"))
+
+
+def test_get_returns_the_first_entry() -> None:
+    # "only the first header entry SHOULD be used as the value of header entry" (1.2)
+    frame = Frame("MESSAGE", (("foo", "World"), ("foo", "Hello")))
+    assert frame.get("foo") == "World"
+    assert frame.get("missing") is None
+    assert frame.get("missing", "dflt") == "dflt"
+    assert frame.get("foo", "dflt") == "World"
+
+
+def test_get_distinguishes_empty_value_from_missing() -> None:
+    frame = Frame("MESSAGE", (("empty", ""),))
+    assert frame.get("empty") == ""
+    assert frame.get("empty", "dflt") == ""
+
+
+def test_contains_and_header_map() -> None:
+    frame = Frame("MESSAGE", (("x", "1"), ("y", "2"), ("x", "3")))
+    assert "x" in frame
+    assert "z" not in frame
+    assert 42 not in frame
+    assert frame.header_map() == {"x": "1", "y": "2"}
+
+
+def test_header_names_are_case_sensitive() -> None:
+    frame = Frame("MESSAGE", (("Foo", "1"),))
+    assert frame.get("foo") is None
+    assert frame.get("Foo") == "1"
+
+
+def test_frame_is_frozen_and_compares_by_value() -> None:
+    frame = Frame("SEND", (("a", "b"),), b"x")
+    assert frame == Frame("SEND", (("a", "b"),), b"x")
+    assert frame != Frame("SEND", (("a", "b"),), b"y")
+    with pytest.raises(AttributeError):
+        frame.command = "MESSAGE"  # type: ignore[misc]
+
+
+def test_repr_hides_the_passcode_and_shortens_the_body() -> None:
+    frame = Frame("CONNECT", (("login", "me"), ("passcode", "s3cret")), b"")
+    text = repr(frame)
+    assert "s3cret" not in text
+    assert "'me'" in text
+    long = Frame("SEND", (), b"x" * 100)
+    text = repr(long)
+    assert "x" * 64 + "..." in text
+    assert "x" * 65 not in text
+    short = Frame("SEND", (), b"abc")
+    assert "b'abc'" in repr(short)
+
+
+def test_make_headers_accepts_mappings_pairs_and_none() -> None:
+    assert make_headers(None) == ()
+    assert make_headers({"a": "1", "b": "2"}) == (("a", "1"), ("b", "2"))
+    assert make_headers([("a", "1"), ("a", "2")]) == (("a", "1"), ("a", "2"))
+
+
+@pytest.mark.parametrize("bad", [[("a", 1)], [(1, "a")], {"a": None}])
+def test_make_headers_rejects_non_strings(bad: object) -> None:
+    with pytest.raises(TypeError):
+        make_headers(bad)  # type: ignore[arg-type]
+
+
+def test_command_sets() -> None:
+    assert CLIENT_COMMANDS.isdisjoint(SERVER_COMMANDS)
+    assert COMMANDS == CLIENT_COMMANDS | SERVER_COMMANDS
+    assert frozenset({"SEND", "MESSAGE", "ERROR"}) == BODY_COMMANDS
+    assert frozenset({"CONNECT", "STOMP", "CONNECTED"}) == UNESCAPED_COMMANDS
+    assert VERSIONS == ("1.0", "1.1", "1.2")
+
+
+# -- escaping ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "text", "escaped"),
+    [
+        ("1.0", "a:b\nc\\d\re", "a:b\nc\\d\re"),
+        ("1.1", "a:b\nc\\d\re", "a\\cb\\nc\\\\d\re"),
+        ("1.2", "a:b\nc\\d\re", "a\\cb\\nc\\\\d\\re"),
+        ("1.2", "plain", "plain"),
+        ("1.2", "", ""),
+    ],
+)
+def test_escape_per_version(version: str, text: str, escaped: str) -> None:
+    assert escape(text, version) == escaped
+    assert unescape(escaped, version) == text
+
+
+@pytest.mark.parametrize(
+    ("version", "escaped", "text"),
+    [
+        ("1.1", "\\\\n", "\\n"),  # an escaped backslash followed by a plain n
+        ("1.2", "\\\\\\n", "\\\n"),
+        ("1.2", "\\c\\c", "::"),
+        ("1.0", "\\t\\c", "\\t\\c"),  # 1.0 has no escaping at all
+    ],
+)
+def test_unescape_reads_left_to_right(version: str, escaped: str, text: str) -> None:
+    assert unescape(escaped, version) == text
+
+
+@pytest.mark.parametrize(
+    ("version", "escaped"),
+    [
+        ("1.1", "a\\tb"),
+        ("1.1", "a\\rb"),  # \r is undefined in 1.1 (only 1.2 added it)
+        ("1.2", "a\\tb"),
+        ("1.2", "trailing\\"),
+        ("1.2", "\\C"),
+    ],
+)
+def test_undefined_escapes_are_fatal_when_strict(version: str, escaped: str) -> None:
+    # "Undefined escape sequences such as \t ... MUST be treated as a fatal protocol error"
+    with pytest.raises(ProtocolError, match="undefined escape"):
+        unescape(escaped, version)
+
+
+@pytest.mark.parametrize(
+    ("version", "escaped", "text"),
+    [
+        ("1.1", "a\\tb\\nc", "a\\tb\nc"),
+        ("1.1", "a\\r", "a\\r"),
+        ("1.2", "x\\", "x\\"),
+        ("1.2", "\\t\\r", "\\t\r"),
+    ],
+)
+def test_undefined_escapes_are_kept_literally_when_lenient(
+    version: str, escaped: str, text: str
+) -> None:
+    assert unescape(escaped, version, strict=False) == text
