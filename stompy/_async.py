@@ -452,19 +452,22 @@ class AsyncConnection:
             and stream is not None
         ):
             # Shielded and bounded: leaving a cancelled block still says goodbye.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._options.receipt_timeout):
-                with contextlib.suppress(StompError, *_NETWORK_ERRORS):
-                    rid = proto.disconnect(receipt=True)
-                    self._set_status(_CLOSING)
-                    # Written here, not by the writer task: when the host task is
-                    # cancelled, the connection's own tasks are cancelled with it.
-                    async with self._write_lock:
-                        self._out += proto.data_to_send()
-                        data = bytes(self._out)
-                        self._out.clear()
-                        await stream.send(data)
-                    if rid is not None:
-                        await self._wait_receipt(rid, self._epoch, allow_closing=True)
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(self._options.receipt_timeout),
+                contextlib.suppress(StompError, *_NETWORK_ERRORS),
+            ):
+                rid = proto.disconnect(receipt=True)
+                self._set_status(_CLOSING)
+                # Written here, not by the writer task: when the host task is
+                # cancelled, the connection's own tasks are cancelled with it.
+                async with self._write_lock:
+                    self._out += proto.data_to_send()
+                    data = bytes(self._out)
+                    self._out.clear()
+                    await stream.send(data)
+                if rid is not None:
+                    await self._wait_receipt(rid, self._epoch, allow_closing=True)
         self._set_status(_CLOSED)
         for sub in list(self._subs.values()):
             sub._send.close()
