@@ -20,13 +20,15 @@ framing (WebSocket) only needs to present itself as one.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
 from stompy.testing._broker import (
@@ -172,19 +174,22 @@ class AsyncBroker:
     for tests: they look inside the broker and break things on purpose.
     """
 
-    def __init__(self, core: BrokerCore, host: str, port: int) -> None:
+    def __init__(self, core: BrokerCore, host: str, port: int, *, tls: bool = False) -> None:
         self._core = core
         #: The address the broker listens on, as given to :func:`serve`.
         self.host = host
         #: The real port (never 0).
         self.port = port
+        #: Whether clients must speak TLS (``serve(ssl_context=...)``).
+        self.tls = tls
         self._connections: dict[str, _Connection] = {}
 
     @property
     def url(self) -> str:
-        """``stomp://host:port`` with the real port."""
+        """``stomp://host:port`` (``stomp+ssl://`` with TLS) with the real port."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"stomp://{host}:{self.port}"
+        scheme = "stomp+ssl" if self.tls else "stomp"
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def config(self) -> BrokerConfig:
@@ -319,21 +324,31 @@ class AsyncBroker:
 
 @asynccontextmanager
 async def serve(
-    host: str = "127.0.0.1", port: int = 0, **options: Unpack[BrokerOptions]
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    **options: Unpack[BrokerOptions],
 ) -> AsyncIterator[AsyncBroker]:
     """Run a broker on ``host:port`` for the duration of the ``async with`` block.
 
     ``port=0`` picks a free port (see ``broker.port`` / ``broker.url``). ``options``
     are the fields of :class:`BrokerConfig` (``users``, ``heartbeats``, ``prefetch``,
-    limits ...). Works under asyncio and trio. On exit every connection is cut.
+    limits ...). With ``ssl_context`` (a server context holding the certificate) it
+    speaks TLS only, and ``broker.url`` is a ``stomp+ssl://`` URL. Works under asyncio
+    and trio. On exit every connection is cut.
     Raises :class:`ValueError` for bad options and :class:`OSError` when the address
     cannot be bound.
     """
     core = BrokerCore(BrokerConfig(**options))
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    listener: anyio.abc.Listener[Any] = tcp
+    if ssl_context is not None:
+        # STOMP ends with DISCONNECT, not with a TLS close_notify: don't insist on one.
+        listener = TLSListener(tcp, ssl_context, standard_compatible=False)
     try:
-        real_port = listener.listeners[0].extra(SocketAttribute.local_port)
-        broker = AsyncBroker(core, host, real_port)
+        real_port = tcp.listeners[0].extra(SocketAttribute.local_port)
+        broker = AsyncBroker(core, host, real_port, tls=ssl_context is not None)
         # The block's exceptions must reach the caller unwrapped, so the task group
         # is exited by hand without them (its tasks never raise).
         tg = anyio.create_task_group()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -93,6 +94,7 @@ def run_broker(
     port: int = 0,
     *,
     backend: str = "asyncio",
+    ssl_context: ssl.SSLContext | None = None,
     **options: Unpack[BrokerOptions],
 ) -> Iterator[Broker]:
     """Run :func:`~stompy.testing.serve` in a background thread for a ``with`` block.
@@ -103,6 +105,8 @@ def run_broker(
     """
     with (
         start_blocking_portal(backend) as portal,
-        portal.wrap_async_context_manager(serve(host, port, **options)) as broker,
+        portal.wrap_async_context_manager(
+            serve(host, port, ssl_context=ssl_context, **options)
+        ) as broker,
     ):
         yield Broker(portal, broker)
