@@ -32,7 +32,15 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from stompy._client import ClientOptions, MessageBase, Reconnect, SslArg, error_for_event, log
+from stompy._client import (
+    ClientOptions,
+    MessageBase,
+    Reconnect,
+    SslArg,
+    error_for_event,
+    log,
+    log_sent,
+)
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import AckMode, Connected, Receipt
 from stompy._events import Message as MessageEvent
@@ -628,6 +636,7 @@ class AsyncConnection:
             return
         data = proto.data_to_send(anyio.current_time())
         if data:
+            log_sent(data, self._endpoint)
             self._out += data
             self._out_ready.set()
         if len(self._out) > MAX_OUTGOING:
@@ -718,7 +727,9 @@ class AsyncConnection:
                     )
                 else:
                     stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
-                await stream.send(proto.data_to_send())
+                hello = proto.data_to_send()
+                log_sent(hello, endpoint)
+                await stream.send(hello)
                 while True:
                     try:
                         data = await stream.receive(_RECV_SIZE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import ssl as _ssl
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,21 @@ from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
 from stompy.errors import ConnectionLost, HeartbeatTimeout, ServerError, StompError
 
-__all__ = ("ClientOptions", "MessageBase", "Reconnect", "error_for_event", "log")
+__all__ = ("ClientOptions", "MessageBase", "Reconnect", "error_for_event", "log", "log_sent")
 
 log: Final = logging.getLogger("stompy")
+
+_PASSCODE_LINE: Final = re.compile(rb"^passcode:[^\r\n]*", re.MULTILINE)
+_LOGGED_BYTES: Final = 4096
+
+
+def log_sent(data: bytes, where: object) -> None:
+    """Log outgoing frames at DEBUG, the passcode masked (never in a log line)."""
+    if log.isEnabledFor(logging.DEBUG):
+        shown = _PASSCODE_LINE.sub(b"passcode:********", data[:_LOGGED_BYTES])
+        more = f" (+{len(data) - _LOGGED_BYTES} bytes)" if len(data) > _LOGGED_BYTES else ""
+        log.debug("to %s: %r%s", where, shown, more)
+
 
 #: The ``host`` header when neither the ``host`` argument nor the URL path names one.
 #: STOMP lets clients choose "any name of their choosing"; ``/`` is RabbitMQ's default

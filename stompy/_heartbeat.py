@@ -76,6 +76,10 @@ class Heartbeat:
     checked; ``beat_due(now)`` says an EOL must go out, because nothing else was sent
     for a whole outgoing interval; ``peer_dead(now)`` says nothing at all arrived for
     the incoming interval times ``tolerance``.
+
+    Until the peer's first byte after CONNECTED, the window is one incoming interval
+    longer: some brokers (ActiveMQ) send their first heart-beat only two intervals in,
+    which a tolerance of 2.0 would otherwise race.
     """
 
     def __init__(self, outgoing_ms: int, incoming_ms: int, tolerance: float, now: float) -> None:
@@ -86,12 +90,17 @@ class Heartbeat:
         self.tolerance = tolerance
         self.last_sent = now
         self.last_received = now
+        self._grace = self.incoming  # see the class docstring; gone once data arrives
 
     def sent(self, now: float) -> None:
         self.last_sent = now
 
     def received(self, now: float) -> None:
         self.last_received = now
+        self._grace = 0.0
+
+    def _dead_at(self) -> float:
+        return self.last_received + self.incoming * self.tolerance + self._grace
 
     def deadline(self) -> float | None:
         """When :meth:`beat_due` or :meth:`peer_dead` may next become true."""
@@ -99,7 +108,7 @@ class Heartbeat:
         if self.outgoing > 0:
             best = self.last_sent + self.outgoing
         if self.incoming > 0:
-            dead = self.last_received + self.incoming * self.tolerance
+            dead = self._dead_at()
             best = dead if best is None else min(best, dead)
         return best
 
@@ -109,7 +118,7 @@ class Heartbeat:
     def peer_dead(self, now: float) -> bool:
         # The same sum as in deadline(): ``now - last >= window`` can be False at the
         # deadline itself through rounding, and a timer would then fire for nothing.
-        return self.incoming > 0 and now >= self.last_received + self.incoming * self.tolerance
+        return self.incoming > 0 and now >= self._dead_at()
 
     def silence(self, now: float) -> float:
         """Seconds since anything arrived."""

@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, TypeVar
 
-from stompy._client import ClientOptions, MessageBase, Reconnect, SslArg, error_for_event, log
+from stompy._client import (
+    ClientOptions,
+    MessageBase,
+    Reconnect,
+    SslArg,
+    error_for_event,
+    log,
+    log_sent,
+)
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import AckMode, Connected, Receipt
 from stompy._events import Message as MessageEvent
@@ -614,8 +622,7 @@ class Connection:
         data = proto.data_to_send(time.monotonic())
         if not data:
             return
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("queued %d bytes for %s", len(data), self._endpoint)
+        log_sent(data, self._endpoint)
         self._out += data
         self._wake()
         if len(self._out) > MAX_OUTGOING and threading.current_thread() is not self._thread:
@@ -703,7 +710,9 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if context is not None:
                 sock = context.wrap_socket(sock, server_hostname=endpoint.host)
-            sock.sendall(proto.data_to_send())
+            hello = proto.data_to_send()
+            log_sent(hello, endpoint)
+            sock.sendall(hello)
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

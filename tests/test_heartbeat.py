@@ -93,17 +93,30 @@ def test_tolerance_below_one_is_refused() -> None:
 def test_deadlines() -> None:
     assert Heartbeat(0, 0, 2.0, 5.0).deadline() is None
     assert Heartbeat(1000, 0, 2.0, 5.0).deadline() == 6.0
-    assert Heartbeat(0, 1000, 2.0, 5.0).deadline() == 7.0
-    assert Heartbeat(3000, 1000, 2.0, 5.0).deadline() == 7.0
+    # Before anything arrived the incoming window is one interval longer (grace).
+    assert Heartbeat(0, 1000, 2.0, 5.0).deadline() == 8.0
+    assert Heartbeat(3000, 1000, 2.0, 5.0).deadline() == 8.0
     assert Heartbeat(1000, 1000, 1.5, 5.0).deadline() == 6.0
+
+
+def test_first_incoming_interval_has_a_grace_period() -> None:
+    # ActiveMQ sends its first beat two intervals after CONNECTED: with tolerance
+    # 2.0 that must not count as a dead peer.
+    beat = Heartbeat(0, 1000, 2.0, 0.0)
+    assert not beat.peer_dead(2.0)
+    assert not beat.peer_dead(2.999)
+    assert beat.peer_dead(3.0)
+    beat.received(2.0)  # the first beat: from now on the plain window applies
+    assert beat.deadline() == 4.0
+    assert beat.peer_dead(4.0)
 
 
 def test_beat_due_and_peer_dead_at_their_boundaries() -> None:
     beat = Heartbeat(1000, 2000, 2.0, 10.0)
     assert not beat.beat_due(10.999)
     assert beat.beat_due(11.0)
-    assert not beat.peer_dead(13.999)
-    assert beat.peer_dead(14.0)
+    assert not beat.peer_dead(15.999)  # 2 s x 2.0, plus the first interval's grace
+    assert beat.peer_dead(16.0)
     beat.sent(11.0)
     beat.received(13.0)
     assert beat.deadline() == 12.0
@@ -246,7 +259,7 @@ def test_data_to_send_without_now_does_not_move_the_deadline() -> None:
 def test_peer_declared_dead_after_interval_times_tolerance() -> None:
     proto = connected(heartbeats=(0, 1000), server_heartbeat="1000,0", now=0.0)
     assert proto.negotiated_heartbeats == (0, 1000)
-    assert proto.next_deadline() == 2.0  # default tolerance 2.0
+    assert proto.next_deadline() == 3.0  # tolerance 2.0, plus one interval of grace
     proto.receive_data(b"\n", 1.5)  # a heart-beat
     assert proto.next_event() is None
     assert proto.next_deadline() == 3.5
@@ -277,8 +290,9 @@ def test_note_alive_counts_as_life() -> None:
 
 def test_tolerance_is_configurable() -> None:
     proto = connected(heartbeats=(0, 1000), server_heartbeat="1000,0", tolerance=1.5, now=0.0)
-    assert proto.next_deadline() == 1.5
-    proto.handle_timer(1.5)
+    proto.receive_data(b"\n", 0.5)
+    assert proto.next_deadline() == 2.0
+    proto.handle_timer(2.0)
     assert events(proto) == [HeartbeatTimedOut(1.5)]
 
 

@@ -375,3 +375,18 @@ def test_no_thread_outlives_its_connection(broker: Broker) -> None:
     time.sleep(0.05)
     leftover = {t.name for t in threading.enumerate()} - before
     assert not [name for name in leftover if name.startswith("stompy")]
+
+
+def test_frames_are_logged_at_debug_with_the_passcode_masked(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="stompy")
+    dest = queue()
+    with stompy.Connection(broker.url, login="guest", passcode="guest") as conn:
+        conn.send(dest, "logged", receipt=True)
+    text = caplog.text
+    assert "CONNECT" in text
+    assert "passcode:********" in text
+    assert "passcode:guest" not in text
+    assert "SEND" in text
+    assert "RECEIPT" in text
