@@ -6,7 +6,8 @@ import nox
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "typecheck", "tests"]
+# interop installs and starts RabbitMQ and ActiveMQ (root and apt needed the first time).
+nox.options.sessions = ["lint", "typecheck", "tests", "interop"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -37,7 +38,7 @@ def tests(session: nox.Session) -> None:
     ``coverage run`` starts measuring before pytest loads stompy's own pytest plugin
     (which imports the package), so module-level lines count too.
     """
-    session.install("-e", ".", *group("test"))
+    session.install("-e", ".", *group("test"), *group("spark"))
     env = {"HYPOTHESIS_PROFILE": "ci"}
     session.run("coverage", "erase")
     session.run(
@@ -49,16 +50,27 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks against the peers (stomp.py, stompman); prints ratios."""
+    """Benchmarks against stomp.py and stompman: prints the tables and PASS/MISS per target.
+
+    Writes the JSON results and the chart to benchmarks/results/. RabbitMQ and ActiveMQ
+    are used when they answer (``bash ci/brokers/start.sh all``), skipped otherwise.
+    Extra arguments go to the suite, e.g. ``nox -s bench -- clients --rounds 5``.
+    """
     session.install("-e", ".", *group("bench"))
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 
-#: The real brokers of ``interop``: name, STOMP URL and the CONNECT host header.
+#: The real brokers of ``interop``: name, STOMP URL, the CONNECT host header, and the
+#: STOMP-over-WebSocket URL ("": none; the -ws conformance flavours are skipped).
 #: RabbitMQ takes ``host`` as its virtual host ("/" by default); ActiveMQ ignores it.
 INTEROP_BROKERS = (
-    ("rabbitmq", "stomp://guest:guest@127.0.0.1:61613/%2F", "/"),
-    ("activemq", "stomp://guest:guest@127.0.0.1:61614/", "/"),
+    (
+        "rabbitmq",
+        "stomp://guest:guest@127.0.0.1:61613/%2F",
+        "/",
+        "ws://guest:guest@127.0.0.1:15674/ws",
+    ),
+    ("activemq", "stomp://guest:guest@127.0.0.1:61614/", "/", ""),
 )
 
 
@@ -77,14 +89,18 @@ def interop(session: nox.Session) -> None:
     failed = []
     try:
         session.run("bash", "ci/brokers/start.sh", "all", external=True)
-        for name, url, vhost in INTEROP_BROKERS:
+        for name, url, vhost, ws_url in INTEROP_BROKERS:
             env = {
                 "STOMPY_BROKER_NAME": name,
                 "STOMPY_BROKER_URL": url,
+                "STOMPY_BROKER_WS_URL": ws_url,
                 "STOMPY_BROKER_LOGIN": "guest",
                 "STOMPY_BROKER_PASSCODE": "guest",
                 "STOMPY_BROKER_VHOST": vhost,
                 "HYPOTHESIS_PROFILE": "ci",
+                # The 10,000-message runs, with a broker restart mid-stream.
+                "STOMPY_INTEROP_RELIABILITY": "1",
+                "STOMPY_BROKER_RESTART": "1",
             }
             try:
                 session.run("pytest", *paths, *session.posargs, env=env)
@@ -94,3 +110,29 @@ def interop(session: nox.Session) -> None:
         session.run("bash", "ci/brokers/stop.sh", external=True)
     if failed:
         session.error(f"interop tests failed against: {', '.join(failed)}")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ with ``mkdocs build --strict``.
+
+    Any warning fails the build. The snippets in the pages are run by the tests
+    (tests/test_docs.py), not here. ``nox -s docs -- serve`` previews instead.
+    """
+    session.install(*group("docs"))
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its own future, not ours
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
+
+
+@nox.session
+def spark(session: nox.Session) -> None:
+    """The Spark connector's tests alone (tests/spark): PySpark, pyarrow, and Java 17+.
+
+    The ``tests`` session runs them too; their Spark parts skip, saying why, without Java.
+    """
+    session.install("-e", ".", *group("test"), *group("spark"))
+    env = {"HYPOTHESIS_PROFILE": "ci"}
+    session.run("pytest", "tests/spark", "-p", "no:cacheprovider", *session.posargs, env=env)

@@ -1,8 +1,10 @@
 """``python -m benchmarks [GROUP ...] [--quick] [--rounds N] [--count N] [--json PATH]``.
 
 Runs the chosen groups (all by default), prints one table per group with each
-contender's median and stompy's ratio to it, and writes every figure, every round's
-sample and the environment to ``benchmarks/results/<time>-<groups>.json``.
+contender's median and stompy's ratio to it, then every target with PASS or MISS;
+writes every figure, every round's sample, the verdicts and the environment to
+``benchmarks/results/<time>-<groups>.json`` and draws the chart beside it (a PNG, when
+matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks._core import GROUP_MODULES, REGISTRY, STOMPY, Group, Row, Settings, ratio
+from benchmarks._core import GROUP_MODULES, REGISTRY, Row, Settings, Verdict
+from benchmarks.report import chart, format_table, format_verdicts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -38,11 +41,25 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         epilog="groups: " + "; ".join(f"{g.name}: {g.help}" for g in REGISTRY.values()),
     )
     parser.add_argument("groups", nargs="*", metavar="GROUP", help="groups to run (default: all)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: small counts, 2 rounds")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: small counts, one or two rounds"
+    )
     parser.add_argument("--rounds", type=int, help="rounds per contender (group default)")
     parser.add_argument("--count", type=int, help="frames/messages per run (group default)")
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
     parser.add_argument("--no-json", action="store_true", help="do not write JSON")
+    parser.add_argument("--chart", type=Path, help="where to draw the chart (PNG)")
+    parser.add_argument("--no-chart", action="store_true", help="do not draw the chart")
+    parser.add_argument(
+        "--contenders",
+        metavar="NAMES",
+        help='comma-separated contenders to run, e.g. "stompy,stomp.py" (default: all)',
+    )
+    parser.add_argument(
+        "--no-brokers",
+        action="store_true",
+        help="do not use RabbitMQ / ActiveMQ even when they answer",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
     unknown = [g for g in args.groups if g not in REGISTRY]
@@ -53,63 +70,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.count is not None and args.count < 1:
         parser.error("--count must be at least 1")
     return args
-
-
-def _fmt(value: float) -> str:
-    if math.isnan(value):
-        return "-"
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
-
-
-def format_table(group: Group, rows: Sequence[Row]) -> str:
-    """The group's rows as text: one block per benchmark, stompy's ratio per peer."""
-    header = ("benchmark", "contender", "median", "unit", "min", "max", "stompy is")
-    table: list[tuple[str, ...]] = [header]
-    names = list(dict.fromkeys(row.name for row in rows))
-    for name in names:
-        block = [row for row in rows if row.name == name]
-        ours = next((r for r in block if r.contender == STOMPY and not r.note), None)
-        for row in block:
-            if row.note:
-                shown = ("-", "-", "-", row.note)
-            else:
-                low, high = (min(row.samples), max(row.samples)) if row.samples else (0.0, 0.0)
-                versus = ""
-                if ours is not None and row is not ours and "(ceiling)" not in row.contender:
-                    versus = f"{ratio(ours, row):.2f}x"
-                shown = (_fmt(row.value), _fmt(low), _fmt(high), versus)
-            table.append((name, row.contender, shown[0], row.unit, shown[1], shown[2], shown[3]))
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    lines = [f"== {group.name}: {group.help}"]
-    for k, line in enumerate(table):
-        cells = [
-            cell.ljust(w) if i < 2 or i == 3 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(line, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    for target in group.targets:
-        ours = _find(rows, target.name, STOMPY)
-        peer = _find(rows, target.name, target.peer)
-        if ours is None or peer is None:
-            continue
-        got = ratio(ours, peer)
-        verdict = "met" if got >= target.ratio else "NOT met"
-        lines.append(
-            f"target {target.name}: stompy >= {target.ratio:g}x {target.peer}: "
-            f"{got:.2f}x, {verdict}"
-        )
-    return "\n".join(lines)
-
-
-def _find(rows: Sequence[Row], name: str, contender: str) -> Row | None:
-    for row in rows:
-        if row.name == name and row.contender == contender and not row.note:
-            return row
-    return None
 
 
 def _git(*args: str) -> str:
@@ -161,7 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _load_groups()
     args = _parse_args(argv)
     settings = Settings(
-        quick=args.quick, rounds=args.rounds, count=args.count, verbose=not args.quiet
+        quick=args.quick,
+        rounds=args.rounds,
+        count=args.count,
+        verbose=not args.quiet,
+        brokers=not args.no_brokers,
+        contenders=tuple(n.strip() for n in (args.contenders or "").split(",") if n.strip()),
     )
     chosen = [REGISTRY[name] for name in (args.groups or list(REGISTRY))]
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -172,21 +137,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": _environment(),
         "groups": {},
     }
+    verdicts: list[Verdict] = []
+    all_rows: dict[str, list[Row]] = {}
     for group in chosen:
-        rows = group.run(settings)
-        print(format_table(group, rows), flush=True)
+        try:
+            rows = group.run(settings)
+        except Exception as exc:  # one broken group must not lose the others' figures
+            print(f"benchmark group {group.name} failed: {exc!r}", file=sys.stderr, flush=True)
+            rows = [Row(group.name, group.name, "all", float("nan"), "", note=f"failed: {exc!r}")]
+        found = [
+            replace(v, target=f"{group.name} {v.target}")
+            for v in (t.check(rows) for t in group.targets)
+            if v is not None
+        ]
+        verdicts += found
+        all_rows[group.name] = rows
+        print(format_table(group, rows, found), flush=True)
         print(flush=True)
         report["groups"][group.name] = {
             "workload": group.describe(settings),
             "rows": [asdict(row) for row in rows],
         }
+    report["targets"] = [asdict(v) for v in verdicts]
+    print(format_verdicts(verdicts), flush=True)
+    print(flush=True)
+    stem = f"{started}-{'-'.join(g.name for g in chosen)}"
     if not args.no_json:
-        path = args.json or RESULTS / f"{started}-{'-'.join(g.name for g in chosen)}.json"
+        path = args.json or RESULTS / f"{stem}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         # NaN (a contender that did not run) is written as null to stay valid JSON.
         text = json.dumps(_nan_to_none(report), indent=2, sort_keys=False)
         path.write_text(text + "\n", encoding="utf-8")
         print(f"results written to {path}")
+    if not args.no_chart:
+        picture = args.chart or RESULTS / f"{stem}.png"
+        try:
+            chart(report, all_rows, verdicts, picture)
+        except ImportError:
+            print("no chart: matplotlib is not installed (it is in the bench group)")
+        else:
+            print(f"chart written to {picture}")
     return 0
 
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-#: The contender every ratio is taken against.
+#: The contender every ratio is taken against (stompy's blocking client, or its codec).
 STOMPY = "stompy"
+#: stompy's anyio client on each backend.
+STOMPY_ASYNCIO = "stompy (asyncio)"
+STOMPY_TRIO = "stompy (trio)"
+#: Rows named so are ceilings (a bare socket): no ratio is taken against them.
+CEILING_MARK = "(ceiling)"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,14 @@ class Settings:
     count: int | None = None
     #: Print progress lines on stderr.
     verbose: bool = True
+    #: Use the real brokers (RabbitMQ, ActiveMQ) when they answer.
+    brokers: bool = True
+    #: Run only these contenders (exact names; empty: all). Ceilings always run.
+    contenders: tuple[str, ...] = ()
+
+    def wants(self, contender: str) -> bool:
+        """Whether ``contender`` is to run (``--contenders``)."""
+        return not self.contenders or contender in self.contenders or CEILING_MARK in contender
 
     def pick_rounds(self, default: int, quick: int) -> int:
         if self.rounds is not None:
@@ -62,12 +78,62 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """How one target fared in a run."""
+
+    target: str
+    measured: float
+    required: float
+    #: ``"x"`` for a ratio, else the unit of an absolute limit.
+    unit: str
+    passed: bool
+
+
+@dataclass(frozen=True)
 class Target:
-    """A goal: stompy must beat ``peer`` on ``name`` by at least ``ratio``."""
+    """A goal: ``ours`` must beat ``peer`` on ``name`` by at least ``ratio``.
+
+    ``ratio`` is taken as :func:`ratio` does (above 1: ``ours`` is better), so a
+    ceiling share such as "80% of the bare socket" is ``Target(name, ceiling, 0.8)``.
+    """
 
     name: str
     peer: str
     ratio: float
+    ours: str = STOMPY
+
+    def check(self, rows: Sequence[Row]) -> Verdict | None:
+        mine = find_row(rows, self.name, self.ours)
+        theirs = find_row(rows, self.name, self.peer)
+        if mine is None or theirs is None:
+            return None
+        got = ratio(mine, theirs)
+        label = f"{self.name}: {self.ours} >= {self.ratio:g}x {self.peer}"
+        return Verdict(label, got, self.ratio, "x", got >= self.ratio)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A goal: the figure of ``contender`` on ``name`` stays at or under ``at_most``."""
+
+    name: str
+    contender: str
+    at_most: float
+
+    def check(self, rows: Sequence[Row]) -> Verdict | None:
+        row = find_row(rows, self.name, self.contender)
+        if row is None:
+            return None
+        label = f"{self.name}: {self.contender} <= {self.at_most:g} {row.unit}"
+        return Verdict(label, row.value, self.at_most, row.unit, row.value <= self.at_most)
+
+
+def find_row(rows: Sequence[Row], name: str, contender: str) -> Row | None:
+    """The measured row (not a failure note) of ``contender`` on ``name``."""
+    for row in rows:
+        if row.name == name and row.contender == contender and not row.note:
+            return row
+    return None
 
 
 @dataclass(frozen=True)
@@ -75,7 +141,7 @@ class Group:
     name: str
     help: str
     run: Callable[[Settings], list[Row]]
-    targets: tuple[Target, ...] = ()
+    targets: tuple[Target | Limit, ...] = ()
     #: Free-form facts about the workload, copied into the JSON file.
     describe: Callable[[Settings], dict[str, Any]] = field(default=lambda settings: {})
 
@@ -83,14 +149,20 @@ class Group:
 REGISTRY: dict[str, Group] = {}
 
 #: Modules that register groups; a new group is a new module added here.
-GROUP_MODULES: tuple[str, ...] = ("benchmarks.codec", "benchmarks.clients")
+GROUP_MODULES: tuple[str, ...] = (
+    "benchmarks.codec",
+    "benchmarks.clients",
+    "benchmarks.brokers",
+    "benchmarks.latency",
+    "benchmarks.memory",
+)
 
 
 def register(
     name: str,
     help: str,
     *,
-    targets: Sequence[Target] = (),
+    targets: Sequence[Target | Limit] = (),
     describe: Callable[[Settings], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[[Settings], list[Row]]], Callable[[Settings], list[Row]]]:
     """Decorator: make ``run`` selectable as ``python -m benchmarks NAME``."""
@@ -106,8 +178,6 @@ def register(
 
 def log(settings: Settings, message: str) -> None:
     if settings.verbose:
-        import sys
-
         print(message, file=sys.stderr, flush=True)
 
 
@@ -186,30 +256,29 @@ class NotWired(Exception):
     """A contender exists but its benchmark is not written yet (a hook to fill in)."""
 
 
-def alternate_timed(
-    contenders: Sequence[tuple[str, Callable[[], float]]],
+def alternate_calls(
+    contenders: Sequence[tuple[str, Callable[[], T]]],
     rounds: int,
-    units: int,
     settings: Settings,
     label: str,
-) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """Like :func:`alternate`, for contenders that time themselves.
+    show: Callable[[T], str] = str,
+) -> tuple[dict[str, list[T]], dict[str, str]]:
+    """Call each contender once per round, rotating the order; collect what they return.
 
-    Each callable does one full run and returns the seconds its measured window took
-    (for clients: from subscribing or the first send to the last message or receipt,
-    connection set-up excluded). A contender that raises is dropped from later rounds
-    and its error is returned, so one broken peer does not sink the whole suite.
+    A contender that raises is dropped from later rounds and its error is returned in
+    the second dict (so one broken peer does not sink the whole suite); the garbage
+    collector is emptied before each call. ``show`` formats a result for the log.
     """
-    rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    results: dict[str, list[T]] = {name: [] for name, _ in contenders}
     failed: dict[str, str] = {}
     for index in range(rounds):
-        shift = index % len(contenders)
+        shift = index % len(contenders) if contenders else 0
         for name, run in (*contenders[shift:], *contenders[:shift]):
             if name in failed:
                 continue
             gc.collect()
             try:
-                elapsed = run()
+                result = run()
             except NotWired as exc:
                 failed[name] = f"not wired: {exc}"
                 continue
@@ -217,11 +286,34 @@ def alternate_timed(
                 failed[name] = f"failed: {exc!r}"[:200]
                 log(settings, f"  {label} {name} FAILED: {exc!r}")
                 continue
-            rate = units / elapsed
-            rates[name].append(rate)
-            log(
-                settings,
-                f"  {label} round {index + 1}/{rounds} {name:<22} "
-                f"{rate:>12,.0f}/s ({elapsed:.3f} s)",
-            )
-    return {name: r for name, r in rates.items() if name not in failed}, failed
+            results[name].append(result)
+            log(settings, f"  {label} round {index + 1}/{rounds} {name:<22} {show(result)}")
+    return {name: r for name, r in results.items() if name not in failed}, failed
+
+
+def alternate_timed(
+    contenders: Sequence[tuple[str, Callable[[], float]]],
+    rounds: int,
+    units: int,
+    settings: Settings,
+    label: str,
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """:func:`alternate_calls` for contenders that time themselves; returns units/second.
+
+    Each callable does one full run and returns the seconds its measured window took
+    (for clients: from subscribing or the first send to the last message or receipt,
+    connection set-up excluded).
+    """
+    seconds, failed = alternate_calls(
+        contenders,
+        rounds,
+        settings,
+        label,
+        lambda elapsed: f"{units / elapsed:>12,.0f}/s ({elapsed:.3f} s)",
+    )
+    return {name: [units / s for s in runs] for name, runs in seconds.items()}, failed
+
+
+def failure_rows(group: str, name: str, failed: dict[str, str], unit: str) -> list[Row]:
+    """Rows that report contenders which could not run (value NaN, never ranked)."""
+    return [Row(group, name, who, float("nan"), unit, note=why) for who, why in failed.items()]

@@ -12,143 +12,140 @@ Connecting and disconnecting are outside the window. The servers run in a child
 process so they do not take the GIL from the client. The ``bare socket`` rows are the
 ceiling: a socket that counts NULs (consume) or writes pre-encoded frames (publish).
 
-stompy's clients plug in at :func:`stompy_contenders`: they are detected with
-``hasattr(stompy, "Connection")`` / ``"AsyncConnection"``, never imported blindly, and a
-run that raises is reported as failed instead of stopping the suite.
+Every contender here is one function ``bench(job) -> seconds`` over a :class:`Job`
+(where to connect, how many messages, which ack mode...), so that the broker group
+(:mod:`benchmarks.brokers`) runs the very same code against RabbitMQ and ActiveMQ.
+stompy runs as its blocking client (``stompy``) and as its anyio client on asyncio and
+on trio; a run that raises is reported as failed instead of stopping the suite.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import stompy
 from benchmarks import workload
 from benchmarks._core import (
+    CEILING_MARK,
+    STOMPY,
+    STOMPY_ASYNCIO,
+    STOMPY_TRIO,
     Row,
     Settings,
+    Target,
     alternate_timed,
+    failure_rows,
     log,
     register,
     rows_from_rates,
 )
+from benchmarks.rawstomp import Deadline, Server, raw_consume, raw_publish
 from benchmarks.servers import ServerProcess
+from stompy import AckMode
 
 GROUP: Final = "clients"
-CEILING: Final = "bare socket (ceiling)"
+CEILING: Final = f"bare socket {CEILING_MARK}"
+STOMPPY: Final = "stomp.py"
+STOMPMAN: Final = "stompman"
 
-Address = tuple[str, int]
-#: A client benchmark: (server address, message count, time limit) -> seconds measured.
-Bench = Callable[[Address, int, float], float]
+
+@dataclass(frozen=True)
+class Job:
+    """One run's orders: where to connect, what to send or take, and how long it may take."""
+
+    server: Server
+    count: int
+    #: Seconds the whole run (connect included) may take before it is abandoned.
+    limit: float
+    destination: str = workload.DESTINATION
+    ack: AckMode = "auto"
+    #: Whether SENDs carry ``persistent:true`` (the bare servers do not care).
+    persistent: bool = True
+    #: The header that identifies the last message: the blast server numbers its
+    #: ``message-id``; through a broker, the publisher's ``correlation-id`` survives.
+    identity: str = "message-id"
+    subscription: str = workload.SUBSCRIPTION
+
+    def deadline(self) -> Deadline:
+        return Deadline(self.limit)
+
+    def want_last(self) -> tuple[str, str]:
+        """(header, value) the ``count``-th message must carry."""
+        if self.identity == "message-id":
+            return "message-id", dict(workload.message_headers(self.count - 1))["message-id"]
+        return "correlation-id", f"order-{self.count - 1}"
+
+    def send_headers(self) -> list[dict[str, str]]:
+        """Each SEND's headers, built outside the timer."""
+        return [workload.send_headers(i, persistent=self.persistent) for i in range(self.count)]
+
+
+#: A client benchmark: one run, returning the seconds of its measured window.
+Bench = Callable[[Job], float]
 
 
 def _count(settings: Settings) -> int:
-    return settings.pick_count(100_000, 10_000)
+    return settings.pick_count(50_000, 10_000)
 
 
 def _rounds(settings: Settings) -> int:
     return settings.pick_rounds(3, 1)
 
 
-def _limit(count: int) -> float:
+def limit_for(count: int) -> float:
     """Seconds one run may take before it is abandoned (generous: ~1k msg/s)."""
     return 30.0 + count / 1000
 
 
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("benchmark run exceeded its time limit")
-        return left
+def check_last(job: Job, headers: Any, body: bytes | str, who: str) -> None:
+    """The last message taken must be the last one sent, with its body intact."""
+    name, value = job.want_last()
+    if headers.get(name) != value:
+        raise AssertionError(f"{who}: last message has {name}={headers.get(name)!r}, not {value}")
+    want = workload.body(job.count - 1)
+    got = body.encode() if isinstance(body, str) else body
+    if got != want:
+        raise AssertionError(f"{who}: last body is {got!r}")
 
 
 # -- the ceiling: a bare socket ---------------------------------------------------------
 
 
-def _bare_connect(address: Address, deadline: _Deadline) -> tuple[socket.socket, bytes]:
-    sock = socket.create_connection(address, timeout=deadline.left())
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n\n\x00")
-    data = b""
-    while b"\x00" not in data:
-        sock.settimeout(deadline.left())
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("server closed before CONNECTED")
-        data += chunk
-    head, _, rest = data.partition(b"\x00")
-    if not head.lstrip(b"\r\n").startswith(b"CONNECTED\n"):
-        raise ConnectionError(f"expected CONNECTED, got {head[:40]!r}")
-    return sock, rest
-
-
-def bare_consume(address: Address, count: int, limit: float) -> float:
-    deadline = _Deadline(limit)
-    sock, rest = _bare_connect(address, deadline)
-    with sock:
-        start = time.perf_counter()
-        sock.sendall(f"SUBSCRIBE\nid:{workload.SUBSCRIPTION}\n".encode() + b"ack:auto\n\n\x00")
-        seen = rest.count(b"\x00")
-        while seen < count:
-            sock.settimeout(deadline.left())
-            chunk = sock.recv(256 * 1024)
-            if not chunk:
-                raise ConnectionError(f"server closed after {seen} of {count} frames")
-            seen += chunk.count(b"\x00")
-        elapsed = time.perf_counter() - start
-        if seen != count:
-            raise AssertionError(f"received {seen} frames, expected {count}")
+def bare_consume(job: Job) -> float:
+    elapsed, headers = raw_consume(
+        job.server, job.destination, job.count, job.deadline(), ack=job.ack
+    )
+    name, value = job.want_last()
+    if headers.get(name) != value:
+        raise AssertionError(f"bare socket: last message has {name}={headers.get(name)!r}")
     return elapsed
 
 
-def bare_publish_factory(count: int) -> Bench:
-    stream = workload.send_stream(count, receipt="bench-end")
-
-    def bare_publish(address: Address, count_: int, limit: float) -> float:
-        deadline = _Deadline(limit)
-        sock, rest = _bare_connect(address, deadline)
-        with sock:
-            start = time.perf_counter()
-            sock.settimeout(deadline.left())
-            sock.sendall(stream)
-            reply = rest
-            while b"\x00" not in reply:
-                sock.settimeout(deadline.left())
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise ConnectionError("server closed before the RECEIPT")
-                reply += chunk
-            elapsed = time.perf_counter() - start
-        _check_receipt(reply.partition(b"\x00")[0].decode(), count_)
-        return elapsed
-
-    return bare_publish
+def bare_publish(job: Job) -> float:
+    elapsed, receipt = raw_publish(
+        job.server, job.destination, job.count, job.deadline(), persistent=job.persistent
+    )
+    if "x-frames" in receipt:
+        check_sink_count(receipt["x-frames"], job.count)
+    return elapsed
 
 
-def _check_receipt(text: str, count: int) -> None:
+def check_sink_count(x_frames: str, count: int) -> None:
     """The sink reports the frames it saw in ``x-frames``: CONNECT + ``count`` SENDs."""
-    for line in text.split("\n"):
-        if line.startswith("x-frames:"):
-            seen = int(line.partition(":")[2])
-            if seen < count + 1:
-                raise AssertionError(f"sink saw {seen} frames, expected at least {count + 1}")
-            return
-    raise AssertionError(f"no x-frames in the receipt {text!r}")
+    if int(x_frames) < count + 1:
+        raise AssertionError(f"sink saw {x_frames} frames, expected at least {count + 1}")
 
 
 # -- stomp.py (threaded, blocking) ------------------------------------------------------
 
 
-def _stomppy_connection(address: Address, deadline: _Deadline) -> tuple[Any, Any]:
+def _stomppy_connection(job: Job, deadline: Deadline) -> tuple[Any, Any]:
     import stomp
 
     class Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -158,7 +155,10 @@ def _stomppy_connection(address: Address, deadline: _Deadline) -> tuple[Any, Any
             self.done = threading.Event()
             self.count = 0
             self.target = 0
+            self.individual = False
+            self.conn: Any = None
             self.last: Any = None
+            self.error: Any = None
             self.receipts: list[Any] = []
 
         def on_connected(self, frame: Any) -> None:
@@ -167,7 +167,15 @@ def _stomppy_connection(address: Address, deadline: _Deadline) -> tuple[Any, Any
         def on_disconnected(self) -> None:
             self.disconnected.set()
 
+        def on_error(self, frame: Any) -> None:
+            self.error = frame
+            self.done.set()
+
         def on_message(self, frame: Any) -> None:
+            # stomp.py calls listeners in its receiver thread: acking here is the
+            # library's own idiom.
+            if self.individual:
+                self.conn.ack(frame.headers["ack"])
             self.count += 1
             if self.count == self.target:
                 self.last = frame
@@ -178,12 +186,15 @@ def _stomppy_connection(address: Address, deadline: _Deadline) -> tuple[Any, Any
             if frame.headers.get("receipt-id") == "bench-end":
                 self.done.set()
 
-    conn = stomp.Connection12([address], heartbeats=(0, 0), reconnect_attempts_max=1)
+    conn = stomp.Connection12(
+        [job.server.address], heartbeats=(0, 0), reconnect_attempts_max=1, vhost=job.server.vhost
+    )
     listener = Listener()
+    listener.conn = conn
     conn.set_listener("bench", listener)
-    conn.connect("guest", "guest", wait=False)
+    conn.connect(job.server.login, job.server.passcode, wait=False)
     if not listener.connected.wait(deadline.left()):
-        raise TimeoutError("stomp.py did not connect")
+        raise TimeoutError(f"stomp.py did not connect (error: {listener.error})")
     return conn, listener
 
 
@@ -192,39 +203,37 @@ def _stomppy_close(conn: Any, listener: Any) -> None:
     listener.disconnected.wait(10.0)
 
 
-def stomppy_consume(address: Address, count: int, limit: float) -> float:
-    deadline = _Deadline(limit)
-    conn, listener = _stomppy_connection(address, deadline)
+def stomppy_consume(job: Job) -> float:
+    deadline = job.deadline()
+    conn, listener = _stomppy_connection(job, deadline)
     try:
-        listener.target = count
+        listener.target = job.count
+        listener.individual = job.ack != "auto"
         start = time.perf_counter()
-        conn.subscribe(workload.DESTINATION, id=workload.SUBSCRIPTION, ack="auto")
+        conn.subscribe(job.destination, id=job.subscription, ack=job.ack)
         if not listener.done.wait(deadline.left()):
-            raise TimeoutError(f"stomp.py received {listener.count} of {count} messages")
+            raise TimeoutError(f"stomp.py received {listener.count} of {job.count} messages")
         elapsed = time.perf_counter() - start
     finally:
         _stomppy_close(conn, listener)
-    last = listener.last
-    want = dict(workload.message_headers(count - 1))
-    if last.headers.get("message-id") != want["message-id"]:
-        raise AssertionError(f"stomp.py: last message is {last.headers!r}")
+    if listener.error is not None:
+        raise ConnectionError(f"stomp.py: ERROR {listener.error.headers}")
     # stomp.py's default auto_decode hands the body over as str.
-    if last.body != workload.body(count - 1).decode():
-        raise AssertionError(f"stomp.py: last body is {last.body!r}")
+    check_last(job, listener.last.headers, listener.last.body, STOMPPY)
     return elapsed
 
 
-def stomppy_publish(address: Address, count: int, limit: float) -> float:
-    deadline = _Deadline(limit)
-    conn, listener = _stomppy_connection(address, deadline)
-    bodies = [workload.body(i) for i in range(count)]
-    headers = [workload.send_headers(i) for i in range(count)]
+def stomppy_publish(job: Job) -> float:
+    deadline = job.deadline()
+    conn, listener = _stomppy_connection(job, deadline)
+    bodies = [workload.body(i) for i in range(job.count)]
+    headers = job.send_headers()
     headers[-1]["receipt"] = "bench-end"
     try:
         start = time.perf_counter()
-        for i in range(count):
+        for i in range(job.count):
             conn.send(
-                workload.DESTINATION,
+                job.destination,
                 bodies[i],
                 content_type=workload.CONTENT_TYPE,
                 headers=headers[i],
@@ -234,42 +243,65 @@ def stomppy_publish(address: Address, count: int, limit: float) -> float:
         elapsed = time.perf_counter() - start
     finally:
         _stomppy_close(conn, listener)
+    if listener.error is not None:
+        raise ConnectionError(f"stomp.py: ERROR {listener.error.headers}")
     end = [f for f in listener.receipts if f.headers.get("receipt-id") == "bench-end"]
-    _check_receipt(f"x-frames:{end[0].headers.get('x-frames', '0')}", count)
+    if "x-frames" in end[0].headers:
+        check_sink_count(end[0].headers["x-frames"], job.count)
     return elapsed
 
 
 # -- stompman (asyncio) -----------------------------------------------------------------
 
 
-def _stompman_client(address: Address) -> Any:
+def _stompman_client(job: Job) -> Any:
     import stompman
+    from stompman.connection import Connection
 
+    real_host = job.server.host
+
+    class VhostConnection(Connection):
+        """stompman sends its address as the ``host`` header; RabbitMQ reads that
+        header as the virtual host. This connects to the real address instead, so
+        the address given to stompman can be the virtual host."""
+
+        @classmethod
+        async def connect(cls, **kwargs: Any) -> Any:
+            kwargs["host"] = real_host
+            return await super().connect(**kwargs)
+
+    host = job.server.vhost or real_host
     return stompman.Client(
-        [stompman.ConnectionParameters(address[0], address[1], "guest", "guest")],
+        [
+            stompman.ConnectionParameters(
+                host, job.server.port, job.server.login or "", job.server.passcode or ""
+            )
+        ],
         heartbeat=stompman.Heartbeat(0, 0),
         connect_retry_attempts=1,
+        connection_class=VhostConnection,
     )
 
 
-def stompman_consume(address: Address, count: int, limit: float) -> float:
+def stompman_consume(job: Job) -> float:
     async def main() -> tuple[float, Any]:
         done = asyncio.Event()
         state: dict[str, Any] = {"count": 0, "last": None}
 
         async def handler(frame: Any) -> None:
             state["count"] += 1
-            if state["count"] == count:
+            if state["count"] == job.count:
                 state["last"] = frame
                 done.set()
 
         def on_error(exc: Exception, frame: Any) -> None:
             state["error"] = exc
 
-        async with _stompman_client(address) as client:
+        async with _stompman_client(job) as client:
             start = time.perf_counter()
+            # stompman acks client-individual messages itself once the handler returns.
             subscription = await client.subscribe(
-                workload.DESTINATION, handler, ack="auto", on_suppressed_exception=on_error
+                job.destination, handler, ack=job.ack, on_suppressed_exception=on_error
             )
             await done.wait()
             elapsed = time.perf_counter() - start
@@ -278,190 +310,180 @@ def stompman_consume(address: Address, count: int, limit: float) -> float:
             raise state["error"]
         return elapsed, state["last"]
 
-    elapsed, last = asyncio.run(asyncio.wait_for(main(), limit))
-    if last.headers.get("message-id") != dict(workload.message_headers(count - 1))["message-id"]:
-        raise AssertionError(f"stompman: last message is {last.headers!r}")
-    if last.body != workload.body(count - 1):
-        raise AssertionError(f"stompman: last body is {last.body!r}")
+    elapsed, last = asyncio.run(asyncio.wait_for(main(), job.limit))
+    check_last(job, last.headers, last.body, STOMPMAN)
     return elapsed
 
 
-def stompman_publish(address: Address, count: int, limit: float) -> float:
-    bodies = [workload.body(i) for i in range(count)]
-    headers = [workload.send_headers(i) for i in range(count)]
+def stompman_publish(job: Job) -> float:
+    bodies = [workload.body(i) for i in range(job.count)]
+    headers = job.send_headers()
 
     async def main() -> float:
-        async with _stompman_client(address) as client:
+        async with _stompman_client(job) as client:
             start = time.perf_counter()
-            for i in range(count - 1):
+            for i in range(job.count - 1):
                 await client.send(
                     bodies[i],
-                    workload.DESTINATION,
+                    job.destination,
                     content_type=workload.CONTENT_TYPE,
                     headers=headers[i],
                 )
-            # The last one waits for its receipt: the sink has then read everything.
+            # The last one waits for its receipt: the server has then read everything.
             await client.send(
                 bodies[-1],
-                workload.DESTINATION,
+                job.destination,
                 content_type=workload.CONTENT_TYPE,
                 headers=headers[-1],
-                receipt_timeout=limit,
+                receipt_timeout=job.limit,
             )
             return time.perf_counter() - start
 
-    return asyncio.run(asyncio.wait_for(main(), limit))
+    return asyncio.run(asyncio.wait_for(main(), job.limit))
 
 
-# -- stompy: the hook for issue 7 -------------------------------------------------------
-# Each function is one run of one benchmark; stompy_contenders() below decides which
-# run. A function may raise benchmarks._core.NotWired to be listed as "not wired".
+# -- stompy -----------------------------------------------------------------------------
 
 
-def _url(address: Address) -> str:
-    return f"stomp://{address[0]}:{address[1]}"
+def _stompy_connection(job: Job, receipt_timeout: float = 10.0) -> stompy.Connection:
+    return stompy.Connection(
+        job.server.url,
+        login=job.server.login,
+        passcode=job.server.passcode,
+        host=job.server.vhost,
+        connect_timeout=10.0,
+        receipt_timeout=receipt_timeout,
+    )
 
 
-def _stompy_check_last(message: Any, count: int) -> None:
-    want = dict(workload.message_headers(count - 1))
-    if message.headers.get("message-id") != want["message-id"]:
-        raise AssertionError(f"stompy: last message is {dict(message.headers)!r}")
-    if message.body != workload.body(count - 1):
-        raise AssertionError(f"stompy: last body is {message.body!r}")
-
-
-def stompy_sync_consume(address: Address, count: int, limit: float) -> float:
-    """``stompy.Connection``: subscribe (auto ack), pull ``count`` messages with ``get``."""
-    deadline = _Deadline(limit)
-    with stompy.Connection(
-        _url(address), login="guest", passcode="guest", connect_timeout=10.0
-    ) as conn:
+def stompy_sync_consume(job: Job) -> float:
+    """``stompy.Connection``: subscribe, pull ``count`` messages with ``get``, ack each
+    with ``client-individual``."""
+    deadline = job.deadline()
+    individual = job.ack != "auto"
+    with _stompy_connection(job) as conn:
         start = time.perf_counter()
-        sub = conn.subscribe(workload.DESTINATION, id=workload.SUBSCRIPTION, ack="auto")
+        sub = conn.subscribe(job.destination, id=job.subscription, ack=job.ack)
         message = None
-        for received in range(count):
+        for received in range(job.count):
             message = sub.get(timeout=deadline.left())
             if message is None:
-                raise TimeoutError(f"stompy received {received} of {count} messages")
+                raise TimeoutError(f"stompy received {received} of {job.count} messages")
+            if individual:
+                message.ack()
         elapsed = time.perf_counter() - start
-    _stompy_check_last(message, count)
+    assert message is not None
+    check_last(job, message.headers, message.body, STOMPY)
     return elapsed
 
 
-def stompy_sync_publish(address: Address, count: int, limit: float) -> float:
+def stompy_sync_publish(job: Job) -> float:
     """``stompy.Connection``: ``count`` sends, the last one waits for its receipt."""
-    bodies = [workload.body(i) for i in range(count)]
-    headers = [workload.send_headers(i) for i in range(count)]
-    with stompy.Connection(
-        _url(address), login="guest", passcode="guest", connect_timeout=10.0, receipt_timeout=limit
-    ) as conn:
+    bodies = [workload.body(i) for i in range(job.count)]
+    headers = job.send_headers()
+    last = job.count - 1
+    with _stompy_connection(job, receipt_timeout=job.limit) as conn:
         start = time.perf_counter()
-        for i in range(count):
+        for i in range(job.count):
             conn.send(
-                workload.DESTINATION,
+                job.destination,
                 bodies[i],
                 headers=headers[i],
                 content_type=workload.CONTENT_TYPE,
-                receipt=i == count - 1,
+                receipt=i == last,
             )
         return time.perf_counter() - start
 
 
-def stompy_async_consume(address: Address, count: int, limit: float) -> float:
-    """``stompy.AsyncConnection`` on asyncio: as :func:`stompy_sync_consume`."""
+def _stompy_async_connection(job: Job, receipt_timeout: float = 10.0) -> stompy.AsyncConnection:
+    return stompy.AsyncConnection(
+        job.server.url,
+        login=job.server.login,
+        passcode=job.server.passcode,
+        host=job.server.vhost,
+        connect_timeout=10.0,
+        receipt_timeout=receipt_timeout,
+    )
+
+
+def stompy_async_consume(job: Job, backend: str = "asyncio") -> float:
+    """``stompy.AsyncConnection`` on ``backend``: as :func:`stompy_sync_consume`."""
     import anyio
 
+    individual = job.ack != "auto"
+
     async def main() -> tuple[float, Any]:
-        with anyio.fail_after(limit):
-            async with stompy.AsyncConnection(
-                _url(address), login="guest", passcode="guest", connect_timeout=10.0
-            ) as conn:
+        with anyio.fail_after(job.limit):
+            async with _stompy_async_connection(job) as conn:
                 start = time.perf_counter()
-                sub = await conn.subscribe(
-                    workload.DESTINATION, id=workload.SUBSCRIPTION, ack="auto"
-                )
+                sub = await conn.subscribe(job.destination, id=job.subscription, ack=job.ack)
                 message = None
-                for received in range(count):
+                for received in range(job.count):
                     message = await sub.get()
                     if message is None:
                         raise ConnectionError(f"subscription ended after {received} messages")
+                    if individual:
+                        await message.ack()
                 elapsed = time.perf_counter() - start
                 await sub.unsubscribe()
         return elapsed, message
 
-    elapsed, message = anyio.run(main)
-    _stompy_check_last(message, count)
+    elapsed, message = anyio.run(main, backend=backend)
+    check_last(job, message.headers, message.body, f"stompy ({backend})")
     return elapsed
 
 
-def stompy_async_publish(address: Address, count: int, limit: float) -> float:
-    """``stompy.AsyncConnection`` on asyncio: as :func:`stompy_sync_publish`."""
+def stompy_async_publish(job: Job, backend: str = "asyncio") -> float:
+    """``stompy.AsyncConnection`` on ``backend``: as :func:`stompy_sync_publish`."""
     import anyio
 
-    bodies = [workload.body(i) for i in range(count)]
-    headers = [workload.send_headers(i) for i in range(count)]
+    bodies = [workload.body(i) for i in range(job.count)]
+    headers = job.send_headers()
+    last = job.count - 1
 
     async def main() -> float:
-        with anyio.fail_after(limit):
-            async with stompy.AsyncConnection(
-                _url(address),
-                login="guest",
-                passcode="guest",
-                connect_timeout=10.0,
-                receipt_timeout=limit,
-            ) as conn:
+        with anyio.fail_after(job.limit):
+            async with _stompy_async_connection(job, receipt_timeout=job.limit) as conn:
                 start = time.perf_counter()
-                for i in range(count):
+                for i in range(job.count):
                     await conn.send(
-                        workload.DESTINATION,
+                        job.destination,
                         bodies[i],
                         headers=headers[i],
                         content_type=workload.CONTENT_TYPE,
-                        receipt=i == count - 1,
+                        receipt=i == last,
                     )
                 return time.perf_counter() - start
 
-    return anyio.run(main)
+    return anyio.run(main, backend=backend)
 
 
-def stompy_contenders() -> dict[str, list[tuple[str, Bench]]]:
-    """stompy's clients, by benchmark, when the installed stompy has them.
+def _has(module: str) -> bool:
+    import importlib.util
 
-    Detected, not imported: the clients are being written while this suite is.
-    Contender ``stompy`` is the one every ratio is taken against.
-    """
-    found: dict[str, list[tuple[str, Bench]]] = {"consume": [], "publish": []}
-    if hasattr(stompy, "Connection"):
-        found["consume"].append(("stompy", stompy_sync_consume))
-        found["publish"].append(("stompy", stompy_sync_publish))
-    if hasattr(stompy, "AsyncConnection"):
-        found["consume"].append(("stompy (async)", stompy_async_consume))
-        found["publish"].append(("stompy (async)", stompy_async_publish))
-    return found
+    return importlib.util.find_spec(module) is not None
+
+
+def contenders(kind: str, settings: Settings, *, trio: bool = True) -> list[tuple[str, Bench]]:
+    """Every client for ``kind`` (``"consume"`` or ``"publish"``) that is installed and
+    chosen, stompy's first, the bare-socket ceiling last."""
+    consume = kind == "consume"
+    found: list[tuple[str, Bench]] = [
+        (STOMPY, stompy_sync_consume if consume else stompy_sync_publish),
+        (STOMPY_ASYNCIO, stompy_async_consume if consume else stompy_async_publish),
+    ]
+    if trio and _has("trio"):
+        bench = stompy_async_consume if consume else stompy_async_publish
+        found.append((STOMPY_TRIO, functools.partial(bench, backend="trio")))
+    if _has("stomp"):
+        found.append((STOMPPY, stomppy_consume if consume else stomppy_publish))
+    if _has("stompman"):
+        found.append((STOMPMAN, stompman_consume if consume else stompman_publish))
+    found.append((CEILING, bare_consume if consume else bare_publish))
+    return [(who, bench) for who, bench in found if settings.wants(who)]
 
 
 # -- the group --------------------------------------------------------------------------
-
-
-def _peers(count: int) -> dict[str, list[tuple[str, Bench]]]:
-    peers: dict[str, list[tuple[str, Bench]]] = {"consume": [], "publish": []}
-    try:
-        import stomp  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        peers["consume"].append(("stomp.py", stomppy_consume))
-        peers["publish"].append(("stomp.py", stomppy_publish))
-    try:
-        import stompman  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        peers["consume"].append(("stompman", stompman_consume))
-        peers["publish"].append(("stompman", stompman_publish))
-    peers["consume"].append((CEILING, bare_consume))
-    peers["publish"].append((CEILING, bare_publish_factory(count)))
-    return peers
 
 
 def describe(settings: Settings) -> dict[str, Any]:
@@ -469,32 +491,42 @@ def describe(settings: Settings) -> dict[str, Any]:
     return {
         "messages": count,
         "rounds": _rounds(settings),
-        "time_limit_s": _limit(count),
+        "time_limit_s": limit_for(count),
         "headers_per_frame": 10,
         "body_bytes": workload.BODY_SIZE,
         "servers": "benchmarks.servers blast / sink in a child process on 127.0.0.1",
     }
 
 
-@register(GROUP, "client throughput against bare blast/sink servers (msg/s)", describe=describe)
+TARGETS: Final = (
+    Target("consume", STOMPPY, 4.0),
+    Target("publish", STOMPPY, 3.0),
+    Target("consume", STOMPMAN, 3.0, ours=STOMPY_ASYNCIO),
+    Target("consume", STOMPPY, 1.5, ours=STOMPY_ASYNCIO),
+    Target("consume", STOMPMAN, 3.0, ours=STOMPY_TRIO),
+    Target("consume", STOMPPY, 1.5, ours=STOMPY_TRIO),
+)
+
+
+@register(
+    GROUP,
+    "client throughput against bare blast/sink servers (msg/s)",
+    targets=TARGETS,
+    describe=describe,
+)
 def run(settings: Settings) -> list[Row]:
     count = _count(settings)
     rounds = _rounds(settings)
-    limit = _limit(count)
-    ours = stompy_contenders()
-    peers = _peers(count)
+    limit = limit_for(count)
     rows: list[Row] = []
     for name, kind in (("consume", "blast"), ("publish", "sink")):
-        contenders = [*ours[name], *peers[name]]
         log(settings, f"clients {name}: {count:,} messages, {rounds} rounds, {kind} server")
         with ServerProcess(kind, count=count, max_seconds=limit * rounds * 10) as server:
+            job = Job(Server(kind, *server.address), count, limit)
             runs = [
-                (who, functools.partial(bench, server.address, count, limit))
-                for who, bench in contenders
+                (who, functools.partial(bench, job)) for who, bench in contenders(name, settings)
             ]
             rates, failed = alternate_timed(runs, rounds, count, settings, name)
         rows += rows_from_rates(GROUP, name, rates, "msg/s")
-        rows += [
-            Row(GROUP, name, who, float("nan"), "msg/s", note=why) for who, why in failed.items()
-        ]
+        rows += failure_rows(GROUP, name, failed, "msg/s")
     return rows

@@ -44,7 +44,7 @@ V12: Final = "1.2"
 
 
 def _count(settings: Settings) -> int:
-    return settings.pick_count(100_000, 10_000)
+    return settings.pick_count(50_000, 10_000)
 
 
 def _rounds(settings: Settings) -> int:
@@ -320,6 +320,8 @@ def run(settings: Settings) -> list[Row]:
     for name, build in (("parse", _parse_contenders), ("encode", _encode_contenders)):
         log(settings, f"codec {name}: {count:,} frames, {rounds} rounds")
         contenders, missing = build(count)
+        contenders = [c for c in contenders if settings.wants(c.name)]
+        missing = [m for m in missing if settings.wants(m)]
         rates, failed = alternate(contenders, rounds, settings, name)
         rows += rows_from_rates(GROUP, name, rates, "frames/s")
         notes = {**failed, **dict.fromkeys(missing, "not installed")}

@@ -2,7 +2,8 @@
 
 * :class:`BlastServer` answers CONNECT with CONNECTED and every SUBSCRIBE with ``count``
   pre-encoded MESSAGE frames (ten headers, 100-byte body, carrying the subscription's
-  id), written as fast as the socket takes them; then it goes quiet.
+  id), written as fast as the socket takes them; then it goes quiet. A SUBSCRIBE
+  with an ``x-count`` header gets that many instead (at most ``count``).
 * :class:`SinkServer` answers CONNECT and swallows whatever follows, counting NUL
   octets (one per frame: the benchmark bodies hold none) and answering each
   ``receipt`` header with a RECEIPT that also reports the count in ``x-frames``, so a
@@ -205,14 +206,22 @@ class BlastServer(_Server):
         # The cut-up stream is built once; each SUBSCRIBE only joins it with its id.
         self._pieces = workload.message_pieces(count)
         self._default = workload.SUBSCRIPTION.encode().join(self._pieces)
+        self._cache: dict[int, list[bytes]] = {}
+        self._cache_lock = threading.Lock()
         #: Frames written so far over all connections.
         self.sent = 0
 
-    def stream(self, subscription: str) -> bytes:
-        if subscription == workload.SUBSCRIPTION:
+    def stream(self, subscription: str, count: int | None = None) -> bytes:
+        """The MESSAGE frames for one SUBSCRIBE: ``count`` of them (default: all)."""
+        pieces = self._pieces
+        if count is not None and count != self.count:
+            with self._cache_lock:
+                pieces = self._cache.get(count) or workload.message_pieces(count)
+                self._cache[count] = pieces
+        elif subscription == workload.SUBSCRIPTION:
             return self._default
         escaped = subscription.replace("\\", "\\\\").replace(":", "\\c").replace("\n", "\\n")
-        return escaped.encode().join(self._pieces)
+        return escaped.encode().join(pieces)
 
     def handle(self, sock: socket.socket) -> None:
         conn = _Connection(sock)
@@ -231,12 +240,14 @@ class BlastServer(_Server):
             if command == "DISCONNECT":
                 return
             if command == "SUBSCRIBE":
-                data = memoryview(self.stream(headers.get("id", "")))
+                wanted = headers.get("x-count", "")
+                count = min(int(wanted), self.count) if wanted.isdigit() else self.count
+                data = memoryview(self.stream(headers.get("id", ""), count))
                 for start in range(0, len(data), _SEND_SLICE):
                     if self._stop.is_set():
                         return
                     sock.sendall(data[start : start + _SEND_SLICE])
-                self.sent += self.count
+                self.sent += count
 
 
 class SinkServer(_Server):

@@ -40,10 +40,14 @@ def message_headers(i: int, subscription: str = SUBSCRIPTION) -> tuple[tuple[str
     )
 
 
-def send_headers(i: int) -> dict[str, str]:
+def send_headers(i: int, *, persistent: bool = True) -> dict[str, str]:
     """The headers a publisher adds to SEND number ``i`` besides destination,
-    content-type and content-length (ten headers in all)."""
-    return {
+    content-type and content-length (ten headers in all, nine when not persistent).
+
+    Not persistent means no ``persistent`` header at all: RabbitMQ answers
+    ``persistent:false`` with an ERROR.
+    """
+    headers = {
         "timestamp": str(_TIMESTAMP_BASE + i),
         "priority": "4",
         "expires": "0",
@@ -52,6 +56,9 @@ def send_headers(i: int) -> dict[str, str]:
         "reply-to": "/queue/bench.replies",
         "x-trace-id": f"{i * 2654435761 % 2**32:08x}-bench",
     }
+    if not persistent:
+        del headers["persistent"]
+    return headers
 
 
 def _escape12(text: str) -> str:
@@ -87,17 +94,24 @@ def message_stream(count: int, subscription: str = SUBSCRIPTION) -> bytes:
     return _escape12(subscription).encode().join(message_pieces(count))
 
 
-def send_stream(count: int, receipt: str | None = "bench-end") -> bytes:
+def send_stream(
+    count: int,
+    receipt: str | None = "bench-end",
+    *,
+    destination: str = DESTINATION,
+    persistent: bool = True,
+) -> bytes:
     """``count`` SEND frames (ten headers each); the last asks for ``receipt``."""
     frames: list[bytes] = []
     for i in range(count):
         lines = [
             "SEND",
-            f"destination:{DESTINATION}",
+            f"destination:{_escape12(destination)}",
             f"content-type:{CONTENT_TYPE}",
             f"content-length:{BODY_SIZE}",
         ]
-        lines += [f"{_escape12(k)}:{_escape12(v)}" for k, v in send_headers(i).items()]
+        headers = send_headers(i, persistent=persistent)
+        lines += [f"{_escape12(k)}:{_escape12(v)}" for k, v in headers.items()]
         if receipt is not None and i == count - 1:
             lines.append(f"receipt:{receipt}")
         frames.append(("\n".join(lines) + "\n\n").encode() + body(i) + b"\x00")

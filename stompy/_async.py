@@ -26,7 +26,7 @@ import contextlib
 import math
 from collections.abc import Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.abc
@@ -39,13 +39,13 @@ from stompy._client import (
     SslArg,
     error_for_event,
     log,
-    log_sent,
+    take_output,
 )
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import AckMode, Connected, Receipt
 from stompy._events import Message as MessageEvent
 from stompy._frames import VERSIONS
-from stompy._protocol import ClientProtocol
+from stompy._protocol import ClientProtocol, State
 from stompy._urls import Endpoint
 from stompy.errors import (
     ConnectFailed,
@@ -59,7 +59,12 @@ from stompy.errors import (
     TransactionLost,
 )
 
+if TYPE_CHECKING:
+    from stompy._websocket import WebSocket
+
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
+
+_Established = tuple[anyio.abc.ByteStream, ClientProtocol, Connected, Endpoint, "WebSocket | None"]
 
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 _RECV_SIZE: Final = 256 * 1024
@@ -314,6 +319,7 @@ class AsyncConnection:
 
     ``async with AsyncConnection(url) as conn:`` connects and starts the reader, writer
     and heart-beat tasks; leaving the block disconnects gracefully and stops them.
+    ``ws://`` and ``wss://`` URLs speak STOMP over WebSocket.
     """
 
     def __init__(
@@ -334,6 +340,7 @@ class AsyncConnection:
         limits: FrameLimits = DEFAULT_LIMITS,
         max_pending: int = 1000,
         strict: bool = True,
+        ws_headers: Mapping[str, str] | None = None,
     ) -> None:
         self._options = ClientOptions(
             url_or_urls,
@@ -351,11 +358,14 @@ class AsyncConnection:
             limits=limits,
             max_pending=max_pending,
             strict=strict,
+            ws_headers=ws_headers,
         )
         self._status = _NEW
         self._failure: StompError | None = None
         self._proto: ClientProtocol | None = None
         self._stream: anyio.abc.ByteStream | None = None
+        #: The WebSocket framing of the current stream (``None`` for plain STOMP).
+        self._ws: WebSocket | None = None
         self._endpoint: Endpoint | None = None
         self._connected: Connected | None = None
         self._epoch = 0
@@ -466,11 +476,14 @@ class AsyncConnection:
                 contextlib.suppress(StompError, *_NETWORK_ERRORS),
             ):
                 rid = proto.disconnect(receipt=True)
+                if rid is not None:
+                    # Written before _wait_receipt runs: the RECEIPT may beat it.
+                    self._expected.add(rid)
                 self._set_status(_CLOSING)
                 # Written here, not by the writer task: when the host task is
                 # cancelled, the connection's own tasks are cancelled with it.
                 async with self._write_lock:
-                    self._out += proto.data_to_send()
+                    self._out += take_output(proto, self._ws, None, self._endpoint)
                     data = bytes(self._out)
                     self._out.clear()
                     await stream.send(data)
@@ -496,6 +509,14 @@ class AsyncConnection:
         stream = self._stream
         self._stream = None
         if stream is not None:
+            ws = self._ws
+            if ws is not None and not self._out:
+                # Say goodbye the WebSocket way; best effort, bounded.
+                with anyio.move_on_after(1.0), contextlib.suppress(Exception):
+                    bye = ws.close()
+                    if bye:
+                        async with self._write_lock:
+                            await stream.send(bye)
             with contextlib.suppress(Exception):
                 await stream.aclose()
 
@@ -615,6 +636,13 @@ class AsyncConnection:
     # -- plumbing ----------------------------------------------------------------------
 
     async def _ready(self) -> ClientProtocol:
+        proto = self._proto
+        if self._status == _CONNECTED and proto is not None and proto.state is State.CLOSED:
+            # The core saw the end (an ERROR, say) and the supervisor is about to
+            # reconnect or fail: wait for its verdict rather than misuse a dead core.
+            with anyio.move_on_after(self._options.receipt_timeout):
+                while self._status == _CONNECTED and self._proto is proto:
+                    await self._changed.wait()
         if self._status == _RECONNECTING:
             policy = self._options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
@@ -634,9 +662,8 @@ class AsyncConnection:
         proto = self._proto
         if proto is None:
             return
-        data = proto.data_to_send(anyio.current_time())
+        data = take_output(proto, self._ws, anyio.current_time(), self._endpoint)
         if data:
-            log_sent(data, self._endpoint)
             self._out += data
             self._out_ready.set()
         if len(self._out) > MAX_OUTGOING:
@@ -689,9 +716,7 @@ class AsyncConnection:
 
     # -- establishing -------------------------------------------------------------------
 
-    async def _establish(
-        self,
-    ) -> tuple[anyio.abc.ByteStream, ClientProtocol, Connected, Endpoint]:
+    async def _establish(self) -> _Established:
         errors: list[str] = []
         for endpoint in self._options.endpoints:
             try:
@@ -699,21 +724,21 @@ class AsyncConnection:
             except ServerError:
                 raise
             except (ConnectFailed, ProtocolError) as exc:
-                errors.append(f"{endpoint}: {exc}")
+                errors.append(str(exc))  # each names its address
                 log.info("could not connect to %s: %s", endpoint, exc)
         raise ConnectFailed("; ".join(errors))
 
-    async def _establish_one(
-        self, endpoint: Endpoint
-    ) -> tuple[anyio.abc.ByteStream, ClientProtocol, Connected, Endpoint]:
-        if endpoint.websocket:
-            raise ConnectFailed("WebSocket URLs are not supported by this transport yet")
+    async def _establish_one(self, endpoint: Endpoint) -> _Established:
         options = self._options
         try:
             context = options.ssl_context(endpoint)
         except ValueError as exc:
             raise ConnectFailed(str(exc)) from None
         proto = options.start(endpoint)
+        ws: WebSocket | None = None
+        request = b""
+        if endpoint.websocket:
+            ws, request = options.websocket(endpoint)
         stream: anyio.abc.ByteStream | None = None
         try:
             with anyio.fail_after(options.connect_timeout):
@@ -727,28 +752,41 @@ class AsyncConnection:
                     )
                 else:
                     stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
-                hello = proto.data_to_send()
-                log_sent(hello, endpoint)
-                await stream.send(hello)
+                # Over WebSocket, CONNECT goes once the server accepted the upgrade.
+                await stream.send(request or take_output(proto, None, None, endpoint))
                 while True:
+                    ended: StompError | None = None
                     try:
                         data = await stream.receive(_RECV_SIZE)
                     except anyio.EndOfStream:
                         proto.receive_eof()
                     else:
+                        if ws is not None:
+                            was_open = ws.open
+                            got = ws.receive(data)
+                            reply = got.reply
+                            if ws.open and not was_open:
+                                reply += take_output(proto, ws, None, endpoint)
+                            if reply:
+                                await stream.send(reply)
+                            data, ended = got.data, got.ended
                         proto.receive_data(data, anyio.current_time())
                     event = proto.next_event()
                     while event is not None:
                         if isinstance(event, Connected):
                             proto.start_heartbeats(anyio.current_time())
                             log.info("connected to %s (STOMP %s)", endpoint, event.version)
-                            return stream, proto, event, endpoint
+                            return stream, proto, event, endpoint, ws
                         failure = error_for_event(event)
                         if isinstance(failure, ServerError):
                             raise failure
                         if failure is not None:
                             raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
                         event = proto.next_event()
+                    if ended is not None:
+                        if isinstance(ended, ConnectionLost):
+                            raise ConnectFailed(f"{ended} during CONNECT")
+                        raise ended
         except TimeoutError:
             await self._abandon(stream)
             raise ConnectFailed(
@@ -773,8 +811,10 @@ class AsyncConnection:
         proto: ClientProtocol,
         connected: Connected,
         endpoint: Endpoint,
+        ws: WebSocket | None,
     ) -> None:
         self._stream = stream
+        self._ws = ws
         self._proto = proto
         self._connected = connected
         self._endpoint = endpoint
@@ -785,7 +825,7 @@ class AsyncConnection:
         self._reader_alive = True  # from now on; the reader clears it when it ends
         for sub in self._subs.values():
             proto.subscribe(sub.destination, ack=sub.ack, id=sub.id, headers=sub.headers)
-        data = proto.data_to_send(anyio.current_time())
+        data = take_output(proto, ws, anyio.current_time())
         if data:
             self._out += data
             self._out_ready.set()
@@ -823,16 +863,38 @@ class AsyncConnection:
     async def _reader(
         self, stream: anyio.abc.ByteStream, proto: ClientProtocol, scope: anyio.CancelScope
     ) -> None:
+        ws = self._ws
         try:
             while True:
+                ended: StompError | None = None
+                eof = False
                 try:
                     data = await stream.receive(_RECV_SIZE)
                 except anyio.EndOfStream:
                     proto.receive_eof()
+                    eof = True
                 else:
-                    proto.receive_data(data, anyio.current_time())
+                    now = anyio.current_time()
+                    if ws is not None:
+                        got = ws.receive(data)
+                        if got.reply:
+                            self._out += got.reply
+                            self._out_ready.set()
+                        data, ended = got.data, got.ended
+                        if not data:
+                            proto.note_alive(now)  # a ping, a pong: the peer is there
+                    proto.receive_data(data, now)
                 failure = await self._pump(proto)
-                if failure is not None:
+                if failure is None and ended is not None:
+                    # Frames that came before the close were handled; the writer
+                    # gets a moment to answer the close before the epoch ends.
+                    with anyio.move_on_after(0.5):
+                        while self._out:
+                            await self._drained.wait()
+                    failure = ended
+                if failure is not None or eof:
+                    # After EOF there is nothing more to read: end here rather than
+                    # spin on EndOfStream (after a DISCONNECT receipt, failure is None).
                     self._end_epoch(scope, failure)
                     return
         except _NETWORK_ERRORS as exc:
@@ -863,7 +925,7 @@ class AsyncConnection:
                 event = proto.next_event()
         except ProtocolError as exc:
             return exc
-        data = proto.data_to_send(anyio.current_time())
+        data = take_output(proto, self._ws, anyio.current_time())
         if data:
             self._out += data
             self._out_ready.set()
@@ -894,15 +956,18 @@ class AsyncConnection:
                 await self._out_ready.wait()
                 self._out_ready = anyio.Event()
                 while self._out:
-                    data = bytes(self._out)
-                    self._out.clear()
                     # Shielded: a cancelled write must not leave half a frame behind.
                     with (
                         anyio.CancelScope(shield=True),
                         anyio.fail_after(self._options.receipt_timeout),
                     ):
                         async with self._write_lock:
-                            await stream.send(data)
+                            # Taken under the lock: close() writes its DISCONNECT
+                            # under it too, and must not overtake these frames.
+                            data = bytes(self._out)
+                            self._out.clear()
+                            if data:
+                                await stream.send(data)
                     self._drained.set()
                     self._drained = anyio.Event()
                 if self._status == _CLOSED:

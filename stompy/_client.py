@@ -14,7 +14,7 @@ import ssl as _ssl
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import AckMode, ConnectionClosed, Error, Event, HeartbeatTimedOut
@@ -22,9 +22,20 @@ from stompy._events import Message as MessageEvent
 from stompy._frames import VERSIONS, Frame
 from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
-from stompy.errors import ConnectionLost, HeartbeatTimeout, ServerError, StompError
+from stompy.errors import ConnectFailed, ConnectionLost, HeartbeatTimeout, ServerError, StompError
 
-__all__ = ("ClientOptions", "MessageBase", "Reconnect", "error_for_event", "log", "log_sent")
+if TYPE_CHECKING:
+    from stompy._websocket import WebSocket
+
+__all__ = (
+    "ClientOptions",
+    "MessageBase",
+    "Reconnect",
+    "error_for_event",
+    "log",
+    "log_sent",
+    "take_output",
+)
 
 log: Final = logging.getLogger("stompy")
 
@@ -38,6 +49,37 @@ def log_sent(data: bytes, where: object) -> None:
         shown = _PASSCODE_LINE.sub(b"passcode:********", data[:_LOGGED_BYTES])
         more = f" (+{len(data) - _LOGGED_BYTES} bytes)" if len(data) > _LOGGED_BYTES else ""
         log.debug("to %s: %r%s", where, shown, more)
+
+
+def take_output(
+    proto: ClientProtocol, ws: WebSocket | None, now: float | None, where: object = None
+) -> bytes:
+    """Drain the core's frames as wire bytes: as they are, or one WebSocket message each.
+
+    With ``where`` they are logged, as STOMP: a masked WebSocket frame carries its key,
+    so logging the wire bytes would not even hide the passcode.
+    """
+    if ws is None:
+        data = proto.data_to_send(now)
+        if data and where is not None:
+            log_sent(data, where)
+        return data
+    frames = proto.frames_to_send(now)
+    if not frames:
+        return b""
+    if where is not None and log.isEnabledFor(logging.DEBUG):
+        log_sent(b"".join(frames), where)
+    return ws.send_frames(frames)
+
+
+_HTTP_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HTTP_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+
+
+def _check_http_header(name: str, value: str) -> None:
+    """HTTP allows a token as a header name and no control characters in a value."""
+    if not _HTTP_TOKEN.fullmatch(name) or not _HTTP_VALUE.fullmatch(value):
+        raise ValueError(f"invalid WebSocket handshake header {name!r}")
 
 
 #: The ``host`` header when neither the ``host`` argument nor the URL path names one.
@@ -110,6 +152,7 @@ class ClientOptions:
         limits: FrameLimits = DEFAULT_LIMITS,
         max_pending: int = 1000,
         strict: bool = True,
+        ws_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoints = parse_urls(urls)
         if max_pending < 1:
@@ -130,6 +173,10 @@ class ClientOptions:
         self.limits = limits
         self.max_pending = max_pending
         self.strict = strict
+        #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``).
+        self.ws_headers = dict(ws_headers or {})
+        for name, value in self.ws_headers.items():
+            _check_http_header(name, value)
         self.new_protocol()  # validate versions and heart-beats now, not at connect time
 
     def __repr__(self) -> str:
@@ -163,6 +210,25 @@ class ClientOptions:
         login, passcode = self.credentials(endpoint)
         proto.connect(self.vhost(endpoint), login=login, passcode=passcode, headers=self.headers)
         return proto
+
+    def websocket(self, endpoint: Endpoint) -> tuple[WebSocket, bytes]:
+        """The client side of a WebSocket to ``endpoint`` and its upgrade request.
+
+        It offers the subprotocols of the allowed STOMP versions. Raises
+        :class:`ConnectFailed` when wsproto (the ``websocket`` extra) is missing.
+        """
+        try:
+            from stompy._websocket import WebSocket, subprotocols_for
+        except ImportError as exc:
+            raise ConnectFailed(str(exc)) from None
+        return WebSocket.client(
+            endpoint.host,
+            endpoint.port,
+            endpoint.path,
+            tls=endpoint.tls,
+            subprotocols=subprotocols_for(self.versions),
+            headers=self.ws_headers,
+        )
 
     def ssl_context(self, endpoint: Endpoint) -> _ssl.SSLContext | None:
         """The TLS context for ``endpoint``, or ``None`` for plain TCP.

@@ -5,15 +5,16 @@ time (h11's ``receive_data`` / ``next_event`` split), so that the state machine 
 switch the STOMP version right after CONNECTED, before the next frame is decoded.
 
 Speed comes from working on whole slices: ``bytes.find`` locates the blank line that
-ends the headers and the NUL that ends a body, the header block is decoded once, and
-unescaping runs only on lines that hold a backslash. Memory is bounded by
+ends the headers and the NUL that ends a body, the header block is decoded once, CRs
+and backslashes are dealt with only where there are any, and the ``(name, value)``
+pairs of header lines seen lately are shared rather than made again. The encoder
+escapes all header lines at once, in a few ``str.replace`` passes. Memory is bounded by
 :class:`FrameLimits`: a frame that crosses a limit raises :class:`FrameTooLarge` as
 soon as the crossing is seen, without waiting for (or buffering) the rest.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,6 +27,7 @@ from stompy._frames import (
     V12,
     VERSIONS,
     Frame,
+    Headers,
     escape,
     unescape,
 )
@@ -33,15 +35,17 @@ from stompy.errors import FrameTooLarge, ProtocolError
 
 __all__ = ("FrameLimits", "FrameParser", "encode")
 
-_DIGITS: Final = re.compile(r"[0-9]+")
+#: How many recent header lines (of at most ``_KNOWN_LINE_MAX`` characters, without a
+#: backslash) the parser remembers the ``(name, value)`` pair of.
+_KNOWN_PAIRS: Final = 128
+_KNOWN_LINE_MAX: Final = 200
+#: From this size on a body leaves the buffer through a memoryview (one copy, not two).
+_VIEW_COPY_MIN: Final = 16 * 1024
 
 
 def _shown(text: str) -> str:
     """``text`` for an error message: a peer's megabyte of garbage is cut short."""
     return repr(text if len(text) <= 40 else text[:40] + "...")
-
-
-_NEEDS_ESCAPE: Final = re.compile(r"[\\\n:\r]").search
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ class FrameParser:
         self._pos = 0  # start of the unconsumed bytes in _buf
         self._offset = 0  # stream offset of _buf[0], for error messages
         self._error: ProtocolError | None = None
+        self._known_pairs: dict[str, tuple[str, str]] = {}  # line -> (name, value)
         # Header scanning state, kept across calls so no byte is scanned twice.
         self._scan = 0  # where the search for the blank line resumes
         self._line_start = 0  # start of the header line being scanned
@@ -142,11 +147,19 @@ class FrameParser:
     def parse(self, data: bytes) -> list[Frame]:
         """Feed ``data`` and return every frame it completes."""
         self.feed(data)
+        if self._error is not None:
+            raise self._error
         frames: list[Frame] = []
-        frame = self.next_frame()
-        while frame is not None:
-            frames.append(frame)
-            frame = self.next_frame()
+        # next_frame() in a loop, unrolled: this is the hot path of every consumer.
+        try:
+            while self._body_start >= 0 or self._read_headers():
+                frame = self._read_body()
+                if frame is None:
+                    break
+                frames.append(frame)
+        except ProtocolError as exc:
+            self._error = exc
+            raise
         return frames
 
     def next_frame(self) -> Frame | None:
@@ -154,7 +167,9 @@ class FrameParser:
         if self._error is not None:
             raise self._error
         try:
-            return self._next_frame()
+            if self._body_start < 0 and not self._read_headers():
+                return None
+            return self._read_body()
         except ProtocolError as exc:
             self._error = exc
             raise
@@ -164,32 +179,13 @@ class FrameParser:
         cls = FrameTooLarge if too_large else ProtocolError
         return cls(message + where)
 
-    def _next_frame(self) -> Frame | None:
-        if self._body_start < 0 and not self._read_headers():
-            return None
-        return self._read_body()
-
     def _read_headers(self) -> bool:
         buf = self._buf
         end = len(buf)
         pos = self._pos
-        if self._scan <= pos:
-            # Between frames: skip EOLs, which are heart-beats or frame padding.
-            while pos < end:
-                byte = buf[pos]
-                if byte == 10:
-                    pos += 1
-                elif byte == 13:
-                    if pos + 1 >= end:
-                        break
-                    if buf[pos + 1] != 10:
-                        self._pos = pos
-                        raise self._fail("carriage return not followed by a line feed", pos)
-                    pos += 2
-                else:
-                    break
-                self.heartbeats += 1
-            self._pos = pos
+        if self._scan <= pos:  # between frames
+            if pos < end and (buf[pos] == 10 or buf[pos] == 13):
+                pos = self._skip_eols(pos, end)
             if pos >= end or buf[pos] == 13:
                 return False
             self._scan = self._line_start = pos
@@ -197,9 +193,12 @@ class FrameParser:
 
         scan = self._scan
         stop = buf.find(b"\n\n", scan)
-        crlf = buf.find(b"\n\r\n", scan, end if stop < 0 else stop + 2)
-        if crlf >= 0:
-            stop = crlf
+        # A block ended by "\n\r\n" may end sooner. Most peers send no CR at all,
+        # and looking for one byte (memchr) is much cheaper than for three.
+        if buf.find(b"\r", scan, end if stop < 0 else stop) >= 0:
+            crlf = buf.find(b"\n\r\n", scan, end if stop < 0 else stop + 2)
+            if crlf >= 0:
+                stop = crlf
         if stop < 0:
             self._check_partial_header(scan, end)
             return False
@@ -226,43 +225,94 @@ class FrameParser:
             ) from None
         lines = text.split("\n")
         command = lines[0]
-        if command.endswith("\r"):
+        # Most peers end lines with LF alone: CRs are looked for only if there are any.
+        has_cr = "\r" in text
+        if has_cr and command.endswith("\r"):
             command = command[:-1]
         if command not in COMMANDS:
             raise self._fail(f"unknown command {_shown(command)}", pos)
         raw = command in UNESCAPED_COMMANDS
-        version = self.version
+        version = self._version
+        del lines[0]
         # "EOL = [CR] LF" (1.2). STOMP 1.1 ends lines with LF only and lets a value
         # hold a CR, so it keeps one. 1.0 says LF too, but a 1.0 value cannot carry
         # a CR reliably, and a 1.0 parser is what reads an ERROR that arrives before
         # CONNECTED names the version: strip it there, as for CONNECT/CONNECTED.
-        strip_cr = raw or version != V11
-        do_unescape = not raw and version != V10
+        if has_cr and (raw or version != V11):
+            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        unescaping = not raw and version != V10
+        strict = self.strict
+        # Header lines repeat from frame to frame (destination, subscription,
+        # content-type, ...): the pair made for a recent line is shared rather than
+        # made again, which saves the work and the garbage collector's time.
+        known = self._known_pairs
         headers: list[tuple[str, str]] = []
-        for line in lines[1:]:
-            if strip_cr and line.endswith("\r"):
-                line = line[:-1]
-            colon = line.find(":")
-            if colon <= 0:
-                what = "without a colon" if colon < 0 else "with an empty name"
-                raise self._fail(f"header line {what}: {_shown(line)} in {command}", pos)
-            if do_unescape and "\\" in line:
-                try:
-                    headers.append(
-                        (
-                            unescape(line[:colon], version, strict=self.strict),
-                            unescape(line[colon + 1 :], version, strict=self.strict),
-                        )
-                    )
-                except ProtocolError as exc:
-                    raise self._fail(f"{exc} in {command}", pos) from None
-            else:
-                headers.append((line[:colon], line[colon + 1 :]))
+        for line in lines:
+            pair = known.get(line)
+            if pair is None:
+                name, colon, value = line.partition(":")
+                if not name or not colon:
+                    what = "with an empty name" if colon else "without a colon"
+                    raise self._fail(f"header line {what}: {_shown(line)} in {command}", pos)
+                if "\\" in line:
+                    # Not kept: what it means depends on the version and the command.
+                    if unescaping:
+                        try:
+                            if "\\" in name:
+                                name = unescape(name, version, strict=strict)
+                            value = unescape(value, version, strict=strict)
+                        except ProtocolError as exc:
+                            raise self._fail(f"{exc} in {command}", pos) from None
+                    pair = (name, value)
+                else:
+                    pair = (name, value)
+                    if len(line) <= _KNOWN_LINE_MAX:
+                        if len(known) >= _KNOWN_PAIRS:
+                            known.clear()
+                        known[line] = pair
+            headers.append(pair)
 
         length = -1
+        # No escape sequence stands for a letter or a dash: the name is in the text.
+        if "content-length" in text:
+            length = self._content_length(command, headers, pos)
+        self._command = command
+        self._headers = tuple(headers)
+        self._length = length
+        # Skip the blank line: "\n\n" or "\n\r\n".
+        self._body_start = self._scan = stop + (3 if buf[stop + 1] == 13 else 2)
+        return True
+
+    def _skip_eols(self, pos: int, end: int) -> int:
+        """Consume the EOLs at ``pos``: heart-beats, or padding after a frame's NUL.
+
+        Returns where they end; a CR whose LF has not arrived yet stays unconsumed.
+        """
+        buf = self._buf
+        while pos < end:
+            byte = buf[pos]
+            if byte == 10:
+                pos += 1
+            elif byte == 13:
+                if pos + 1 >= end:
+                    break
+                if buf[pos + 1] != 10:
+                    self._pos = pos
+                    raise self._fail("carriage return not followed by a line feed", pos)
+                pos += 2
+            else:
+                break
+            self.heartbeats += 1
+        self._pos = pos
+        return pos
+
+    def _content_length(self, command: str, headers: list[tuple[str, str]], pos: int) -> int:
+        """The value of the first ``content-length`` header, or -1 if there is none."""
+        limits = self.limits
         for key, value in headers:
             if key == "content-length":
-                if _DIGITS.fullmatch(value) is None:
+                # ASCII digits only: str.isdigit() alone accepts other scripts' digits.
+                if not (value.isascii() and value.isdigit()):
                     raise self._fail(f"invalid content-length {_shown(value)} in {command}", pos)
                 # Measured before int(): a long run of digits is both too large and
                 # beyond what int() converts (sys.get_int_max_str_digits).
@@ -275,14 +325,8 @@ class FrameParser:
                         pos,
                         too_large=True,
                     )
-                break
-        self._command = command
-        self._headers = tuple(headers)
-        self._length = length
-        # Skip the blank line: "\n\n" or "\n\r\n".
-        self._body_start = stop + (3 if buf[stop + 1] == 13 else 2)
-        self._scan = self._body_start
-        return True
+                return length
+        return -1
 
     def _line_too_long(self, start: int) -> ProtocolError:
         limit = self.limits.max_header_line
@@ -364,12 +408,18 @@ class FrameParser:
                     f"body over the limit of {self.limits.max_body} bytes", start, too_large=True
                 )
         command = self._command
-        if length and self.strict and command not in BODY_COMMANDS:
+        if command not in BODY_COMMANDS and length and self.strict:
             raise self._fail(f"{command} frame must not have a body", start)
-        frame = Frame(command, self._headers, bytes(buf[start:nul]))
+        if length < _VIEW_COPY_MIN:
+            body = bytes(buf[start:nul])
+        else:
+            # One copy through a view instead of two (a bytearray slice, then bytes):
+            # worth the view's own cost for a large body only.
+            with memoryview(buf) as view:
+                body = view[start:nul].tobytes()
+        frame = Frame(command, self._headers, body)
         self._pos = self._scan = nul + 1
         self._body_start = -1
-        self._headers = ()
         return frame
 
 
@@ -387,7 +437,7 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     in every version) a line break in a header or a colon in a name: a header value
     must never be able to inject a header or a frame.
     """
-    if version not in VERSIONS:
+    if version != V12 and version not in VERSIONS:
         # An unknown version would escape nothing and let a newline through.
         raise ValueError(f"unknown STOMP version {version!r}")
     command = frame.command
@@ -396,29 +446,58 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     body = frame.body
     if body and command not in BODY_COMMANDS:
         raise ValueError(f"a {command} frame cannot have a body")
-    raw = version == V10 or command in UNESCAPED_COMMANDS
-    parts = [command]
-    for key, value in frame.headers:
+    if version == V10 or command in UNESCAPED_COMMANDS:
+        text = _raw_header_text(command, frame.headers, version)
+    else:
+        # Escaping replaces each character on its own, so all lines can be escaped
+        # at once, in a few C-level passes, if what separates a name from its value
+        # is left alone: a NUL stands for that colon until the end. It needs no name
+        # or value to hold a NUL or a line feed, which the two counts confirm.
+        # (The true content-length is written below; str.join, unlike an f-string,
+        # refuses a name or value that is not a str.)
+        lines = ["\x00".join(item) for item in frame.headers if item[0] != "content-length"]
+        text = "\n".join(lines)
+        count = len(lines)
+        if text.count("\x00") == count and text.count("\n") == count - 1:
+            # The backslash goes first, so the backslashes added after it stay single.
+            text = text.replace("\\", "\\\\").replace(":", "\\c")
+            if version == V12:
+                text = text.replace("\r", "\\r")
+            text = text.replace("\x00", ":")
+        else:  # no headers, or a NUL or a line feed to escape: one by one
+            text = "\n".join(
+                [
+                    f"{escape(key, version)}:{escape(value, version)}"
+                    for key, value in frame.headers
+                    if key != "content-length"
+                ]
+            )
+    end = f"content-length:{len(body)}\n\n" if body else "\n\x00"
+    head = f"{command}\n{text}\n{end}" if text else f"{command}\n{end}"
+    if "\n:" in head:
+        # Every colon inside a name or value is escaped (or refused): this one
+        # follows an empty name.
+        raise ValueError(f"empty header name in {command}")
+    return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
+
+
+def _raw_header_text(command: str, headers: Headers, version: str) -> str:
+    """The header lines where nothing is escaped (STOMP 1.0; CONNECT and CONNECTED).
+
+    What cannot be written unescaped is refused.
+    """
+    lines: list[str] = []
+    for key, value in headers:
         if key == "content-length":
             continue
         if not key:
             raise ValueError(f"empty header name in {command}")
-        if raw:
-            if "\n" in key or ":" in key or "\r" in key:
-                raise ValueError(f"header name {key!r} cannot be sent in {command} {version}")
-            if "\n" in value or "\r" in value:
-                raise ValueError(
-                    f"value of header {key!r} holds a line break, which STOMP {version} "
-                    f"cannot carry in {command}"
-                )
-            parts.append(f"{key}:{value}")
-        else:
-            if _NEEDS_ESCAPE(key) is not None:
-                key = escape(key, version)
-            if _NEEDS_ESCAPE(value) is not None:
-                value = escape(value, version)
-            parts.append(f"{key}:{value}")
-    if body:
-        parts.append(f"content-length:{len(body)}")
-    parts.append("\n")
-    return "\n".join(parts).encode("utf-8") + body + b"\x00"
+        if "\n" in key or ":" in key or "\r" in key:
+            raise ValueError(f"header name {key!r} cannot be sent in {command} {version}")
+        if "\n" in value or "\r" in value:
+            raise ValueError(
+                f"value of header {key!r} holds a line break, which STOMP {version} "
+                f"cannot carry in {command}"
+            )
+        lines.append(f"{key}:{value}")
+    return "\n".join(lines)

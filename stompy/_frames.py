@@ -8,7 +8,6 @@ Header Entries). Looking a name up therefore returns the *first* entry.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -94,22 +93,45 @@ def make_headers(
 
 
 # -- escaping --------------------------------------------------------------------------
+#
+# Escaping and unescaping are chains of ``str.replace``: each call is one C-level pass,
+# several times faster than ``str.translate`` with a dict or ``re.sub`` with a Python
+# callback, which matters because brokers put colons in every ``message-id``.
 
-_ESCAPE_11: Final = {ord("\\"): "\\\\", ord("\n"): "\\n", ord(":"): "\\c"}
-_ESCAPE_12: Final = {**_ESCAPE_11, ord("\r"): "\\r"}
-_UNESCAPE_11: Final = {"\\\\": "\\", "\\n": "\n", "\\c": ":"}
-_UNESCAPE_12: Final = {**_UNESCAPE_11, "\\r": "\r"}
-# A backslash and whatever follows it (or nothing, at the end of the text).
-_ESCAPE_RE: Final = re.compile(r"\\(.?)", re.DOTALL)
+
+def _escape_11(text: str) -> str:
+    # The backslash goes first, so the backslashes added afterwards stay single.
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+
+
+def _escape_12(text: str) -> str:
+    return _escape_11(text).replace("\r", "\\r")
 
 
 def escape(text: str, version: str) -> str:
     """Escape a header name or value for ``version`` (1.0 has no escaping)."""
     if version == V12:
-        return text.translate(_ESCAPE_12)
+        return _escape_12(text)
     if version == V11:
-        return text.translate(_ESCAPE_11)
+        return _escape_11(text)
     return text
+
+
+def _replace_sequences(text: str, version: str) -> str:
+    """Unescape ``text``, which holds no escaped backslash ("\\\\")."""
+    # In such a text every backslash starts a sequence of its own, and none of the
+    # replacements writes a backslash, so their order does not matter.
+    text = text.replace("\\n", "\n").replace("\\c", ":")
+    return text.replace("\\r", "\r") if version == V12 else text
+
+
+def _undefined_sequence(text: str, version: str) -> str:
+    """The first escape sequence in ``text`` that ``version`` does not define."""
+    defined = ("\\\\", "\\n", "\\c", "\\r") if version == V12 else ("\\\\", "\\n", "\\c")
+    at = text.find("\\")
+    while text[at : at + 2] in defined:
+        at = text.find("\\", at + 2)
+    return text[at : at + 2]
 
 
 def unescape(text: str, version: str, *, strict: bool = True) -> str:
@@ -122,18 +144,20 @@ def unescape(text: str, version: str, *, strict: bool = True) -> str:
     """
     if version == V10 or "\\" not in text:
         return text
-    table = _UNESCAPE_12 if version == V12 else _UNESCAPE_11
-
-    def replace(match: re.Match[str]) -> str:
-        seq = match.group(0)
-        found = table.get(seq)
-        if found is not None:
-            return found
-        if strict:
-            shown = text if len(text) <= 40 else text[:40] + "..."
-            raise ProtocolError(
-                f"undefined escape sequence {seq!r} in header {shown!r} (STOMP {version})"
-            )
-        return seq
-
-    return _ESCAPE_RE.sub(replace, text)
+    if "\\\\" in text:
+        # Sequences are read left to right, so the escaped backslashes are split out
+        # first; each piece is then free of them.
+        pieces = [_replace_sequences(piece, version) for piece in text.split("\\\\")]
+        result = "\\".join(pieces)
+        # A backslash beyond those that joined the pieces began an undefined sequence.
+        undefined = result.count("\\") >= len(pieces)
+    else:
+        result = _replace_sequences(text, version)
+        undefined = "\\" in result
+    if undefined and strict:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ProtocolError(
+            f"undefined escape sequence {_undefined_sequence(text, version)!r} "
+            f"in header {shown!r} (STOMP {version})"
+        )
+    return result

@@ -68,6 +68,10 @@ _TEXT_TYPE: Final = "text/plain;charset=utf-8"
 #: How many unsubscribed ids are remembered, so that MESSAGE frames still in flight
 #: for them are delivered rather than treated as a protocol error.
 _CLOSED_SUBSCRIPTIONS_KEPT: Final = 1024
+#: RabbitMQ delivers replies to a ``reply-to:/temp-queue/<name>`` on a subscription the
+#: client never made, whose id is that header value; this many such ids are remembered.
+_TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
+_TEMP_QUEUES_KEPT: Final = 1024
 
 
 class State(enum.Enum):
@@ -140,6 +144,8 @@ class ClientProtocol:
         self._subscriptions: dict[str, SubscriptionInfo] = {}
         # Unsubscribed, oldest first (bounded by _CLOSED_SUBSCRIPTIONS_KEPT).
         self._closed_subscriptions: dict[str, SubscriptionInfo] = {}
+        # reply-to temp queues named in SENDs: implicit auto-ack subscriptions, oldest first.
+        self._temp_queues: dict[str, None] = {}
         self._transactions: set[str] = set()
         self._receipts: dict[str, str] = {}  # receipt id -> the command that asked for it
         self._disconnect_receipt: str | None = None
@@ -158,6 +164,12 @@ class ClientProtocol:
     def transactions(self) -> frozenset[str]:
         """Ids of the transactions begun and not yet committed or aborted."""
         return frozenset(self._transactions)
+
+    @property
+    def implicit_subscriptions(self) -> frozenset[str]:
+        """Subscription ids the broker may use without a SUBSCRIBE: the ``/temp-queue/``
+        names sent in ``reply-to`` headers (RabbitMQ routes the replies that way)."""
+        return frozenset(self._temp_queues)
 
     @property
     def pending_receipts(self) -> frozenset[str]:
@@ -179,6 +191,19 @@ class ClientProtocol:
         if now is not None and self._heartbeat is not None:
             self._heartbeat.sent(now)
         return data
+
+    def frames_to_send(self, now: float | None = None) -> list[bytes]:
+        """Like :meth:`data_to_send`, but one entry per frame (or heart-beat EOL).
+
+        For framings that carry one STOMP frame per message, such as WebSocket.
+        """
+        if not self._out:
+            return []
+        frames = list(self._out)
+        self._out.clear()
+        if now is not None and self._heartbeat is not None:
+            self._heartbeat.sent(now)
+        return frames
 
     def _new_id(self, prefix: str, taken: Iterable[str] | Mapping[str, object]) -> str:
         while True:
@@ -318,7 +343,19 @@ class ClientProtocol:
             items.append(("receipt", receipt_id))
         items.extend(user)
         self._emit(Frame("SEND", tuple(items), bytes(body)), mark, receipt_id)
+        if user:
+            self._note_temp_queue(user)
         return receipt_id
+
+    def _note_temp_queue(self, headers: list[tuple[str, str]]) -> None:
+        """Remember a ``reply-to:/temp-queue/...`` as an implicit subscription."""
+        for key, value in headers:
+            if key == "reply-to":  # the first entry is the one the broker reads
+                if value.startswith(_TEMP_QUEUE_PREFIX) and value not in self._temp_queues:
+                    self._temp_queues[value] = None
+                    if len(self._temp_queues) > _TEMP_QUEUES_KEPT:
+                        del self._temp_queues[next(iter(self._temp_queues))]
+                return
 
     def subscribe(
         self,
@@ -603,6 +640,9 @@ class ClientProtocol:
         if info is None:
             if sub_id in self._closed_subscriptions:
                 # In flight when we unsubscribed: delivered, though nobody waits for it.
+                return Message(frame, sub_id, "auto")
+            if sub_id in self._temp_queues:
+                # A reply through a temp queue we named in reply-to (RabbitMQ).
                 return Message(frame, sub_id, "auto")
             raise ProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
         return Message(frame, sub_id, info.ack)

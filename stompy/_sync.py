@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from stompy._client import (
     ClientOptions,
@@ -42,7 +42,7 @@ from stompy._client import (
     SslArg,
     error_for_event,
     log,
-    log_sent,
+    take_output,
 )
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import AckMode, Connected, Receipt
@@ -62,9 +62,14 @@ from stompy.errors import (
     TransactionLost,
 )
 
+if TYPE_CHECKING:
+    from stompy._websocket import WebSocket
+
 __all__ = ("Connection", "Message", "Subscription", "Transaction", "send")
 
 T = TypeVar("T")
+
+_Established = tuple[socket.socket, ClientProtocol, Connected, Endpoint, "WebSocket | None"]
 
 #: Past this many unwritten bytes, senders wait for the I/O thread to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
@@ -306,9 +311,10 @@ class Transaction:
 class Connection:
     """A blocking STOMP connection.
 
-    ``url_or_urls`` is one ``stomp://`` / ``stomp+ssl://`` address or several (tried in
-    turn). Entering the ``with`` block connects; leaving it disconnects gracefully
-    (DISCONNECT with a receipt, then close), also when the block raised.
+    ``url_or_urls`` is one ``stomp://``, ``stomp+ssl://``, ``ws://`` or ``wss://``
+    address or several (tried in turn). Entering the ``with`` block connects; leaving
+    it disconnects gracefully (DISCONNECT with a receipt, then close), also when the
+    block raised. ``ws_headers`` are extra HTTP headers for a WebSocket handshake.
     """
 
     def __init__(
@@ -329,6 +335,7 @@ class Connection:
         limits: FrameLimits = DEFAULT_LIMITS,
         max_pending: int = 1000,
         strict: bool = True,
+        ws_headers: Mapping[str, str] | None = None,
     ) -> None:
         self._options = ClientOptions(
             url_or_urls,
@@ -346,6 +353,7 @@ class Connection:
             limits=limits,
             max_pending=max_pending,
             strict=strict,
+            ws_headers=ws_headers,
         )
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -353,6 +361,8 @@ class Connection:
         self._failure: StompError | None = None
         self._proto: ClientProtocol | None = None
         self._sock: socket.socket | None = None
+        #: The WebSocket framing of the current socket (``None`` for plain STOMP).
+        self._ws: WebSocket | None = None
         self._endpoint: Endpoint | None = None
         self._connected: Connected | None = None
         self._epoch = 0
@@ -599,6 +609,16 @@ class Connection:
 
     def _ready_locked(self) -> ClientProtocol:
         """The protocol, once connected; waits out a reconnect (bounded)."""
+        proto = self._proto
+        if self._status == _CONNECTED and proto is not None and proto.state is State.CLOSED:
+            # The core saw the end (an ERROR, say) and the I/O thread is about to
+            # reconnect or fail: wait for its verdict rather than misuse a dead core.
+            deadline = time.monotonic() + self._options.receipt_timeout
+            while self._status == _CONNECTED and self._proto is proto and not self._io_done:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
         if self._status == _RECONNECTING:
             policy = self._options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
@@ -619,10 +639,12 @@ class Connection:
         proto = self._proto
         if proto is None:
             return
-        data = proto.data_to_send(time.monotonic())
+        data = take_output(proto, self._ws, time.monotonic(), self._endpoint)
         if not data:
             return
-        log_sent(data, self._endpoint)
+        # Queued for the I/O thread, which writes whatever accumulated in one send:
+        # measured faster than writing from the caller's thread, which costs a
+        # system call per frame.
         self._out += data
         self._wake()
         if len(self._out) > MAX_OUTGOING and threading.current_thread() is not self._thread:
@@ -677,7 +699,7 @@ class Connection:
 
     # -- establishing ---------------------------------------------------------------------
 
-    def _establish(self) -> tuple[socket.socket, ClientProtocol, Connected, Endpoint]:
+    def _establish(self) -> _Established:
         """Try each address once; return the first that completes CONNECT."""
         errors: list[str] = []
         for endpoint in self._options.endpoints:
@@ -686,15 +708,11 @@ class Connection:
             except ServerError:
                 raise
             except (ConnectFailed, ProtocolError) as exc:
-                errors.append(f"{endpoint}: {exc}")
+                errors.append(str(exc))  # each names its address
                 log.info("could not connect to %s: %s", endpoint, exc)
         raise ConnectFailed("; ".join(errors))
 
-    def _establish_one(
-        self, endpoint: Endpoint
-    ) -> tuple[socket.socket, ClientProtocol, Connected, Endpoint]:
-        if endpoint.websocket:
-            raise ConnectFailed("WebSocket URLs are not supported by this transport yet")
+    def _establish_one(self, endpoint: Endpoint) -> _Established:
         options = self._options
         deadline = time.monotonic() + options.connect_timeout
         try:
@@ -702,6 +720,10 @@ class Connection:
         except ValueError as exc:
             raise ConnectFailed(str(exc)) from None
         proto = options.start(endpoint)
+        ws: WebSocket | None = None
+        request = b""
+        if endpoint.websocket:
+            ws, request = options.websocket(endpoint)
         sock: socket.socket | None = None
         try:
             sock = socket.create_connection(
@@ -710,9 +732,8 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if context is not None:
                 sock = context.wrap_socket(sock, server_hostname=endpoint.host)
-            hello = proto.data_to_send()
-            log_sent(hello, endpoint)
-            sock.sendall(hello)
+            # Over WebSocket, CONNECT goes once the server accepted the upgrade.
+            sock.sendall(request or take_output(proto, None, None, endpoint))
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -720,23 +741,38 @@ class Connection:
                 sock.settimeout(remaining)
                 data = sock.recv(_RECV_SIZE)
                 now = time.monotonic()
-                if data:
+                ended: StompError | None = None
+                if not data:
+                    proto.receive_eof()
+                elif ws is None:
                     proto.receive_data(data, now)
                 else:
-                    proto.receive_eof()
+                    was_open = ws.open
+                    got = ws.receive(data)
+                    reply = got.reply
+                    if ws.open and not was_open:
+                        reply += take_output(proto, ws, None, endpoint)
+                    if reply:
+                        sock.sendall(reply)
+                    proto.receive_data(got.data, now)
+                    ended = got.ended
                 event = proto.next_event()
                 while event is not None:
                     if isinstance(event, Connected):
                         proto.start_heartbeats(now)
                         sock.setblocking(False)
                         log.info("connected to %s (STOMP %s)", endpoint, event.version)
-                        return sock, proto, event, endpoint
+                        return sock, proto, event, endpoint, ws
                     failure = error_for_event(event)
                     if isinstance(failure, ServerError):
                         raise failure
                     if failure is not None:
                         raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
                     event = proto.next_event()
+                if ended is not None:
+                    if isinstance(ended, ConnectionLost):
+                        raise ConnectFailed(f"{ended} during CONNECT")
+                    raise ended
         except (OSError, _ssl.SSLError) as exc:
             if sock is not None:
                 sock.close()
@@ -747,10 +783,16 @@ class Connection:
             raise
 
     def _install(
-        self, sock: socket.socket, proto: ClientProtocol, connected: Connected, endpoint: Endpoint
+        self,
+        sock: socket.socket,
+        proto: ClientProtocol,
+        connected: Connected,
+        endpoint: Endpoint,
+        ws: WebSocket | None,
     ) -> None:
         with self._cond:
             self._sock = sock
+            self._ws = ws
             self._proto = proto
             self._connected = connected
             self._endpoint = endpoint
@@ -768,6 +810,11 @@ class Connection:
         sock = self._sock
         self._sock = None
         if sock is not None:
+            ws = self._ws
+            if ws is not None and not self._out:
+                # Say goodbye the WebSocket way; best effort, the socket is closing.
+                with contextlib.suppress(OSError):
+                    sock.send(ws.close())
             with contextlib.suppress(OSError):
                 sock.close()
 
@@ -797,9 +844,12 @@ class Connection:
             with self._cond:
                 if self._status == _CLOSED:
                     return None
-                sock, proto = self._sock, self._proto
+                sock, proto, ws = self._sock, self._proto, self._ws
                 assert sock is not None
                 assert proto is not None
+                # Room a consumer made since the last pump: its wake-up may have been
+                # folded into one that was already read, so look now, under the lock.
+                self._drain_backlog_locked()
                 paused = bool(self._backlog)
                 want_write = bool(self._out)
                 deadline = proto.next_deadline()
@@ -834,15 +884,27 @@ class Connection:
             with self._cond:
                 if self._status == _CLOSED:
                     return None
+                ended: StompError | None = None
                 if data is not None:
-                    if data:
+                    if not data:
+                        proto.receive_eof()
+                    elif ws is None:
                         proto.receive_data(data, now)
                     else:
-                        proto.receive_eof()
+                        got = ws.receive(data)
+                        self._out += got.reply
+                        proto.receive_data(got.data, now)
+                        alive = alive or not got.data  # a ping, a pong: the peer is there
+                        ended = got.ended
                 if alive:
                     proto.note_alive(now)
                 proto.handle_timer(now)
                 failure = self._pump_locked(proto, now)
+                if failure is None and ended is not None:
+                    # Frames that came before the close were handled; answer it.
+                    with contextlib.suppress(OSError):
+                        self._send(sock)
+                    failure = ended
                 if failure is not None:
                     if self._status == _CLOSING:
                         return None
@@ -892,7 +954,7 @@ class Connection:
                 event = proto.next_event()
         except ProtocolError as exc:
             failure = exc
-        out = proto.data_to_send(now)
+        out = take_output(proto, self._ws, now)
         if out:
             self._out += out
         if delivered or failure is not None:
@@ -998,6 +1060,7 @@ def send(
     ssl: SslArg = None,
     connect_timeout: float = 10.0,
     receipt_timeout: float = 10.0,
+    ws_headers: Mapping[str, str] | None = None,
 ) -> None:
     """Connect, send one message with a receipt, and disconnect.
 
@@ -1011,5 +1074,6 @@ def send(
         ssl=ssl,
         connect_timeout=connect_timeout,
         receipt_timeout=receipt_timeout,
+        ws_headers=ws_headers,
     ) as conn:
         conn.send(destination, body, headers=headers, content_type=content_type, receipt=True)

@@ -1,21 +1,78 @@
-"""The ``stompy`` command.
+"""The ``stompy`` command (also ``python -m stompy``): send, subscribe, run a broker.
 
-``stompy broker`` runs the in-process test broker standalone, logging each
-connection to stderr; its first line on stdout is ``listening on stomp://host:port``
-so scripts started with ``--port 0`` can read the real port.
+* ``stompy send URL DESTINATION [BODY]`` sends one message (or, with ``--lines``, one
+  per line) and exits 0 only once the broker confirmed it with a receipt.
+* ``stompy subscribe URL DESTINATION`` prints messages as they arrive: bodies, or
+  headers and bodies, or one JSON object per line.
+* ``stompy broker`` runs the in-process test broker standalone, logging each
+  connection to stderr; its first line on stdout is ``listening on stomp://host:port``
+  so scripts started with ``--port 0`` can read the real port.
+
+Data goes to stdout and diagnostics to stderr, so the commands compose in pipelines.
+A failure is one line on stderr and a non-zero exit status (1: it did not work,
+2: a usage error, 130: ``send`` interrupted); ``--debug`` adds the traceback and the
+client's log. Ctrl-C (or SIGTERM) is how ``subscribe`` is meant to stop: it
+unsubscribes, disconnects gracefully and exits 0. Passcodes come from the URL,
+``--passcode``, ``--ask-passcode`` or ``STOMP_PASSCODE`` and are never printed: they
+are masked in every error line.
+
+argparse (the standard library's) parses the arguments: stompy's only runtime
+dependencies are anyio and typing-extensions.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
+import getpass
+import io
+import json
 import logging
+import os
+import shutil
 import signal
+import ssl
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any, TextIO
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, TextIO
 
-__all__ = ("build_parser", "main", "run_broker_command")
+if TYPE_CHECKING:
+    from stompy._client import MessageBase
+    from stompy._sync import Connection
+
+__all__ = ("Progress", "build_parser", "main", "message_json", "run_broker_command")
+
+#: Exit statuses.
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_TERMINATED: Final = 143  # 128 + SIGTERM
+EXIT_BROKEN_PIPE: Final = 141  # 128 + SIGPIPE: the reader of stdout went away
+
+#: Environment variables read when neither the URL nor an option gives a credential.
+LOGIN_VARIABLE: Final = "STOMP_LOGIN"
+PASSCODE_VARIABLE: Final = "STOMP_PASSCODE"
+
+
+class CommandError(Exception):
+    """A failure reported as one line on stderr with ``status`` as the exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Interrupted(BaseException):
+    """SIGTERM, turned into an exception so that ``with`` blocks disconnect gracefully."""
+
+
+# -- argument types ----------------------------------------------------------------------
 
 
 def _user(text: str) -> tuple[str, str]:
@@ -36,10 +93,198 @@ def _heartbeat(text: str) -> tuple[int, int]:
     return beats
 
 
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"want NAME:VALUE, got {text!r}")
+    return name.strip(), value
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    def convert(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"want a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"want a number above 0, got {text!r}")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its messages
+    return convert
+
+
+# -- the parser --------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """Lets options come after the optional BODY too: ``send URL DEST -H a:b BODY``.
+
+    Plain argparse matches an optional positional as soon as it sees the positionals
+    before it, so a BODY after options would be "unrecognized"; intermixed parsing
+    (standard since Python 3.7) assigns positionals after all options are taken.
+    """
+
+    _nested = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._nested:
+            return super().parse_known_args(args, namespace)
+        self._nested = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._nested = False
+
+
+def _client_options() -> _Parser:
+    """Options shared by ``send`` and ``subscribe``: where and how to connect."""
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "url",
+        metavar="URL",
+        help="broker address, stomp://[login[:passcode]@]host[:port][/vhost] or "
+        "stomp+ssl://...; several separated by commas are tried in turn",
+    )
+    common.add_argument("destination", metavar="DESTINATION", help="e.g. /queue/orders")
+    group = common.add_argument_group("connection")
+    group.add_argument("--login", help=f"login (default: from the URL, else ${LOGIN_VARIABLE})")
+    group.add_argument(
+        "--passcode",
+        help=f"passcode (default: from the URL, else ${PASSCODE_VARIABLE}); prefer the "
+        "variable or --ask-passcode, since other users can see command lines",
+    )
+    group.add_argument(
+        "--ask-passcode", action="store_true", help="read the passcode from the terminal"
+    )
+    group.add_argument(
+        "--vhost", metavar="HOST", help="the CONNECT host header (default: the URL path, else /)"
+    )
+    group.add_argument(
+        "--heartbeat",
+        type=_heartbeat,
+        default=(10_000, 10_000),
+        metavar="SEND,RECEIVE",
+        help="heart-beats to offer, in ms (default 10000,10000; 0,0 for none)",
+    )
+    group.add_argument(
+        "--cafile", type=Path, metavar="PEM", help="trust these CA certificates for TLS"
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=_positive(float),
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the broker to accept the connection (default 10)",
+    )
+    group.add_argument(
+        "--reconnect",
+        action="store_true",
+        help="reconnect (and fail over) when the connection is lost",
+    )
+    group.add_argument("-v", "--verbose", action="store_true", help="log connections to stderr")
+    group.add_argument(
+        "--debug", action="store_true", help="log everything and show tracebacks on errors"
+    )
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stompy`` and its subcommands."""
-    parser = argparse.ArgumentParser(prog="stompy", description="STOMP tools.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from stompy import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="stompy",
+        description="Send and receive STOMP messages, or run a broker for tests.",
+        epilog="Data goes to stdout, diagnostics to stderr. See 'stompy COMMAND --help'.",
+    )
+    parser.add_argument("--version", action="version", version=f"stompy {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = _client_options()
+
+    send = commands.add_parser(
+        "send",
+        parents=[common],
+        help="send a message",
+        description="Send a message and wait until the broker confirms it (a receipt).",
+        epilog="BODY is the text itself, '-' for standard input, or @FILE for a file's "
+        "bytes (a body starting with @ can be sent from standard input). "
+        "With --lines, each line is its own message.",
+    )
+    send.add_argument(
+        "body",
+        metavar="BODY",
+        nargs="?",
+        default="-",
+        help="the body: text, - for stdin (the default), or @FILE",
+    )
+    send.add_argument(
+        "-H",
+        "--header",
+        dest="extra_headers",
+        action="append",
+        type=_header,
+        default=[],
+        metavar="NAME:VALUE",
+        help="a header to add (repeatable)",
+    )
+    send.add_argument("--content-type", metavar="TYPE", help="e.g. application/json")
+    send.add_argument(
+        "--receipt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait for the broker to confirm each message (default: on)",
+    )
+    send.add_argument(
+        "--lines", action="store_true", help="send each line of the body as its own message"
+    )
+    send.set_defaults(handler=_send_main)
+
+    subscribe = commands.add_parser(
+        "subscribe",
+        parents=[common],
+        help="print messages as they arrive",
+        description="Subscribe and print each message's body (one per line) until "
+        "interrupted, --count messages arrived, or --timeout seconds passed without one.",
+    )
+    shown = subscribe.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--headers", action="store_true", help="print the headers, a blank line, then the body"
+    )
+    shown.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per message (the body in base64 when it is not text)",
+    )
+    subscribe.add_argument(
+        "--ack",
+        choices=("auto", "client", "client-individual"),
+        default="auto",
+        help="ack mode; with client modes each message is acked once printed",
+    )
+    subscribe.add_argument(
+        "--count", type=_positive(int), metavar="N", help="exit after N messages"
+    )
+    subscribe.add_argument(
+        "--timeout",
+        type=_positive(float),
+        metavar="S",
+        help="exit when no message arrives for S seconds (an error if --count is unmet)",
+    )
+    subscribe.add_argument(
+        "-H",
+        "--header",
+        dest="extra_headers",
+        action="append",
+        type=_header,
+        default=[],
+        metavar="NAME:VALUE",
+        help="a SUBSCRIBE header, e.g. selector or prefetch-count (repeatable)",
+    )
+    subscribe.set_defaults(handler=_subscribe_main)
+
     broker = commands.add_parser(
         "broker",
         help="run a STOMP broker for tests",
@@ -71,6 +316,287 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     broker.set_defaults(handler=_broker_main)
     return parser
+
+
+# -- connecting --------------------------------------------------------------------------
+
+
+class _Secrets:
+    """Every passcode in play, so that no error line ever shows one."""
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+
+    def add(self, value: str | None) -> None:
+        if value:
+            self._values.add(value)
+
+    def mask(self, text: str) -> str:
+        for value in sorted(self._values, key=len, reverse=True):
+            text = text.replace(value, "********")
+        return text
+
+
+def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
+    """The connection the arguments describe (not connected yet)."""
+    from stompy._client import Reconnect
+    from stompy._sync import Connection
+    from stompy._urls import parse_urls
+
+    try:
+        endpoints = parse_urls(args.url)
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    for endpoint in endpoints:
+        secrets.add(endpoint.passcode)
+    login: str | None = args.login
+    passcode: str | None = args.passcode
+    if args.ask_passcode and passcode is None:
+        try:
+            passcode = getpass.getpass(f"passcode for {login or endpoints[0].login or 'stompy'}: ")
+        except EOFError:
+            print(file=sys.stderr)  # end the prompt's line
+            raise CommandError("no passcode given", EXIT_USAGE) from None
+    # Precedence: options, then the URL, then the environment.
+    first = endpoints[0]
+    if login is None and first.login is None:
+        login = os.environ.get(LOGIN_VARIABLE) or None
+    if passcode is None and first.passcode is None:
+        passcode = os.environ.get(PASSCODE_VARIABLE) or None
+    secrets.add(passcode)
+    context: ssl.SSLContext | None = None
+    if args.cafile is not None:
+        try:
+            context = ssl.create_default_context(cafile=str(args.cafile))
+        except (OSError, ssl.SSLError) as exc:
+            raise CommandError(f"cannot load CA certificates from {args.cafile}: {exc}") from None
+    try:
+        return Connection(
+            endpoints,
+            login=login,
+            passcode=passcode,
+            host=args.vhost,
+            heartbeats=args.heartbeat,
+            ssl=context,
+            connect_timeout=args.connect_timeout,
+            reconnect=Reconnect(max_delay=5.0) if args.reconnect else None,
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+
+
+# -- send --------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress report on a terminal: ``[=====>    ]  52%  1,024 sent``.
+
+    Draws at most ten times a second, and only when ``stream`` is a terminal; with a
+    ``total`` (bytes) it shows a bar, without one a running count.
+    """
+
+    def __init__(self, stream: TextIO, total: int | None = None) -> None:
+        self.stream = stream
+        self.total = total
+        self.enabled = _isatty(stream)
+        self._last = 0.0
+        self._drawn = False
+
+    def update(self, count: int, done: int = 0, *, force: bool = False) -> None:
+        """Show ``count`` messages sent, ``done`` bytes of ``total`` consumed."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        width = shutil.get_terminal_size((80, 24)).columns
+        label = f"{count:,} sent"
+        if self.total:
+            fraction = min(1.0, done / self.total)
+            bar_width = max(10, min(40, width - len(label) - 10))
+            filled = int(fraction * bar_width)
+            arrow = ">" if filled < bar_width else ""
+            bar = ("=" * filled + arrow).ljust(bar_width)
+            line = f"[{bar}] {fraction:4.0%}  {label}"
+        else:
+            line = label
+        self.stream.write("\r" + line[: width - 1] + "\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """Erase the line, so the final summary starts on a clean one."""
+        if self._drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._drawn = False
+
+
+def _isatty(stream: IO[Any]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _binary(stream: IO[Any]) -> BinaryIO:
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else stream  # type: ignore[return-value]
+
+
+def _open_body(body: str) -> tuple[BinaryIO | None, bytes | str, int | None]:
+    """``(stream, literal, size)``: a stream for ``-`` and ``@FILE``, else the literal text."""
+    if body == "-":
+        return _binary(sys.stdin), b"", None
+    if body.startswith("@") and len(body) > 1:
+        path = Path(body[1:])
+        try:
+            stream = path.open("rb")
+            return stream, b"", os.fstat(stream.fileno()).st_size
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return None, body, None
+
+
+def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, int]]:
+    """Each line without its line ending, with the bytes it took."""
+    for raw in stream:
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield line, len(raw)
+
+
+def _send_main(args: argparse.Namespace, secrets: _Secrets) -> int:
+    headers = dict(args.extra_headers)
+    conn = _connection(args, secrets)
+    stream, literal, size = _open_body(args.body)
+    stdin = _binary(sys.stdin)
+    if stream is stdin and _isatty(sys.stdin):
+        print("stompy send: reading from the terminal; end with Ctrl-D", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        if stream is not None and stream is not stdin:
+            stack.enter_context(stream)
+        if not args.lines:
+            body = stream.read() if stream is not None else literal
+            with conn:
+                conn.send(
+                    args.destination,
+                    body,
+                    headers=headers,
+                    content_type=args.content_type,
+                    receipt=args.receipt,
+                )
+            return EXIT_OK
+        if stream is None:
+            text = literal.encode() if isinstance(literal, str) else literal
+            stream, size = io.BytesIO(text), len(text)
+        lines = _lines(stream)
+        progress = Progress(sys.stderr, size)
+        sent = 0
+        try:
+            with conn:
+                done = 0
+                for line, taken in lines:
+                    conn.send(
+                        args.destination,
+                        line,
+                        headers=headers,
+                        content_type=args.content_type,
+                        receipt=args.receipt,
+                    )
+                    sent += 1
+                    done += taken
+                    progress.update(sent, done)
+                progress.update(sent, done, force=True)
+        finally:
+            progress.close()
+            noun = "message" if sent == 1 else "messages"
+            confirmed = "confirmed" if args.receipt else "sent"
+            print(f"{sent:,} {noun} {confirmed}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- subscribe ---------------------------------------------------------------------------
+
+_TEXT_TYPES: Final = ("json", "xml", "javascript", "yaml", "csv", "charset=")
+
+
+def _is_text(message: MessageBase) -> str | None:
+    """The body as text when it is text (by content-type and by decoding), else ``None``."""
+    content_type = (message.content_type or "").lower()
+    if content_type and not (
+        content_type.startswith("text/") or any(t in content_type for t in _TEXT_TYPES)
+    ):
+        return None
+    try:
+        return message.text
+    except (UnicodeDecodeError, LookupError):
+        return None
+
+
+def message_json(message: MessageBase) -> dict[str, Any]:
+    """What ``stompy subscribe --json`` prints for a message.
+
+    ``body`` is the text when the body is text (``"encoding": "text"``), else its
+    base64 (``"encoding": "base64"``). ``headers`` keeps the first of repeated ones.
+    """
+    text = _is_text(message)
+    return {
+        "destination": message.destination,
+        "message_id": message.message_id,
+        "subscription": message.subscription,
+        "headers": dict(message.headers),
+        "encoding": "text" if text is not None else "base64",
+        "body": text if text is not None else base64.b64encode(message.body).decode("ascii"),
+    }
+
+
+def _render(message: MessageBase, args: argparse.Namespace) -> bytes:
+    from stompy._frames import escape
+
+    if args.json:
+        return json.dumps(message_json(message), ensure_ascii=False).encode() + b"\n"
+    if args.headers:
+        # Escaped as STOMP 1.2 does, so a newline or colon in a value keeps one per line.
+        head = "".join(
+            f"{escape(name, '1.2')}:{escape(value, '1.2')}\n"
+            for name, value in message.frame.headers
+        )
+        return head.encode() + b"\n" + message.body + b"\n"
+    return message.body + b"\n"
+
+
+def _subscribe_main(args: argparse.Namespace, secrets: _Secrets) -> int:
+    headers = dict(args.extra_headers)
+    conn = _connection(args, secrets)
+    out = _binary(sys.stdout)
+    received = 0
+    try:
+        with conn, conn.subscribe(args.destination, ack=args.ack, headers=headers) as sub:
+            while args.count is None or received < args.count:
+                message = sub.get(timeout=args.timeout)
+                if message is None:
+                    if args.count is not None:
+                        raise CommandError(
+                            f"no message for {args.timeout:g} s "
+                            f"(received {received} of {args.count})"
+                        )
+                    break
+                out.write(_render(message, args))
+                out.flush()
+                if args.ack != "auto":
+                    message.ack()  # only once the reader has it
+                received += 1
+    except (KeyboardInterrupt, _Interrupted):
+        # Ctrl-C is how a subscriber is meant to stop: by now the ``with`` blocks
+        # above have unsubscribed and disconnected gracefully.
+        return EXIT_OK
+    return EXIT_OK
+
+
+# -- the broker --------------------------------------------------------------------------
 
 
 def _broker_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -126,6 +652,80 @@ def _broker_main(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- main --------------------------------------------------------------------------------
+
+
+def _describe(exc: BaseException) -> str:
+    """One line saying what went wrong, in the user's terms."""
+    from stompy.errors import ConnectFailed, ServerError, StompTimeout
+
+    if isinstance(exc, ServerError):
+        return f"the broker refused: {exc}"
+    if isinstance(exc, ConnectFailed) and "cannot connect" not in str(exc):
+        return f"cannot connect: {exc}"
+    if isinstance(exc, StompTimeout):
+        return f"timed out: {exc}"
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _sigterm_disconnects() -> Iterator[None]:
+    """Make SIGTERM leave the ``with`` blocks like Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_client_command(args: argparse.Namespace) -> int:
+    from stompy.errors import StompError
+
+    name = f"stompy {args.command}"
+    level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.ERROR
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{name}: %(message)s"))
+    logger = logging.getLogger("stompy")
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False  # one line per event on stderr, whatever the root logger does
+    secrets = _Secrets()
+    try:
+        with _sigterm_disconnects():
+            status: int = args.handler(args, secrets)
+            return status
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _Interrupted:
+        print(f"{name}: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+    except BrokenPipeError:
+        # Whoever read stdout is gone (``| head -1``); say nothing more on it.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except (StompError, CommandError, OSError, ValueError) as exc:
+        if args.debug:
+            sys.stderr.write(secrets.mask(traceback.format_exc()))
+        status = exc.status if isinstance(exc, CommandError) else EXIT_FAILURE
+        print(f"{name}: {secrets.mask(_describe(exc))}", file=sys.stderr)
+        return status
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``stompy``; return the exit status."""
     parser = build_parser()
@@ -133,5 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    status: int = args.handler(args)
-    return status
+    if args.command == "broker":
+        status: int = args.handler(args)
+        return status
+    return _run_client_command(args)

@@ -99,6 +99,28 @@ def test_first_content_length_wins() -> None:
     assert frames[0].body == b"abc"
 
 
+def test_a_header_that_only_mentions_content_length_is_no_length() -> None:
+    frames, _ = both(b"SEND\nx-content-length:1\nk:content-length:1\n\nabc\x00")
+    assert frames[0].body == b"abc"
+
+
+@pytest.mark.parametrize("with_length", [True, False])
+def test_large_bodies_arrive_whole(with_length: bool) -> None:
+    body = bytes(range(1, 256)) * 400  # 100 kB without a NUL
+    head = b"MESSAGE\ncontent-length:%d\n\n" % len(body) if with_length else b"MESSAGE\n\n"
+    data = head + body + b"\x00" + b"MESSAGE\n\nsmall\x00"
+    assert whole(data)[0] == [
+        Frame("MESSAGE", (("content-length", str(len(body))),) if with_length else (), body),
+        Frame("MESSAGE", (), b"small"),
+    ]
+    parser = FrameParser("1.2")
+    frames: list[Frame] = []
+    for i in range(0, len(data), 1000):
+        frames += parser.parse(data[i : i + 1000])
+    assert frames == whole(data)[0]
+    parser.feed(b"x")  # the buffer is not held by a view any longer
+
+
 def test_body_is_binary_and_kept_verbatim() -> None:
     body = bytes(range(1, 256)) + b"\r\n\n\r"
     frames, _ = both(b"MESSAGE\n\n" + body + b"\x00")
@@ -249,6 +271,38 @@ def test_lenient_parser_keeps_undefined_escapes() -> None:
     assert frames[0].headers == (("k", "a\\tb\n"),)
 
 
+# -- header lines seen before ---------------------------------------------------------
+
+
+def test_repeated_header_lines_are_remembered() -> None:
+    parser = FrameParser("1.2")
+    first, second = parser.parse(b"MESSAGE\nk:v\ne:a\\cb\n\n\x00" * 2)
+    assert first == second == Frame("MESSAGE", (("k", "v"), ("e", "a:b")))
+    # A line with a backslash is not kept: what it means depends on the version.
+    assert parser._known_pairs == {"k:v": ("k", "v")}
+
+
+def test_a_line_read_without_unescaping_is_unescaped_later() -> None:
+    # CONNECTED is never unescaped; the same line in a MESSAGE is.
+    parser = FrameParser("1.2")
+    frames = parser.parse(b"CONNECTED\nk:a\\cb\n\n\x00MESSAGE\nk:a\\cb\n\n\x00")
+    assert [f.headers for f in frames] == [(("k", "a\\cb"),), (("k", "a:b"),)]
+    parser.parse(b"CONNECTED\nk:a\\tb\n\n\x00")
+    with pytest.raises(ProtocolError, match="undefined escape"):
+        parser.parse(b"MESSAGE\nk:a\\tb\n\n\x00")
+
+
+def test_the_pairs_kept_are_bounded() -> None:
+    parser = FrameParser("1.2")
+    for i in range(10):
+        lines = b"".join(b"h%d:%d\n" % (j, i) for j in range(100))
+        parser.parse(b"MESSAGE\n" + lines + b"long:" + b"x" * 300 + b"\n\n\x00")
+        assert len(parser._known_pairs) <= 128
+    assert all(len(line) <= 200 for line in parser._known_pairs)
+    (frame,) = parser.parse(b"MESSAGE\nh1:9\n\n\x00")
+    assert frame.headers == (("h1", "9"),)
+
+
 # -- malformed input -----------------------------------------------------------------
 
 
@@ -269,6 +323,7 @@ def test_lenient_parser_keeps_undefined_escapes() -> None:
         (b"SEND\ncontent-length:1 \n\nx\x00", "invalid content-length"),
         (b"SEND\ncontent-length:0x1\n\nx\x00", "invalid content-length"),
         ("SEND\ncontent-length:\uff11\n\nx\x00".encode(), "invalid content-length"),
+        ("SEND\ncontent-length:\u00b2\n\nxx\x00".encode(), "invalid content-length"),
         (b"SEND\ncontent-length:2\n\nabc\x00", "not followed by NUL"),
         (b"SEND\ncontent-length:0\n\nx\x00", "not followed by NUL"),
         (b"RECEIPT\nreceipt-id:1\n\nbody\x00", "must not have a body"),
@@ -320,6 +375,18 @@ def test_the_error_is_sticky() -> None:
     with pytest.raises(ProtocolError) as second:
         parser.next_frame()
     assert second.value is first.value
+
+
+def test_parse_raises_the_same_sticky_error() -> None:
+    parser = FrameParser("1.2")
+    with pytest.raises(ProtocolError, match="unknown command") as first:
+        parser.parse(b"MESSAGE\n\n\x00BAD\n\n\x00")
+    with pytest.raises(ProtocolError) as second:
+        parser.parse(b"MESSAGE\n\n\x00")
+    assert second.value is first.value
+    with pytest.raises(ProtocolError) as third:
+        parser.next_frame()
+    assert third.value is first.value
 
 
 def test_frames_before_an_error_are_handed_out() -> None:
@@ -579,6 +646,34 @@ def test_encode_escapes_per_version(version: str, expected: bytes) -> None:
     assert encode(Frame("SEND", (("a:b", "x\ny\\z\r"),)), version) == expected
 
 
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("1.1", b"SEND\na\\cb:x\\\\y\r\nid:1\\c2\n\n\x00"),
+        ("1.2", b"SEND\na\\cb:x\\\\y\\r\nid:1\\c2\n\n\x00"),
+    ],
+)
+def test_encode_escapes_without_line_feeds_per_version(version: str, expected: bytes) -> None:
+    frame = Frame("SEND", (("a:b", "x\\y\r"), ("id", "1:2")))
+    assert encode(frame, version) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ((("k", "a\x00b:c"),), b"k:a\x00b\\cc"),
+        ((("k\x00", "v"), ("x", "y")), b"k\x00:v\nx:y"),
+        ((("k", "a\nb"), ("n\nm", "c:d")), b"k:a\\nb\nn\\nm:c\\cd"),
+    ],
+)
+def test_encode_escapes_nul_and_line_feeds_too(
+    headers: tuple[tuple[str, str], ...], expected: bytes
+) -> None:
+    assert encode(Frame("SEND", headers), "1.2") == b"SEND\n" + expected + b"\n\n\x00"
+    (back,) = FrameParser("1.2").parse(encode(Frame("SEND", headers), "1.2"))
+    assert back.headers == headers
+
+
 def test_encode_10_writes_backslashes_and_colons_in_values_as_they_are() -> None:
     assert encode(Frame("SEND", (("k", "a:b\\c"),)), "1.0") == b"SEND\nk:a:b\\c\n\n\x00"
 
@@ -593,6 +688,8 @@ def test_encode_sets_content_length_whenever_there_is_a_body() -> None:
     assert encode(frame) == b"SEND\na:b\ncontent-length:3\n\n\x00\x00\x00\x00"
     # No body: a stale content-length is dropped rather than left to lie.
     assert encode(Frame("SEND", (("content-length", "5"),))) == b"SEND\n\n\x00"
+    # Nor is it kept where nothing is escaped.
+    assert encode(frame, "1.0") == b"SEND\na:b\ncontent-length:3\n\n\x00\x00\x00\x00"
 
 
 def test_encode_utf8_headers() -> None:
@@ -636,6 +733,9 @@ def test_encode_allows_colons_in_raw_values() -> None:
         (Frame("ACK", (), b"x"), "1.2", "cannot have a body"),
         (Frame("SEND", (("", "v"),)), "1.2", "empty header name"),
         (Frame("SEND", (("", "v"),)), "1.0", "empty header name"),
+        (Frame("SEND", (("a", "b"), ("", "v"))), "1.1", "empty header name"),
+        (Frame("SEND", (("", "a\nb"),)), "1.2", "empty header name"),
+        (Frame("CONNECT", (("host", "h"), ("", "v"))), "1.2", "empty header name"),
         (Frame("SEND", (("k", "\ud800"),)), "1.2", "surrogates not allowed"),
     ],
 )

@@ -86,6 +86,27 @@ def run(
     return frames_out, parser.heartbeats, None
 
 
+def run_parse(
+    chunks: list[bytes],
+    version: str,
+    limits: FrameLimits | None = None,
+    *,
+    strict: bool = True,
+) -> Outcome:
+    """Like :func:`run`, through ``parse()``, which has its own copy of the loop.
+
+    When a chunk fails, the frames it completed before the error are lost with it.
+    """
+    parser = FrameParser(version, limits or FrameLimits(), strict=strict)
+    frames_out: list[Frame] = []
+    try:
+        for chunk in chunks:
+            frames_out += parser.parse(chunk)
+    except ProtocolError as exc:
+        return frames_out, parser.heartbeats, type(exc)
+    return frames_out, parser.heartbeats, None
+
+
 def without_length(headers: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     return [h for h in headers if h[0] != "content-length"]
 
@@ -101,6 +122,7 @@ def test_encode_then_parse_is_the_identity(data: st.DataObject, version: str) ->
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=12))
     received, beats, error = run(split(stream, cuts), version)
     assert error is None
+    assert run_parse(split(stream, cuts), version) == (received, beats, None)
     assert len(received) == len(sent)
     for back, frame in zip(received, sent, strict=True):
         assert back.command == frame.command
@@ -155,9 +177,14 @@ def check_hostile(stream: bytes, version: str, data: st.DataObject) -> None:
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10))
     # Any chunking gives the same frames, heart-beats and kind of error...
     assert run(split(stream, cuts), version, limits, strict=strict) == whole
-    # ...including one byte at a time.
+    # ...including one byte at a time...
     bytewise = [stream[i : i + 1] for i in range(len(stream))]
     assert run(bytewise, version, limits, strict=strict) == whole
+    # ...and through parse().
+    frames_out, beats, error = run_parse(split(stream, cuts), version, limits, strict=strict)
+    assert error == whole[2]
+    assert frames_out == whole[0][: len(frames_out)]
+    assert error is not None or (frames_out, beats) == whole[:2]
 
 
 @given(versions, st.binary(max_size=300), st.data())
@@ -213,3 +240,34 @@ def test_encode_refuses_exactly_what_it_cannot_carry(
     # Whatever it wrote is exactly one frame, with the headers it was given.
     (back,) = FrameParser(version).parse(encode(frame, version))
     assert without_length(back.headers) == without_length(frame.headers)
+
+
+def plain_escape(text: str, version: str) -> str:
+    """Escaping one character at a time, as the specs describe it."""
+    table = {"\\": "\\\\", "\n": "\\n", ":": "\\c"}
+    if version == "1.2":
+        table["\r"] = "\\r"
+    return "".join(table.get(c, c) for c in text)
+
+
+def plain_encode(frame: Frame, version: str) -> bytes:
+    """A straightforward encoder to hold the fast one to."""
+    lines = [frame.command]
+    for name, value in frame.headers:
+        if name != "content-length":
+            if not is_raw(frame.command, version):
+                name, value = plain_escape(name, version), plain_escape(value, version)
+            lines.append(f"{name}:{value}")
+    if frame.body:
+        lines.append(f"content-length:{len(frame.body)}")
+    return ("\n".join(lines) + "\n\n").encode() + frame.body + b"\x00"
+
+
+@given(versions, commands, st.lists(st.tuples(any_names | tricky, any_values | tricky)))
+def test_encode_writes_what_a_plain_encoder_writes(
+    version: str, command: str, headers: list[tuple[str, str]]
+) -> None:
+    body = b"b\x00dy" if command in BODY_COMMANDS else b""
+    frame = Frame(command, tuple(headers), body)
+    if not refused(command, headers, version):
+        assert encode(frame, version) == plain_encode(frame, version)

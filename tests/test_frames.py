@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stompy._frames import (
     BODY_COMMANDS,
@@ -156,3 +160,61 @@ def test_undefined_escapes_are_kept_literally_when_lenient(
     version: str, escaped: str, text: str
 ) -> None:
     assert unescape(escaped, version, strict=False) == text
+
+
+@pytest.mark.parametrize(
+    ("escaped", "sequence"),
+    [
+        ("a\\\\b\\tc", "\\t"),  # after an escaped backslash
+        ("\\c\\n\\q", "\\q"),  # after defined sequences
+        ("ok\\\\\\", "\\"),  # a backslash alone at the end
+    ],
+)
+def test_the_undefined_sequence_is_named(escaped: str, sequence: str) -> None:
+    with pytest.raises(ProtocolError, match=f"sequence {re.escape(repr(sequence))} in"):
+        unescape(escaped, "1.2")
+
+
+def plain_unescape(text: str, version: str, strict: bool) -> str:
+    """Unescaping one sequence at a time, left to right, as the specs describe it."""
+    table = {"\\": "\\", "n": "\n", "c": ":"}
+    if version == "1.2":
+        table["r"] = "\r"
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "\\" or version == "1.0":
+            out.append(char)
+            i += 1
+            continue
+        follower = text[i + 1 : i + 2]
+        if follower in table and follower:
+            out.append(table[follower])
+        elif strict:
+            raise ProtocolError(f"undefined {text[i : i + 2]!r}")
+        else:
+            out.append(text[i : i + 2])
+        i += 2
+    return "".join(out)
+
+
+# Backslashes, the letters of escape sequences (and one of none), and EOL characters.
+escapy_text = st.text(st.sampled_from("\\ncrt:x\n\r"), max_size=16)
+
+
+@given(escapy_text, st.sampled_from(VERSIONS), st.booleans())
+def test_unescape_reads_like_a_plain_scanner(text: str, version: str, strict: bool) -> None:
+    try:
+        expected = plain_unescape(text, version, strict)
+    except ProtocolError as exc:
+        sequence = re.escape(str(exc).removeprefix("undefined "))
+        with pytest.raises(ProtocolError, match=f"undefined escape sequence {sequence} "):
+            unescape(text, version, strict=strict)
+    else:
+        assert unescape(text, version, strict=strict) == expected
+
+
+@given(st.text(max_size=20) | escapy_text, st.sampled_from(VERSIONS))
+def test_unescape_undoes_escape(text: str, version: str) -> None:
+    assert unescape(escape(text, version), version) == text

@@ -1127,3 +1127,87 @@ def test_data_to_send_joins_and_forgets() -> None:
     data = proto.data_to_send()
     assert data == b"SEND\ndestination:/a\n\n\x00SEND\ndestination:/b\n\n\x00"
     assert proto.data_to_send() == b""
+
+
+# -- replies through a temp queue (RabbitMQ) ------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_replies_to_a_temp_queue_arrive_on_an_implicit_subscription(version: str) -> None:
+    """RabbitMQ sends replies to ``reply-to:/temp-queue/x`` with ``subscription:/temp-queue/x``."""
+    proto = connected(version)
+    proto.send("/queue/service", b"q", headers={"reply-to": "/temp-queue/replies"})
+    assert proto.implicit_subscriptions == {"/temp-queue/replies"}
+    assert proto.subscriptions == {}  # nothing to UNSUBSCRIBE or to make again
+    event = message(proto, "/temp-queue/replies", ack=None)
+    assert (event.subscription, event.ack_mode, event.body) == (
+        "/temp-queue/replies",
+        "auto",
+        b"hi",
+    )
+    with pytest.raises(LocalProtocolError, match="not open"):
+        proto.ack(event)  # auto: the broker expects no ACK
+    assert proto.state is State.CONNECTED
+
+
+def test_only_temp_queue_reply_to_makes_an_implicit_subscription() -> None:
+    proto = connected()
+    proto.send("/q", b"", headers={"reply-to": "/queue/replies"})
+    proto.send("/q", b"", headers=[("x-reply-to", "/temp-queue/a")])
+    # "If a client or a server receives repeated frame header entries, only the first
+    # header entry SHOULD be used as the value of header entry."
+    proto.send("/q", b"", headers=[("reply-to", "/queue/b"), ("reply-to", "/temp-queue/b")])
+    assert proto.implicit_subscriptions == frozenset()
+    proto.receive_data(server_bytes("MESSAGE", (("subscription", "/temp-queue/a"),)))
+    with pytest.raises(ProtocolError, match="never made"):
+        proto.next_event()
+
+
+def test_a_failed_send_makes_no_implicit_subscription() -> None:
+    proto = connected()
+    with pytest.raises(LocalProtocolError):
+        proto.send("/q", b"", headers={"reply-to": "/temp-queue/x", "bad": "\ud800"})
+    assert proto.implicit_subscriptions == frozenset()
+
+
+def test_a_real_subscription_wins_over_an_implicit_one() -> None:
+    proto = connected()
+    sub = proto.subscribe("/temp-queue/x", id="/temp-queue/x", ack="client")
+    proto.send("/q", b"", headers={"reply-to": "/temp-queue/x"})
+    assert message(proto, sub).ack_mode == "client"
+
+
+def test_implicit_subscriptions_are_remembered_within_a_bound() -> None:
+    proto = connected()
+    for n in range(1100):
+        proto.send("/q", b"", headers={"reply-to": f"/temp-queue/{n}"})
+        proto.send("/q", b"", headers={"reply-to": "/temp-queue/0"})  # known: no new entry
+    assert len(proto.implicit_subscriptions) == 1024
+    assert "/temp-queue/1099" in proto.implicit_subscriptions
+    assert "/temp-queue/75" not in proto.implicit_subscriptions  # the oldest went first
+    assert message(proto, "/temp-queue/1099").subscription == "/temp-queue/1099"
+
+
+# -- one entry per frame, for WebSocket -----------------------------------------------
+
+
+def test_frames_to_send_gives_one_entry_per_frame_and_beat() -> None:
+    joined = connected(heartbeats=(1000, 0), server_heartbeat="0,1000")
+    framed = connected(heartbeats=(1000, 0), server_heartbeat="0,1000")
+    assert framed.frames_to_send(0.5) == []
+    for proto in (joined, framed):
+        proto.send("/a", b"x\x00y")
+        proto.subscribe("/b", id="s")
+    frames = framed.frames_to_send(2.0)
+    parsed = [FrameParser("1.2").parse(frame) for frame in frames]
+    assert [[f.command for f in one] for one in parsed] == [["SEND"], ["SUBSCRIBE"]]
+    assert parsed[0][0].body == b"x\x00y"
+    assert b"".join(frames) == joined.data_to_send(2.0)
+    # The same heart-beat bookkeeping as data_to_send: the write at 2.0 moved the beat.
+    assert framed.next_deadline() == joined.next_deadline()
+    deadline = framed.next_deadline()
+    assert deadline is not None
+    assert deadline > 2.0
+    framed.handle_timer(deadline)
+    assert framed.frames_to_send(deadline) == [b"\n"]  # the EOL is a message of its own
+    assert framed.frames_to_send(deadline) == []

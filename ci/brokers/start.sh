@@ -5,6 +5,8 @@
 #   start.sh rabbitmq|activemq|all
 #
 # Idempotent: a broker that already answers is left alone. No systemd needed.
+# A fresh start wipes the broker's state; STOMPY_BROKER_KEEP_STATE=1 keeps it (its
+# queues and persistent messages), as restart.sh does.
 # RabbitMQ: STOMP 127.0.0.1:61613, Web-STOMP 127.0.0.1:15674/ws, vhost "/", guest/guest.
 # ActiveMQ: STOMP 127.0.0.1:61614, guest/guest and admin/admin; nothing else is opened.
 set -euo pipefail
@@ -19,6 +21,33 @@ probe() {  # probe PORT VHOST TIMEOUT [extra args]: wait_stomp.py with guest/gue
 
 # -- RabbitMQ -------------------------------------------------------------------------
 
+# keep_state FILE: STOMPY_BROKER_KEEP_STATE=1 and an earlier start left FILE.
+keep_state() {
+    [ "${STOMPY_BROKER_KEEP_STATE:-0}" = 1 ] && [ -s "$1" ]
+}
+
+rabbitmq_config() {
+    # A fresh node: no queues or messages left over from an earlier run.
+    rm -rf "$RABBITMQ_DIR"
+    mkdir -p "$RABBITMQ_DIR/log" "$RABBITMQ_DIR/mnesia"
+    # Plugins are enabled by this file alone, before the node starts.
+    echo '[rabbitmq_stomp,rabbitmq_web_stomp].' >"$RABBITMQ_DIR/enabled_plugins"
+    : >"$RABBITMQ_DIR/rabbitmq-env.conf"
+    cat >"$RABBITMQ_DIR/rabbitmq.conf" <<CONF
+# Written by stompy's ci/brokers/start.sh. Loopback only; no AMQP listener.
+listeners.tcp = none
+stomp.listeners.tcp.1 = 127.0.0.1:$STOMPY_RABBITMQ_PORT
+web_stomp.tcp.ip = 127.0.0.1
+web_stomp.tcp.port = $STOMPY_RABBITMQ_WS_PORT
+# Each STOMP frame in a binary WebSocket message: by default Web-STOMP uses text
+# messages even for bodies that are not UTF-8, which RFC 6455 forbids.
+web_stomp.ws_frame = binary
+loopback_users.guest = true
+log.console = false
+log.file.level = info
+CONF
+}
+
 start_rabbitmq() {
     local t0=$SECONDS
     if probe "$STOMPY_RABBITMQ_PORT" / 0 --quiet; then
@@ -30,22 +59,11 @@ start_rabbitmq() {
         return 2
     fi
     if ! pid_alive "$RABBIT_PIDFILE"; then
-        # A fresh node each time: no queues or messages left over from an earlier run.
-        rm -rf "$RABBITMQ_DIR"
-        mkdir -p "$RABBITMQ_DIR/log" "$RABBITMQ_DIR/mnesia"
-        # Plugins are enabled by this file alone, before the node starts.
-        echo '[rabbitmq_stomp,rabbitmq_web_stomp].' >"$RABBITMQ_DIR/enabled_plugins"
-        : >"$RABBITMQ_DIR/rabbitmq-env.conf"
-        cat >"$RABBITMQ_DIR/rabbitmq.conf" <<CONF
-# Written by stompy's ci/brokers/start.sh. Loopback only; no AMQP listener.
-listeners.tcp = none
-stomp.listeners.tcp.1 = 127.0.0.1:$STOMPY_RABBITMQ_PORT
-web_stomp.tcp.ip = 127.0.0.1
-web_stomp.tcp.port = $STOMPY_RABBITMQ_WS_PORT
-loopback_users.guest = true
-log.console = false
-log.file.level = info
-CONF
+        if keep_state "$RABBITMQ_DIR/rabbitmq.conf"; then
+            say "rabbitmq: keeping the state in $RABBITMQ_DIR"
+        else
+            rabbitmq_config
+        fi
         rabbitmq_env
         # Erlang distribution on loopback only (epmd itself is the machine's).
         export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
@@ -146,9 +164,14 @@ start_activemq() {
         return 2
     fi
     if ! pid_alive "$AMQ_PIDFILE"; then
-        rm -rf "$ACTIVEMQ_DIR"
-        mkdir -p "$ACTIVEMQ_DIR/conf" "$ACTIVEMQ_DIR/data" "$ACTIVEMQ_DIR/tmp"
-        activemq_config
+        if keep_state "$ACTIVEMQ_DIR/conf/activemq.xml"; then
+            say "activemq: keeping the state in $ACTIVEMQ_DIR"
+        else
+            # A fresh broker: no queues or messages left over from an earlier run.
+            rm -rf "$ACTIVEMQ_DIR"
+            mkdir -p "$ACTIVEMQ_DIR/conf" "$ACTIVEMQ_DIR/data" "$ACTIVEMQ_DIR/tmp"
+            activemq_config
+        fi
         # /usr/bin/activemq reads these; it then sources Debian's activemq-options,
         # which only sets the heap (512M), ACTIVEMQ_BASE (unused by our activemq.xml)
         # and the output of "start" mode, which we do not use.

@@ -14,16 +14,20 @@ tasks in one task group:
   ``LINGER`` seconds.
 
 Any anyio byte stream can be served (:meth:`AsyncBroker.serve_stream`), so another
-framing (WebSocket) only needs to present itself as one.
+framing only needs to present itself as one: with ``serve(websocket=True)`` a second
+listener runs the WebSocket handshake and serves a
+:class:`~stompy._websocket.WebSocketStream` over the same core (same queues, same
+sessions), writing one STOMP frame per WebSocket message.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -31,6 +35,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
+from stompy.errors import StompError
 from stompy.testing._broker import (
     BrokerConfig,
     BrokerCore,
@@ -40,6 +45,9 @@ from stompy.testing._broker import (
     ServerSession,
     SessionState,
 )
+
+if TYPE_CHECKING:
+    from stompy._websocket import WebSocketStream
 
 __all__ = ("LINGER", "AsyncBroker", "serve")
 
@@ -134,13 +142,20 @@ class _Connection:
 
     async def _write(self) -> None:
         session = self.session
+        ws = self.broker._websocket_stream(self.stream)
         while True:
             if not session.paused:
+                # Over WebSocket each frame is a message of its own: note the frames
+                # before the session joins them.
+                frames = list(session._out) if ws is not None else []
                 data = session.data_to_send(anyio.current_time())
                 self.broker._wake()
                 if data:
                     try:
-                        await self.stream.send(data)
+                        if ws is not None and sum(map(len, frames)) == len(data):
+                            await ws.send_frames(frames)
+                        else:
+                            await self.stream.send(data)
                     except _STREAM_ERRORS:
                         self.eof = True
                         session.close("connection lost")
@@ -174,7 +189,15 @@ class AsyncBroker:
     for tests: they look inside the broker and break things on purpose.
     """
 
-    def __init__(self, core: BrokerCore, host: str, port: int, *, tls: bool = False) -> None:
+    def __init__(
+        self,
+        core: BrokerCore,
+        host: str,
+        port: int,
+        *,
+        tls: bool = False,
+        ws_port: int | None = None,
+    ) -> None:
         self._core = core
         #: The address the broker listens on, as given to :func:`serve`.
         self.host = host
@@ -182,6 +205,8 @@ class AsyncBroker:
         self.port = port
         #: Whether clients must speak TLS (``serve(ssl_context=...)``).
         self.tls = tls
+        #: The real port of the WebSocket listener (``None`` without ``websocket=True``).
+        self.ws_port = ws_port
         self._connections: dict[str, _Connection] = {}
 
     @property
@@ -190,6 +215,18 @@ class AsyncBroker:
         host = f"[{self.host}]" if ":" in self.host else self.host
         scheme = "stomp+ssl" if self.tls else "stomp"
         return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str | None:
+        """``ws://host:port/ws`` (``wss://`` with TLS), or ``None`` without WebSocket.
+
+        Any path is accepted; ``/ws`` is what RabbitMQ's Web-STOMP uses.
+        """
+        if self.ws_port is None:
+            return None
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        scheme = "wss" if self.tls else "ws"
+        return f"{scheme}://{host}:{self.ws_port}/ws"
 
     @property
     def config(self) -> BrokerConfig:
@@ -306,20 +343,49 @@ class AsyncBroker:
                     await stream.aclose()
             logger.info("%s: closed (%s)", session.id, session.close_reason)
 
-    async def _serve_socket(self, stream: anyio.abc.SocketStream) -> None:
+    async def _serve_socket(self, stream: anyio.abc.ByteStream) -> None:
+        await self.serve_stream(stream, _peer(stream))
+
+    async def _serve_websocket(self, stream: anyio.abc.ByteStream) -> None:
+        """Run the WebSocket handshake (bounded by ``connect_timeout``), then serve."""
+        from stompy._websocket import WebSocketStream
+
+        peer = _peer(stream)
         try:
-            address = stream.extra(SocketAttribute.remote_address)
-        except (anyio.TypedAttributeLookupError, OSError):
-            address = "?"
-        if isinstance(address, tuple):
-            peer = (
-                f"[{address[0]}]:{address[1]}"
-                if ":" in str(address[0])
-                else (f"{address[0]}:{address[1]}")
-            )
-        else:
-            peer = str(address)
-        await self.serve_stream(stream, peer)
+            with anyio.fail_after(self._core.config.connect_timeout):
+                ws = await WebSocketStream.accept(stream)
+        except (TimeoutError, StompError, *_STREAM_ERRORS) as exc:
+            logger.info("WebSocket handshake from %s failed: %s", peer or "?", exc)
+            with anyio.CancelScope(shield=True), suppress(*_STREAM_ERRORS):
+                await stream.aclose()
+            return
+        request = ws.ws.request
+        logger.info(
+            "WebSocket from %s: %s, subprotocol %s",
+            peer or "?",
+            request.target if request else "?",
+            ws.ws.subprotocol,
+        )
+        await self.serve_stream(ws, peer)
+
+    @staticmethod
+    def _websocket_stream(stream: anyio.abc.ByteStream) -> WebSocketStream | None:
+        module = sys.modules.get("stompy._websocket")
+        if module is None:
+            return None  # not imported, so no WebSocket: plain STOMP needs no wsproto
+        cls: type[WebSocketStream] = module.WebSocketStream
+        return stream if isinstance(stream, cls) else None
+
+
+def _peer(stream: anyio.abc.ByteStream) -> str:
+    try:
+        address = stream.extra(SocketAttribute.remote_address)
+    except (anyio.TypedAttributeLookupError, OSError):
+        return "?"
+    if isinstance(address, tuple):
+        host, port = address[0], address[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(address)
 
 
 @asynccontextmanager
@@ -328,6 +394,8 @@ async def serve(
     port: int = 0,
     *,
     ssl_context: ssl.SSLContext | None = None,
+    websocket: bool = False,
+    websocket_port: int = 0,
     **options: Unpack[BrokerOptions],
 ) -> AsyncIterator[AsyncBroker]:
     """Run a broker on ``host:port`` for the duration of the ``async with`` block.
@@ -335,31 +403,51 @@ async def serve(
     ``port=0`` picks a free port (see ``broker.port`` / ``broker.url``). ``options``
     are the fields of :class:`BrokerConfig` (``users``, ``heartbeats``, ``prefetch``,
     limits ...). With ``ssl_context`` (a server context holding the certificate) it
-    speaks TLS only, and ``broker.url`` is a ``stomp+ssl://`` URL. Works under asyncio
-    and trio. On exit every connection is cut.
-    Raises :class:`ValueError` for bad options and :class:`OSError` when the address
-    cannot be bound.
+    speaks TLS only, and ``broker.url`` is a ``stomp+ssl://`` URL. With ``websocket``
+    it also listens for STOMP over WebSocket on ``websocket_port`` (0: a free one; see
+    ``broker.ws_url``), over the same queues; that needs wsproto, the ``websocket``
+    extra. Works under asyncio and trio. On exit every connection is cut.
+    Raises :class:`ValueError` for bad options, :class:`ImportError` for
+    ``websocket`` without wsproto and :class:`OSError` when an address cannot be bound.
     """
     core = BrokerCore(BrokerConfig(**options))
-    tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
-    listener: anyio.abc.Listener[Any] = tcp
-    if ssl_context is not None:
-        # STOMP ends with DISCONNECT, not with a TLS close_notify: don't insist on one.
-        listener = TLSListener(tcp, ssl_context, standard_compatible=False)
+    if websocket:
+        import stompy._websocket  # noqa: F401  (fail now, with the extra named)
+    listeners: list[anyio.abc.Listener[Any]] = []
     try:
+        tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        listeners.append(_secured(tcp, ssl_context))
         real_port = tcp.listeners[0].extra(SocketAttribute.local_port)
-        broker = AsyncBroker(core, host, real_port, tls=ssl_context is not None)
+        ws_port: int | None = None
+        if websocket:
+            ws_tcp = await anyio.create_tcp_listener(local_host=host, local_port=websocket_port)
+            listeners.append(_secured(ws_tcp, ssl_context))
+            ws_port = ws_tcp.listeners[0].extra(SocketAttribute.local_port)
+        broker = AsyncBroker(core, host, real_port, tls=ssl_context is not None, ws_port=ws_port)
         # The block's exceptions must reach the caller unwrapped, so the task group
         # is exited by hand without them (its tasks never raise).
         tg = anyio.create_task_group()
         await tg.__aenter__()
         try:
-            tg.start_soon(listener.serve, broker._serve_socket, tg)
+            tg.start_soon(listeners[0].serve, broker._serve_socket, tg)
             logger.info("listening on %s", broker.url)
+            if len(listeners) > 1:
+                tg.start_soon(listeners[1].serve, broker._serve_websocket, tg)
+                logger.info("listening on %s", broker.ws_url)
             yield broker
         finally:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
     finally:
         with anyio.CancelScope(shield=True):
-            await listener.aclose()
+            for listener in listeners:
+                await listener.aclose()
+
+
+def _secured(
+    tcp: anyio.abc.Listener[Any], ssl_context: ssl.SSLContext | None
+) -> anyio.abc.Listener[Any]:
+    if ssl_context is None:
+        return tcp
+    # STOMP ends with DISCONNECT, not with a TLS close_notify: don't insist on one.
+    return TLSListener(tcp, ssl_context, standard_compatible=False)

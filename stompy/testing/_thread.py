@@ -33,6 +33,10 @@ class Broker:
         self.port = broker.port
         #: ``stomp://host:port`` with the real port.
         self.url = broker.url
+        #: The WebSocket listener's real port, and ``ws://host:port/ws`` (``None``
+        #: without ``websocket=True``).
+        self.ws_port = broker.ws_port
+        self.ws_url = broker.ws_url
         self.config: BrokerConfig = broker.config
 
     def queue_depth(self, destination: str) -> int:
@@ -95,18 +99,27 @@ def run_broker(
     *,
     backend: str = "asyncio",
     ssl_context: ssl.SSLContext | None = None,
+    websocket: bool = False,
+    websocket_port: int = 0,
     **options: Unpack[BrokerOptions],
 ) -> Iterator[Broker]:
     """Run :func:`~stompy.testing.serve` in a background thread for a ``with`` block.
 
     ``backend`` is the anyio backend of that thread (``"asyncio"`` or ``"trio"``).
-    Returns once the broker listens; on exit every connection is cut and the thread
-    is joined.
+    ``websocket`` adds a WebSocket listener (see ``broker.ws_url``). Returns once the
+    broker listens; on exit every connection is cut and the thread is joined.
     """
     with (
         start_blocking_portal(backend) as portal,
         portal.wrap_async_context_manager(
-            serve(host, port, ssl_context=ssl_context, **options)
+            serve(
+                host,
+                port,
+                ssl_context=ssl_context,
+                websocket=websocket,
+                websocket_port=websocket_port,
+                **options,
+            )
         ) as broker,
     ):
         yield Broker(portal, broker)

@@ -1,7 +1,10 @@
 """The real clients as conformance flavours: ``Connection`` (sync) and ``AsyncConnection``.
 
 The async client runs in an event loop of its own thread (asyncio or trio) behind a
-blocking portal, so the same synchronous tests drive it.
+blocking portal, so the same synchronous tests drive it. Each flavour also runs over
+WebSocket (``sync-ws``, ``asyncio-ws``, ``trio-ws``) against the broker's ``ws_url``:
+the in-process broker serves both transports over one core, so every test sees the
+same queues whichever way its clients came in.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class SyncDriver(Driver):
 
     flavour = "sync"
 
+    @classmethod
+    def url(cls, target: Target) -> str:
+        return target.url
+
     def __init__(self, conn: stompy.Connection) -> None:
         self._conn = conn
         self._subs: dict[str, stompy.Subscription] = {}
@@ -71,7 +78,7 @@ class SyncDriver(Driver):
         timeout: float = DEFAULT_TIMEOUT,
     ) -> SyncDriver:
         conn = stompy.Connection(
-            target.url,
+            cls.url(target),
             login=login if login is not None else target.login,
             passcode=passcode if passcode is not None else target.passcode,
             host=target.connect_host,
@@ -198,6 +205,10 @@ class _AsyncDriver(Driver):
 
     backend = "asyncio"
 
+    @classmethod
+    def url(cls, target: Target) -> str:
+        return target.url
+
     def __init__(
         self,
         portal_cm: AbstractContextManager[BlockingPortal],
@@ -232,7 +243,7 @@ class _AsyncDriver(Driver):
         portal = portal_cm.__enter__()
         try:
             conn = stompy.AsyncConnection(
-                target.url,
+                cls.url(target),
                 login=login if login is not None else target.login,
                 passcode=passcode if passcode is not None else target.passcode,
                 host=target.connect_host,
@@ -411,10 +422,34 @@ class TrioDriver(_AsyncDriver):
     backend = "trio"
 
 
+class WebSocketFlavour:
+    """Marks a flavour that connects to ``Target.ws_url`` (skipped when there is none)."""
+
+    @classmethod
+    def url(cls, target: Target) -> str:
+        assert target.ws_url is not None
+        return target.ws_url
+
+
+class SyncWsDriver(WebSocketFlavour, SyncDriver):
+    flavour = "sync-ws"
+
+
+class AsyncioWsDriver(WebSocketFlavour, AsyncioDriver):
+    flavour = "asyncio-ws"
+
+
+class TrioWsDriver(WebSocketFlavour, TrioDriver):
+    flavour = "trio-ws"
+
+
 #: Every client flavour the suite runs, by name.
 FLAVOURS: dict[str, type[Driver]] = {
     "core": CoreDriver,
     "sync": SyncDriver,
     "asyncio": AsyncioDriver,
     "trio": TrioDriver,
+    "sync-ws": SyncWsDriver,
+    "asyncio-ws": AsyncioWsDriver,
+    "trio-ws": TrioWsDriver,
 }

@@ -62,6 +62,8 @@ class Target:
     vhost: str | None = None
     #: True for a real broker named by STOMPY_BROKER_URL (broker-specific tests skip).
     external: bool = False
+    #: The same broker's STOMP-over-WebSocket URL, if it has one (``ws://...``).
+    ws_url: str | None = None
 
     @classmethod
     def from_url(
@@ -72,10 +74,16 @@ class Target:
         passcode: str | None = None,
         vhost: str | None = None,
         external: bool = False,
+        ws_url: str | None = None,
     ) -> Target:
         parts = urlsplit(url)
         if parts.scheme not in ("stomp", "tcp") or not parts.hostname:
-            raise ValueError(f"want a stomp://host:port URL, got {url!r}")
+            raise ValueError(
+                f"want a stomp://host:port URL, got {url!r} "
+                "(a ws:// URL goes in STOMPY_BROKER_WS_URL, beside the STOMP one)"
+            )
+        if ws_url is not None and urlsplit(ws_url).scheme not in ("ws", "wss"):
+            raise ValueError(f"want a ws:// or wss:// URL, got {ws_url!r}")
         return cls(
             parts.hostname,
             parts.port or 61613,
@@ -83,6 +91,7 @@ class Target:
             passcode if passcode is not None else parts.password,
             vhost,
             external,
+            ws_url,
         )
 
     @property

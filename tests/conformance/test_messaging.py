@@ -31,6 +31,9 @@ def test_text_message(versioned: Driver, queue: str) -> None:
     assert (message.header("content-type") or "").startswith("text/plain")
 
 
+@pytest.mark.quirk(
+    "rabbitmq", "escapes header values in STOMP 1.0 (a:b arrives as a\\cb)", versions=("1.0",)
+)
 def test_headers_with_colons_and_unicode(versioned: Driver, version: str, queue: str) -> None:
     headers = {"x-colon": "a:b:c", "x-ünïcode": "ça va ✓", "x-empty": ""}
     if version != "1.0":  # only 1.1 and later can escape these

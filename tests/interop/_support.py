@@ -3,24 +3,36 @@
 * :class:`RawConn` speaks bytes, for pinning down exactly what a broker puts on the
   wire (the findings in docs/brokers.md);
 * :class:`ProtocolSession` runs stompy's sans-IO :class:`ClientProtocol` over a
-  blocking socket, which is what a transport does, with every wait bounded.
+  blocking socket, which is what a transport does, with every wait bounded;
+* :class:`CuttableProxy` relays TCP to a broker and cuts its connections on demand,
+  which is how a network failure looks to a client;
+* :func:`restart_broker` stops and starts a broker of ``ci/brokers`` with its state
+  kept, for the reliability tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from stompy import VERSIONS, ClientProtocol, Frame, FrameParser
 from stompy.events import Event
 
 #: Seconds any single wait may take; brokers on loopback answer in milliseconds.
 TIMEOUT = 5.0
+#: Where ci/brokers lives (restart.sh, for the reliability tests).
+BROKERS_DIR = Path(__file__).resolve().parents[2] / "ci" / "brokers"
+#: One line per reliability run, printed in pytest's terminal summary.
+RESULTS: list[str] = []
 
 E = TypeVar("E")
 
@@ -51,6 +63,12 @@ class BrokerTarget:
 
     def __str__(self) -> str:
         return f"{self.name} at {self.host}:{self.port} (host header {self.vhost!r})"
+
+    @property
+    def url(self) -> str:
+        """A ``stomp://`` URL for stompy's clients; the path is the vhost, percent-encoded."""
+        login = f"{quote(self.login, safe='')}:{quote(self.passcode, safe='')}@"
+        return f"stomp://{login}{self.host}:{self.port}/{quote(self.vhost, safe='')}"
 
 
 def targets_from_env() -> list[BrokerTarget]:
@@ -276,3 +294,116 @@ class ProtocolSession:
         event = self.next_event()
         self.proto.start_heartbeats(time.monotonic())
         return event
+
+
+class CuttableProxy:
+    """A TCP relay on 127.0.0.1 to ``host:port`` whose connections can be cut.
+
+    :meth:`cut` closes every relayed connection at once, on both sides: the client
+    sees the connection end, the broker sees its client go, as in a network failure.
+    The relay keeps listening, so a client that reconnects goes through it again.
+    Every thread polls a flag once a second, and :meth:`close` joins them (bounded).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []  # live ones
+        self._sockets: list[socket.socket] = []  # all, closed by close()
+        self._threads: list[threading.Thread] = []
+        self._closed = threading.Event()
+        #: How many client connections it accepted, and how many it cut.
+        self.accepted = 0
+        self.cut_count = 0
+        self._start(self._accept)
+
+    def __enter__(self) -> CuttableProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, target: object, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=TIMEOUT)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self.accepted += 1
+                self._pairs.append((client, upstream))
+                self._sockets += (client, upstream)
+            self._start(self._relay, client, upstream)
+            self._start(self._relay, upstream, client)
+
+    def _relay(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(1.0)
+        dst.settimeout(TIMEOUT)
+        try:
+            while not self._closed.is_set():
+                try:
+                    data = src.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._shut(src, dst)
+
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> int:
+        """Cut every connection relayed so far; return how many."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+            self.cut_count += len(pairs)
+        for client, upstream in pairs:
+            self._shut(client, upstream)
+        return len(pairs)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        self.cut()
+        for thread in self._threads:
+            thread.join(timeout=2 * TIMEOUT)
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets.clear()
+
+
+def restart_broker(kind: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    """Stop the broker of ``kind`` and start it again, its queues and messages kept.
+
+    Runs ``ci/brokers/restart.sh`` (SIGTERM, wait, start, wait for CONNECTED).
+    """
+    return subprocess.run(
+        ["bash", str(BROKERS_DIR / "restart.sh"), kind],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -14,10 +14,24 @@ import uuid
 
 import pytest
 
-from tests.interop._support import BrokerTarget, probe, targets_from_env
+from tests.interop._support import RESULTS, BrokerTarget, probe, targets_from_env
 
 _TARGETS = targets_from_env()
 _ANSWERS: dict[BrokerTarget, tuple[str | None, str]] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "reliability: long runs against a real broker (STOMPY_INTEROP_RELIABILITY=1)",
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if RESULTS:
+        terminalreporter.section("interop reliability")
+        for line in RESULTS:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -275,3 +275,44 @@ def test_eof_after_disconnect_is_expected(broker: BrokerTarget) -> None:
         assert session.sock.recv(1) == b""
         session.proto.receive_eof()
         assert session.proto.next_event() in (None, ConnectionClosed(expected=True))
+
+
+def test_request_reply_through_a_temp_queue(broker: BrokerTarget, unique: str) -> None:
+    """A ``reply-to:/temp-queue/`` request; the reply reaches the requester's protocol.
+
+    RabbitMQ delivers it on an implicit subscription whose id is the temp queue's
+    name, which ClientProtocol learnt from the SEND; on ActiveMQ the requester
+    subscribes to the temp queue itself, as usual.
+    """
+    if broker.kind not in ("rabbitmq", "activemq"):
+        pytest.skip(f"no temp-queue expectation for {broker.kind}")
+    service = f"/queue/stompy-service-{unique}"
+    temp = f"/temp-queue/stompy-replies-{unique}"
+    with ProtocolSession(broker) as server, ProtocolSession(broker) as client:
+        server.connect()
+        server.proto.subscribe(service, receipt=True)
+        server.flush()
+        server.expect(Receipt)
+        client.connect()
+        expected_sub = temp
+        if broker.kind == "activemq":
+            expected_sub = client.proto.subscribe(temp, receipt=True)
+            client.flush()
+            client.expect(Receipt)
+        client.proto.send(service, "question", headers={"reply-to": temp}, receipt="asked")
+        client.flush()
+        assert client.expect(Receipt).receipt_id == "asked"
+
+        request = server.expect(Message)
+        reply_to = request.frame.get("reply-to")
+        assert reply_to is not None
+        assert reply_to != temp  # both rewrite it into a name others can send to
+        server.proto.send(reply_to, f"answer to {request.body.decode()}", receipt="answered")
+        server.flush()
+        assert server.expect(Receipt).receipt_id == "answered"
+
+        reply = client.expect(Message)
+        assert reply.body == b"answer to question"
+        assert reply.subscription == expected_sub
+        assert reply.ack_mode == "auto"
+        assert client.proto.state is State.CONNECTED

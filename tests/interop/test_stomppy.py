@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import stomp
 
+import stompy
 from stompy.events import Message, Receipt
 from tests.interop._support import TIMEOUT, BrokerTarget, ProtocolSession
 
@@ -60,13 +61,19 @@ class Recorder(stomp.ConnectionListener):  # type: ignore[misc]
 
 
 @contextmanager
-def stomppy(broker: BrokerTarget, vhost: str | None = "") -> Iterator[tuple[Any, Recorder]]:
-    """A connected stomp.py 1.2 connection (``vhost=None``: stomp.py's own default)."""
+def stomppy(
+    broker: BrokerTarget, vhost: str | None = "", *, auto_decode: bool = True
+) -> Iterator[tuple[Any, Recorder]]:
+    """A connected stomp.py 1.2 connection (``vhost=None``: stomp.py's own default).
+
+    ``auto_decode=False`` hands message bodies over as bytes.
+    """
     conn = stomp.Connection12(
         [(broker.host, broker.port)],
         vhost=broker.vhost if vhost == "" else vhost,
         reconnect_attempts_max=1,
         timeout=TIMEOUT,
+        auto_decode=auto_decode,
     )
     recorder = Recorder()
     conn.set_listener("recorder", recorder)
@@ -139,3 +146,70 @@ def test_stompy_to_stomppy(broker: BrokerTarget, unique: str) -> None:
         (message,) = rec.wait_for("messages")
         assert message.body == "from stompy"
         assert message.headers["x-escaped"] == value
+
+
+#: What must pass between the two clients unchanged: (body, user headers).
+PAYLOADS = {
+    "unicode-headers": (
+        "héllo ✓ 雪".encode(),
+        {
+            "x-colon": "a:b:c",
+            "x-newline": "two\nlines",
+            "x-backslash": "c:\\path\\",
+            "x-ünïcode": "ça va ✓ 雪",
+            "reply-to": "/queue/somewhere",
+        },
+    ),
+    "binary-nuls": (bytes(range(256)) * 4 + b"\0\0end\0", {"x-kind": "binary"}),
+    "one-mib": (bytes(range(256)) * 4096, {"x-kind": "1 MiB"}),
+}
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_stomppy_to_stompy_connection(broker: BrokerTarget, unique: str, payload: str) -> None:
+    """stomp.py sends; stompy's blocking Connection receives body and headers intact."""
+    body, headers = PAYLOADS[payload]
+    destination = f"/queue/stomppy-to-connection-{unique}"
+    with stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+        sub = conn.subscribe(destination, receipt=True)
+        with stomppy(broker) as (other, rec):
+            rec.wait_for("connected")
+            other.send(
+                destination,
+                body,
+                content_type="application/octet-stream",
+                headers=headers,
+                receipt="sent",
+            )
+            rec.wait_for("receipts")
+        message = sub.get(timeout=TIMEOUT * 2)
+    assert message is not None
+    assert message.body == body
+    assert message.content_type == "application/octet-stream"
+    for name, value in headers.items():
+        assert message.headers.get(name) == value, name
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_stompy_connection_to_stomppy(broker: BrokerTarget, unique: str, payload: str) -> None:
+    """stompy's blocking Connection sends; stomp.py receives body and headers intact."""
+    body, headers = PAYLOADS[payload]
+    destination = f"/queue/connection-to-stomppy-{unique}"
+    with stomppy(broker, auto_decode=False) as (other, rec):
+        rec.wait_for("connected")
+        other.subscribe(destination, id="1", receipt="sub")
+        rec.wait_for("receipts")
+        with stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+            conn.send(
+                destination,
+                body,
+                headers=headers,
+                content_type="application/octet-stream",
+                receipt=True,
+            )
+        (message,) = rec.wait_for("messages", timeout=TIMEOUT * 2)
+    assert message.body == body
+    assert message.headers["content-type"] == "application/octet-stream"
+    assert message.headers["content-length"] == str(len(body))
+    for name, value in headers.items():
+        assert message.headers.get(name) == value, name

@@ -1,0 +1,341 @@
+"""Request / reply latency through a broker: p50 and p99 of one round trip, in ms.
+
+The requester (the contender) subscribes to its own reply queue, then, one request
+at a time, sends a request (``reply-to`` and ``correlation-id`` headers, a 100-byte
+body) and waits for the answer, checking its ``correlation-id``. A bare-socket
+responder in a child process (:func:`benchmarks.rawstomp.respond`) answers each
+request at once, so the figure is the requester's library twice (send, receive)
+plus the broker twice; the first ``warmup`` round trips are not counted.
+
+Brokers: stompy's own test broker (:mod:`stompy.testing`, run as ``python -m stompy
+broker`` in a child process so that it does not share the client's GIL), and
+RabbitMQ when it answers. Lower is better.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import stompy
+from benchmarks import workload
+from benchmarks._core import (
+    STOMPY,
+    STOMPY_ASYNCIO,
+    STOMPY_TRIO,
+    Row,
+    Settings,
+    alternate_calls,
+    failure_rows,
+    log,
+    register,
+)
+from benchmarks.brokers import RABBITMQ, unique_queue, unreachable
+from benchmarks.clients import STOMPMAN, STOMPPY, Job, _has, _stompman_client
+from benchmarks.rawstomp import Child, Server, responder_command
+
+GROUP: Final = "latency"
+#: One requester run: (job whose destination is the request queue, reply queue,
+#: round trips, warm-up round trips) -> the counted round trips' seconds.
+Requester = Callable[[Job, str, int, int], list[float]]
+
+
+def _count(settings: Settings) -> int:
+    return settings.pick_count(2_000, 500)
+
+
+def _rounds(settings: Settings) -> int:
+    return settings.pick_rounds(3, 1)
+
+
+def _warmup(count: int) -> int:
+    return max(1, min(100, count // 10))
+
+
+def _request_headers(reply_to: str, i: int) -> dict[str, str]:
+    return {"reply-to": reply_to, "correlation-id": str(i)}
+
+
+def _check_reply(headers: Any, i: int, who: str) -> None:
+    if headers.get("correlation-id") != str(i):
+        raise AssertionError(f"{who}: reply {headers.get('correlation-id')!r} to request {i}")
+
+
+def stompy_sync_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    deadline = job.deadline()
+    times: list[float] = []
+    with stompy.Connection(
+        job.server.url,
+        login=job.server.login,
+        passcode=job.server.passcode,
+        host=job.server.vhost,
+        receipt_timeout=10.0,
+    ) as conn:
+        sub = conn.subscribe(reply_to, ack="auto", receipt=True)
+        for i in range(warmup + count):
+            start = time.perf_counter()
+            conn.send(job.destination, workload.body(i), headers=_request_headers(reply_to, i))
+            reply = sub.get(timeout=deadline.left())
+            elapsed = time.perf_counter() - start
+            if reply is None:
+                raise TimeoutError(f"no reply to request {i}")
+            _check_reply(reply.headers, i, STOMPY)
+            if i >= warmup:
+                times.append(elapsed)
+    return times
+
+
+def stompy_async_requests(
+    job: Job, reply_to: str, count: int, warmup: int, backend: str = "asyncio"
+) -> list[float]:
+    import anyio
+
+    async def main() -> list[float]:
+        times: list[float] = []
+        with anyio.fail_after(job.limit):
+            async with stompy.AsyncConnection(
+                job.server.url,
+                login=job.server.login,
+                passcode=job.server.passcode,
+                host=job.server.vhost,
+                receipt_timeout=10.0,
+            ) as conn:
+                sub = await conn.subscribe(reply_to, ack="auto", receipt=True)
+                for i in range(warmup + count):
+                    start = time.perf_counter()
+                    await conn.send(
+                        job.destination, workload.body(i), headers=_request_headers(reply_to, i)
+                    )
+                    reply = await sub.get()
+                    elapsed = time.perf_counter() - start
+                    if reply is None:
+                        raise ConnectionError(f"reply subscription ended at request {i}")
+                    _check_reply(reply.headers, i, f"stompy ({backend})")
+                    if i >= warmup:
+                        times.append(elapsed)
+                await sub.unsubscribe()
+        return times
+
+    return anyio.run(main, backend=backend)
+
+
+def stomppy_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    import stomp
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.connected = threading.Event()
+            self.subscribed = threading.Event()
+            self.replied = threading.Event()
+            self.reply: Any = None
+
+        def on_connected(self, frame: Any) -> None:
+            self.connected.set()
+
+        def on_receipt(self, frame: Any) -> None:
+            self.subscribed.set()
+
+        def on_message(self, frame: Any) -> None:
+            self.reply = frame
+            self.replied.set()
+
+    deadline = job.deadline()
+    conn = stomp.Connection12(
+        [job.server.address], heartbeats=(0, 0), reconnect_attempts_max=1, vhost=job.server.vhost
+    )
+    listener = Listener()
+    conn.set_listener("bench", listener)
+    conn.connect(job.server.login, job.server.passcode, wait=False)
+    times: list[float] = []
+    try:
+        if not listener.connected.wait(deadline.left()):
+            raise TimeoutError("stomp.py did not connect")
+        conn.subscribe(reply_to, id="replies", ack="auto", headers={"receipt": "subscribed"})
+        if not listener.subscribed.wait(deadline.left()):
+            raise TimeoutError("stomp.py: no receipt for SUBSCRIBE")
+        for i in range(warmup + count):
+            listener.replied.clear()
+            start = time.perf_counter()
+            conn.send(job.destination, workload.body(i), headers=_request_headers(reply_to, i))
+            if not listener.replied.wait(deadline.left()):
+                raise TimeoutError(f"stomp.py: no reply to request {i}")
+            elapsed = time.perf_counter() - start
+            _check_reply(listener.reply.headers, i, STOMPPY)
+            if i >= warmup:
+                times.append(elapsed)
+    finally:
+        conn.disconnect()
+    return times
+
+
+def stompman_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        waiting: list[asyncio.Future[Any]] = []
+        times: list[float] = []
+
+        async def handler(frame: Any) -> None:
+            if waiting and not waiting[-1].done():
+                waiting[-1].set_result(frame)
+
+        async with _stompman_client(job) as client:
+            subscription = await client.subscribe(
+                reply_to,
+                handler,
+                ack="auto",
+                on_suppressed_exception=lambda exc, frame: None,
+                receipt_timeout=10.0,
+            )
+            for i in range(warmup + count):
+                future: asyncio.Future[Any] = loop.create_future()
+                waiting.append(future)
+                start = time.perf_counter()
+                await client.send(
+                    workload.body(i), job.destination, headers=_request_headers(reply_to, i)
+                )
+                reply = await future
+                elapsed = time.perf_counter() - start
+                waiting.pop()
+                _check_reply(reply.headers, i, STOMPMAN)
+                if i >= warmup:
+                    times.append(elapsed)
+            await subscription.unsubscribe()
+        return times
+
+    return asyncio.run(asyncio.wait_for(main(), job.limit))
+
+
+def requesters(settings: Settings) -> list[tuple[str, Requester]]:
+    found: list[tuple[str, Requester]] = [
+        (STOMPY, stompy_sync_requests),
+        (STOMPY_ASYNCIO, stompy_async_requests),
+    ]
+    if _has("trio"):
+        found.append((STOMPY_TRIO, functools.partial(stompy_async_requests, backend="trio")))
+    if _has("stomp"):
+        found.append((STOMPPY, stomppy_requests))
+    if _has("stompman"):
+        found.append((STOMPMAN, stompman_requests))
+    return [(who, requester) for who, requester in found if settings.wants(who)]
+
+
+@contextmanager
+def stompy_broker() -> Iterator[Server]:
+    """stompy's test broker in a child process (``python -m stompy broker``)."""
+    command = [sys.executable, "-m", "stompy", "broker", "--port", "0", "-q"]
+    command += ["--heartbeat", "0,0"]
+    with Child(command, ready="listening on", terminate=True) as child:
+        address = child.line.rpartition("//")[2]
+        host, _, port = address.rpartition(":")
+        yield Server("stompy.testing", host, int(port), "guest", "guest")
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    """The nearest-rank percentile: the smallest sample at or above ``fraction``."""
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _limit(count: int) -> float:
+    return 30.0 + count / 50  # generous: 20 ms per round trip
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    count = _count(settings)
+    return {
+        "round_trips": count,
+        "warmup": _warmup(count),
+        "rounds": _rounds(settings),
+        "responder": "bare socket in a child process (benchmarks.rawstomp respond)",
+        "brokers": ["stompy.testing (python -m stompy broker, child process)", "rabbitmq"],
+        "figure": "median over rounds of each round's p50 / p99, milliseconds",
+    }
+
+
+@register(
+    GROUP, "request/reply round trip through a broker (ms, lower is better)", describe=describe
+)
+def run(settings: Settings) -> list[Row]:
+    count = _count(settings)
+    rounds = _rounds(settings)
+    warmup = _warmup(count)
+    limit = _limit(count + warmup)
+    rows: list[Row] = []
+    servers: list[tuple[str, Callable[[], Any]]] = [("stompy.testing", stompy_broker)]
+    if not settings.brokers:
+        why: str | None = "skipped (--no-brokers)"
+    else:
+        why = unreachable(RABBITMQ)
+    if why is None:
+        servers.append(("rabbitmq", functools.partial(_existing, RABBITMQ)))
+    for name, start in servers:
+        try:
+            results, failed = _measure(settings, start, count, warmup, limit, rounds, name)
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            # The broker went away (or its responder could not start): say so, go on.
+            log(settings, f"latency {name}: FAILED: {exc!r}")
+            results, failed = {}, {"all": f"failed: {exc!r}"[:200]}
+        for suffix, fraction in (("p50", 0.50), ("p99", 0.99)):
+            label = f"{name} {suffix}"
+            for who, per_round in results.items():
+                figures = tuple(percentile(times, fraction) * 1000 for times in per_round)
+                rows.append(
+                    Row(GROUP, label, who, statistics.median(figures), "ms", False, figures)
+                )
+            rows += failure_rows(GROUP, label, failed, "ms")
+    if why is not None:
+        log(settings, f"latency rabbitmq: {why}")
+        for suffix in ("p50", "p99"):
+            rows.append(Row(GROUP, f"rabbitmq {suffix}", "all", float("nan"), "ms", note=why))
+    return rows
+
+
+def _measure(
+    settings: Settings,
+    start: Callable[[], Any],
+    count: int,
+    warmup: int,
+    limit: float,
+    rounds: int,
+    name: str,
+) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
+    """Every requester's rounds against one broker, with its responder running."""
+    with start() as server:
+        queue = unique_queue("requests")
+        responder = responder_command(server, queue, limit * rounds * 10)
+        with Child(responder, ready="READY"):
+            log(settings, f"latency {name}: {count:,} round trips (+{warmup}), {rounds} rounds")
+            job = Job(server, count, limit, destination=queue)
+            runs = [
+                (who, functools.partial(_one_run, requester, job, count, warmup))
+                for who, requester in requesters(settings)
+            ]
+            return alternate_calls(runs, rounds, settings, name, _show)
+
+
+@contextmanager
+def _existing(server: Server) -> Iterator[Server]:
+    yield server
+
+
+def _one_run(requester: Requester, job: Job, count: int, warmup: int) -> list[float]:
+    reply_to = unique_queue("replies")
+    times = requester(job, reply_to, count, warmup)
+    if len(times) != count:
+        raise AssertionError(f"{len(times)} round trips timed, expected {count}")
+    return times
+
+
+def _show(times: list[float]) -> str:
+    p50 = percentile(times, 0.5) * 1000
+    p99 = percentile(times, 0.99) * 1000
+    return f"p50 {p50:7.3f} ms  p99 {p99:7.3f} ms"

@@ -1,0 +1,366 @@
+"""The options of the ``stomp`` data source, parsed once and checked on the driver.
+
+Spark hands a data source its options as a case-insensitive mapping whose keys are
+lower-cased, so every lookup here uses the lower-cased name; the documentation uses
+the camel-case spelling. Values stay as written (header names in JSON values keep
+their case). Parsing is plain Python without PySpark, so it is tested directly.
+
+The settings objects are pickled to Spark's Python workers. They hold no socket, no
+lock and no TLS context: :meth:`ConnectionSettings.connection` makes those inside the
+worker. The passcode is kept out of every ``repr`` and every error message.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl as _ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from stompy._client import Reconnect
+from stompy._frames import VERSIONS
+from stompy._heartbeat import parse_heartbeat
+from stompy._sync import Connection
+from stompy._urls import parse_urls
+from stompy.errors import ProtocolError
+
+__all__ = (
+    "ConnectionSettings",
+    "ReadSettings",
+    "WriteSettings",
+    "parse_read_options",
+    "parse_write_options",
+)
+
+ReadMode = Literal["consume", "browse"]
+
+#: Options Spark itself may put in the mapping; they are not ours and are ignored.
+_SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation"})
+
+_CONNECTION_KEYS: Final = (
+    "url",
+    "login",
+    "passcode",
+    "host",
+    "heartbeats",
+    "versions",
+    "tls",
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+    "tlsVerify",
+    "connectTimeout",
+    "receiptTimeout",
+    "clientId",
+)
+_READ_KEYS: Final = (
+    "destination",
+    "maxMessagesPerBatch",
+    "prefetch",
+    "prefetchHeaders",
+    "subscribeHeaders",
+    "durableName",
+    "idleTimeout",
+    "numPartitions",
+    "maxMessagesPerPartition",
+    "mode",
+    "reconnectAttempts",
+)
+_WRITE_KEYS: Final = ("destination", "transactional", "dedupHeader", "sendHeaders")
+
+#: Brokers name the SUBSCRIBE header that bounds unacknowledged deliveries
+#: differently: RabbitMQ (and stompy's broker) ``prefetch-count``, ActiveMQ
+#: ``activemq.prefetchSize``. Both are sent; a broker ignores the one it does not know.
+DEFAULT_PREFETCH_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
+DEFAULT_DEDUP_HEADER: Final = "stompy-dedup-id"
+DEFAULT_HEARTBEATS: Final = (10_000, 10_000)
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Where and how to connect; :meth:`connection` opens it (inside a Spark task)."""
+
+    #: The ``url`` option as given (one URL or a comma-separated failover list).
+    url: str = field(repr=False)
+    login: str | None = None
+    passcode: str | None = field(default=None, repr=False)
+    host: str | None = None
+    heartbeats: tuple[int, int] = DEFAULT_HEARTBEATS
+    versions: tuple[str, ...] = VERSIONS
+    #: ``None``: TLS when the URL scheme says so (``stomp+ssl://``).
+    tls: bool | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_verify: bool = True
+    connect_timeout: float = 10.0
+    receipt_timeout: float = 30.0
+    client_id: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The broker addresses without credentials (safe to log)."""
+        return ", ".join(str(e) for e in parse_urls(self.url))
+
+    def ssl_context(self) -> bool | _ssl.SSLContext | None:
+        """The ``ssl`` argument of :class:`~stompy.Connection` (made in the worker)."""
+        custom = self.tls_ca_file or self.tls_cert_file or not self.tls_verify
+        if not custom:
+            return self.tls
+        if self.tls is False:
+            return False
+        context = _ssl.create_default_context(cafile=self.tls_ca_file)
+        if self.tls_cert_file:
+            context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        if not self.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = _ssl.CERT_NONE
+        return context
+
+    def connection(
+        self, *, max_pending: int = 1000, reconnect: Reconnect | None = None
+    ) -> Connection:
+        """A new, not yet connected :class:`~stompy.Connection` with these settings."""
+        headers = {"client-id": self.client_id} if self.client_id else None
+        return Connection(
+            self.url,
+            login=self.login,
+            passcode=self.passcode,
+            host=self.host,
+            versions=self.versions,
+            heartbeats=self.heartbeats,
+            ssl=self.ssl_context(),
+            connect_timeout=self.connect_timeout,
+            receipt_timeout=self.receipt_timeout,
+            reconnect=reconnect,
+            headers=headers,
+            max_pending=max_pending,
+        )
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """The options of ``spark.read`` / ``spark.readStream``."""
+
+    connection: ConnectionSettings
+    destination: str
+    max_messages_per_batch: int = 1000
+    #: Unacknowledged messages the broker may hand out at once (``None``: per path).
+    prefetch: int | None = None
+    prefetch_headers: tuple[str, ...] = DEFAULT_PREFETCH_HEADERS
+    subscribe_headers: tuple[tuple[str, str], ...] = ()
+    durable_name: str | None = None
+    idle_timeout: float = 1.0
+    num_partitions: int = 1
+    max_messages_per_partition: int = 10_000
+    mode: ReadMode = "consume"
+    reconnect_attempts: int = 5
+
+    @property
+    def stream_prefetch(self) -> int:
+        """Prefetch of the streaming subscription: one batch in flight, one buffered."""
+        return self.prefetch if self.prefetch is not None else 2 * self.max_messages_per_batch
+
+    @property
+    def batch_prefetch(self) -> int:
+        """Prefetch of a batch-read task: it holds all its messages until it is done."""
+        if self.prefetch is not None:
+            return self.prefetch
+        return self.max_messages_per_partition
+
+    def subscribe_args(self, prefetch: int) -> tuple[str | None, dict[str, str]]:
+        """The subscription id (``None``: generated) and the SUBSCRIBE headers."""
+        headers = {name: str(prefetch) for name in self.prefetch_headers}
+        sub_id: str | None = None
+        if self.durable_name:
+            # The broker-specific spellings of "keep this subscription while I am away":
+            # RabbitMQ (durable, auto-delete, and the id names the queue), ActiveMQ
+            # (activemq.subscriptionName, with the client-id CONNECT header) and
+            # Apollo (persistent, with the id).
+            sub_id = self.durable_name
+            headers.update(
+                {
+                    "durable": "true",
+                    "auto-delete": "false",
+                    "persistent": "true",
+                    "activemq.subscriptionName": self.durable_name,
+                }
+            )
+        headers.update(self.subscribe_headers)
+        return sub_id, headers
+
+
+@dataclass(frozen=True)
+class WriteSettings:
+    """The options of ``DataFrame.write`` / ``writeStream``."""
+
+    connection: ConnectionSettings
+    #: The default destination; a ``destination`` column overrides it per row.
+    destination: str | None = None
+    transactional: bool = False
+    #: The header that carries the de-duplication id (``""``: none).
+    dedup_header: str = DEFAULT_DEDUP_HEADER
+    send_headers: tuple[tuple[str, str], ...] = ()
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+class _Options:
+    """Typed lookups in Spark's options, with errors that name the option."""
+
+    def __init__(self, options: Mapping[str, str], known: Iterable[str], what: str) -> None:
+        self._values = {str(k).lower(): v for k, v in options.items()}
+        allowed = {k.lower(): k for k in known}
+        unknown = sorted(k for k in self._values if k not in allowed and k not in _SPARK_KEYS)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) for a STOMP {what}: {', '.join(unknown)}; "
+                f"known options are {', '.join(sorted(allowed.values()))}"
+            )
+
+    def text(self, name: str) -> str | None:
+        value = self._values.get(name.lower())
+        return None if value is None else str(value)
+
+    def required(self, name: str, why: str = "") -> str:
+        value = self.text(name)
+        if value is None or not value.strip():
+            raise ValueError(f"the STOMP data source needs the option {name!r}{why}")
+        return value.strip()
+
+    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"option {name!r} must be an integer, got {raw!r}") from None
+        if value < minimum:
+            raise ValueError(f"option {name!r} must be at least {minimum}, got {value}")
+        return value
+
+    def number(self, name: str, default: float) -> float:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ValueError(f"option {name!r} must be a number of seconds, got {raw!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise ValueError(f"option {name!r} must be a positive number of seconds, got {raw!r}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        value = raw.strip().lower()
+        if value in ("true", "1", "yes", "on"):
+            return True
+        if value in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"option {name!r} must be true or false, got {raw!r}")
+
+    def headers(self, name: str) -> tuple[tuple[str, str], ...]:
+        raw = self.text(name)
+        if raw is None or not raw.strip():
+            return ()
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise ValueError(
+                f"option {name!r} must be a JSON object of header names to strings, "
+                'like {"a": "b"}'
+            ) from None
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ValueError(f"option {name!r} must map non-empty header names to string values")
+        return tuple(value.items())
+
+    def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _connection(opts: _Options) -> ConnectionSettings:
+    url = opts.required("url")
+    parse_urls(url)  # a ValueError that never shows the passcode
+    raw_beats = opts.text("heartbeats")
+    heartbeats = DEFAULT_HEARTBEATS
+    if raw_beats is not None:
+        try:
+            heartbeats = parse_heartbeat(raw_beats.strip())
+        except ProtocolError:
+            raise ValueError(
+                f"option 'heartbeats' must be two milliseconds counts like '10000,10000', "
+                f"got {raw_beats!r}"
+            ) from None
+    versions = opts.names("versions", VERSIONS)
+    if not versions or any(v not in VERSIONS for v in versions):
+        raise ValueError(f"option 'versions' must list STOMP versions among {', '.join(VERSIONS)}")
+    tls_raw = opts.text("tls")
+    settings = ConnectionSettings(
+        url=url,
+        login=opts.text("login"),
+        passcode=opts.text("passcode"),
+        host=opts.text("host"),
+        heartbeats=heartbeats,
+        versions=versions,
+        tls=None if tls_raw is None else opts.boolean("tls", False),
+        tls_ca_file=opts.text("tlsCaFile"),
+        tls_cert_file=opts.text("tlsCertFile"),
+        tls_key_file=opts.text("tlsKeyFile"),
+        tls_verify=opts.boolean("tlsVerify", True),
+        connect_timeout=opts.number("connectTimeout", 10.0),
+        receipt_timeout=opts.number("receiptTimeout", 30.0),
+        client_id=opts.text("clientId"),
+    )
+    if settings.tls is False and any(e.tls for e in parse_urls(url)):
+        raise ValueError("option 'tls' is false but the URL's scheme needs TLS")
+    return settings
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadSettings:
+    """Check and convert the options of a read. Raises :class:`ValueError` naming the option."""
+    opts = _Options(options, _CONNECTION_KEYS + _READ_KEYS, "read")
+    connection = _connection(opts)
+    mode = (opts.text("mode") or "consume").strip().lower()
+    if mode not in ("consume", "browse"):
+        raise ValueError(f"option 'mode' must be 'consume' or 'browse', got {mode!r}")
+    prefetch_raw = opts.text("prefetch")
+    return ReadSettings(
+        connection=connection,
+        destination=opts.required("destination", " (the queue or topic to read)"),
+        max_messages_per_batch=opts.integer("maxMessagesPerBatch", 1000),
+        prefetch=None if prefetch_raw is None else opts.integer("prefetch", 1),
+        prefetch_headers=opts.names("prefetchHeaders", DEFAULT_PREFETCH_HEADERS),
+        subscribe_headers=opts.headers("subscribeHeaders"),
+        durable_name=opts.text("durableName") or None,
+        idle_timeout=opts.number("idleTimeout", 1.0),
+        num_partitions=1 if mode == "browse" else opts.integer("numPartitions", 1),
+        max_messages_per_partition=opts.integer("maxMessagesPerPartition", 10_000),
+        mode="browse" if mode == "browse" else "consume",
+        reconnect_attempts=opts.integer("reconnectAttempts", 5, minimum=0),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteSettings:
+    """Check and convert the options of a write. Raises :class:`ValueError` naming the option."""
+    opts = _Options(options, _CONNECTION_KEYS + _WRITE_KEYS, "write")
+    connection = _connection(opts)
+    destination = opts.text("destination")
+    dedup = opts.text("dedupHeader")
+    return WriteSettings(
+        connection=connection,
+        destination=destination.strip() if destination and destination.strip() else None,
+        transactional=opts.boolean("transactional", False),
+        dedup_header=DEFAULT_DEDUP_HEADER if dedup is None else dedup.strip(),
+        send_headers=opts.headers("sendHeaders"),
+    )

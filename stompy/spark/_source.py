@@ -1,0 +1,308 @@
+"""The PySpark side of the ``stomp`` data source: thin adapters over :mod:`._core`.
+
+Which process runs what (this decides what may hold a socket):
+
+* ``StompDataSource`` and its options are pickled everywhere;
+* ``writer()`` / ``streamWriter()`` run in a planning worker; the writer is pickled
+  to every task (``write``) and to the worker that calls ``commit`` / ``abort``;
+* the stream reader's offset methods run in one long-lived worker per query, next
+  to the driver: the subscription lives there; its ``read`` runs in the tasks, on
+  a reader made afresh there, and only returns the rows its partition carries;
+* the batch reader's ``read`` runs in the tasks: one connection each.
+"""
+
+# Without PySpark installed (the typecheck session), its classes are Any to mypy.
+# mypy: disallow-subclassing-any=False
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from stompy.spark._core import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    READ_SCHEMA,
+    MessageRow,
+    StreamConsumer,
+    TaskIdentity,
+    WriteColumns,
+    drain,
+    offset_dict,
+    offset_value,
+    write_partition,
+)
+from stompy.spark._options import (
+    ReadSettings,
+    WriteSettings,
+    parse_read_options,
+    parse_write_options,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.streaming.datasource import (
+        SupportsTriggerAvailableNow as _AvailableNowBase,
+    )
+else:
+    try:
+        from pyspark.sql.streaming.datasource import (
+            SupportsTriggerAvailableNow as _AvailableNowBase,
+        )
+    except ImportError:  # PySpark 4.0 and 4.1 have no such mixin
+        _AvailableNowBase = object
+
+__all__ = (
+    "StompCommitMessage",
+    "StompDataSource",
+    "StompPartition",
+    "StompReader",
+    "StompRows",
+    "StompStreamReader",
+    "StompStreamWriter",
+    "StompWriter",
+)
+
+log: Final = logging.getLogger("stompy.spark")
+
+_READ_COLUMNS: Final = tuple(part.split()[0] for part in READ_SCHEMA.split(", "))
+
+
+def _check_read_schema(schema: StructType) -> None:
+    names = tuple(schema.fieldNames())
+    if names != _READ_COLUMNS:
+        raise ValueError(
+            f"the STOMP source produces the columns {', '.join(_READ_COLUMNS)}; "
+            "leave out .schema() or give exactly this schema"
+        )
+
+
+class StompDataSource(DataSource):
+    """``format("stomp")``: read a queue or topic (batch or stream), write any DataFrame.
+
+    Register it once per session with ``spark.dataSource.register(StompDataSource)``.
+    See ``docs/spark.md`` for the options and the delivery guarantees.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "stomp"
+
+    def schema(self) -> str:
+        return READ_SCHEMA
+
+    def reader(self, schema: StructType) -> StompReader:
+        _check_read_schema(schema)
+        return StompReader(parse_read_options(self.options))
+
+    def streamReader(self, schema: StructType) -> StompStreamReader:
+        _check_read_schema(schema)
+        return StompStreamReader(parse_read_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> StompWriter:
+        settings, columns = _write_setup(self.options, schema, overwrite)
+        return StompWriter(settings, columns, uuid.uuid4().hex)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StompStreamWriter:
+        settings, columns = _write_setup(self.options, schema, overwrite)
+        return StompStreamWriter(settings, columns, uuid.uuid4().hex)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+@dataclass
+class StompPartition(InputPartition):
+    """One competing consumer of a batch read."""
+
+    index: int
+
+
+@dataclass
+class StompRows(InputPartition):
+    """The rows of one micro-batch, carried from the driver-side subscription."""
+
+    rows: list[MessageRow]
+
+
+class StompReader(DataSourceReader):
+    """Batch read: ``numPartitions`` tasks drain the destination until it is idle."""
+
+    def __init__(self, settings: ReadSettings) -> None:
+        self.settings = settings
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [StompPartition(i) for i in range(self.settings.num_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[MessageRow]:
+        return drain(self.settings)
+
+
+def _max_rows(limit: object, default: int) -> int | None:
+    """Rows a batch may have under Spark's read ``limit`` (PySpark 4.2 and later)."""
+    if limit is None:
+        return default
+    kind = type(limit).__name__
+    if kind == "ReadAllAvailable":
+        return None
+    if kind == "ReadMaxRows":
+        rows = getattr(limit, "max_rows", default)
+        return rows if isinstance(rows, int) and rows > 0 else default
+    return default
+
+
+class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
+    """Streaming read from a subscription held next to the driver (see :mod:`._core`)."""
+
+    def __init__(self, settings: ReadSettings) -> None:
+        self.settings = settings
+        self._consumer = StreamConsumer(settings)
+
+    def initialOffset(self) -> dict[str, int]:
+        return offset_dict(self._consumer.initial())
+
+    # PySpark 4.0 and 4.1 call latestOffset(); 4.2 added (start, limit) and passes them
+    # when the method accepts them.
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, int]:
+        begin = None if start is None else offset_value(start)
+        max_rows = _max_rows(limit, self.settings.max_messages_per_batch)
+        return offset_dict(self._consumer.latest(begin, max_rows))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        from pyspark.sql.streaming.datasource import ReadMaxRows  # PySpark 4.2+
+
+        return ReadMaxRows(self.settings.max_messages_per_batch)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._consumer.available_now()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        rows = self._consumer.plan(offset_value(start), offset_value(end))
+        return [StompRows(rows)] if rows else []
+
+    def read(self, partition: InputPartition) -> Iterator[MessageRow]:
+        assert isinstance(partition, StompRows)
+        return iter(partition.rows)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._consumer.commit(offset_value(end))
+
+    def stop(self) -> None:
+        self._consumer.close()
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+@dataclass
+class StompCommitMessage(WriterCommitMessage):
+    """What a write task reports to the driver once the broker confirmed its messages."""
+
+    partition: int
+    attempt: int
+    messages: int
+    batch: str = "0"
+
+
+def _write_setup(
+    options: Any, schema: StructType, overwrite: bool
+) -> tuple[WriteSettings, WriteColumns]:
+    if overwrite:
+        raise ValueError("a STOMP destination can only be appended to, not overwritten")
+    settings = parse_write_options(options)
+    fields = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    return settings, WriteColumns.from_schema(fields, settings.destination)
+
+
+def _task_identity(job: str) -> TaskIdentity:
+    context = TaskContext.get()
+    if context is None:  # called outside a Spark task (tests)
+        return TaskIdentity(job, "0", 0)
+    return TaskIdentity(
+        context.getLocalProperty(QUERY_ID_PROPERTY) or job,
+        context.getLocalProperty(BATCH_ID_PROPERTY) or "0",
+        context.partitionId(),
+        context.attemptNumber(),
+    )
+
+
+def report(messages: Sequence[WriterCommitMessage | None], where: str, what: str) -> int:
+    """Log and return how many messages the successful tasks delivered."""
+    done = [m for m in messages if isinstance(m, StompCommitMessage)]
+    total = sum(m.messages for m in done)
+    log.info(
+        "%s: %d messages confirmed by %s from %d of %d tasks",
+        what,
+        total,
+        where,
+        len(done),
+        len(messages),
+    )
+    return total
+
+
+class _Writing:
+    def __init__(self, settings: WriteSettings, columns: WriteColumns, job: str) -> None:
+        self.settings = settings
+        self.columns = columns
+        #: Stands for the query id outside streaming: made on the driver, so every task
+        #: (and every attempt of one) builds the same de-duplication ids.
+        self.job = job
+
+    def _write(self, rows: Iterator[Any]) -> StompCommitMessage:
+        task = _task_identity(self.job)
+        count = write_partition(rows, self.settings, self.columns, task)
+        return StompCommitMessage(task.partition, task.attempt, count, task.batch)
+
+    def _abort(self, messages: Sequence[WriterCommitMessage | None], what: str) -> None:
+        done = [m for m in messages if isinstance(m, StompCommitMessage)]
+        log.warning(
+            "%s failed; the %d messages of the %d tasks that succeeded stay at the broker "
+            "(at-least-once: nothing sent is taken back)",
+            what,
+            sum(m.messages for m in done),
+            len(done),
+        )
+
+
+class StompWriter(_Writing, DataSourceWriter):
+    """Batch write: each task sends its rows over its own connection."""
+
+    def write(self, iterator: Iterator[Any]) -> StompCommitMessage:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        report(messages, self.settings.connection.where, f"write {self.job}")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(messages, f"write {self.job}")
+
+
+class StompStreamWriter(_Writing, DataSourceStreamWriter):
+    """Streaming write: like the batch write, once per micro-batch."""
+
+    def write(self, iterator: Iterator[Any]) -> StompCommitMessage:
+        return self._write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        report(messages, self.settings.connection.where, f"batch {batchId}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._abort(messages, f"write of batch {batchId}")

@@ -1,0 +1,233 @@
+"""The data source's options: parsing, defaults, and errors that name the option."""
+
+from __future__ import annotations
+
+import pickle
+import ssl
+from pathlib import Path
+
+import pytest
+import trustme
+
+from stompy.spark._options import (
+    DEFAULT_PREFETCH_HEADERS,
+    ConnectionSettings,
+    parse_read_options,
+    parse_write_options,
+)
+
+URL = "stomp://127.0.0.1:61613"
+
+
+def read(**options: str) -> dict[str, str]:
+    """Options as Spark hands them over: keys lower-cased."""
+    return {k.lower(): v for k, v in {"url": URL, "destination": "/queue/a", **options}.items()}
+
+
+def test_read_defaults() -> None:
+    settings = parse_read_options(read())
+    assert settings.destination == "/queue/a"
+    assert settings.max_messages_per_batch == 1000
+    assert settings.stream_prefetch == 2000
+    assert settings.batch_prefetch == 10_000
+    assert settings.mode == "consume"
+    assert settings.num_partitions == 1
+    assert settings.idle_timeout == 1.0
+    conn = settings.connection
+    assert conn.heartbeats == (10_000, 10_000)
+    assert conn.tls is None
+    assert conn.ssl_context() is None
+    assert conn.where == "stomp://127.0.0.1:61613"
+
+
+def test_keys_are_case_insensitive_and_values_keep_their_case() -> None:
+    settings = parse_read_options(
+        {
+            "URL": URL,
+            "Destination": "/queue/MiXed",
+            "MAXMESSAGESPERBATCH": "7",
+            "subscribeheaders": '{"Selector": "Kind = \'A\'"}',
+        }
+    )
+    assert settings.destination == "/queue/MiXed"
+    assert settings.max_messages_per_batch == 7
+    assert settings.subscribe_headers == (("Selector", "Kind = 'A'"),)
+
+
+def test_subscribe_args_carry_prefetch_durable_and_extra_headers() -> None:
+    settings = parse_read_options(
+        read(
+            prefetch="50",
+            durableName="audit",
+            subscribeHeaders='{"selector": "x = 1", "prefetch-count": "9"}',
+        )
+    )
+    sub_id, headers = settings.subscribe_args(settings.stream_prefetch)
+    assert sub_id == "audit"
+    assert headers["activemq.prefetchSize"] == "50"
+    assert headers["prefetch-count"] == "9"  # the explicit header wins
+    assert headers["activemq.subscriptionName"] == "audit"
+    assert headers["durable"] == "true"
+    assert headers["selector"] == "x = 1"
+    assert settings.batch_prefetch == 50
+
+
+def test_prefetch_headers_can_be_renamed() -> None:
+    settings = parse_read_options(read(prefetchHeaders="x-prefetch, ,y"))
+    assert settings.prefetch_headers == ("x-prefetch", "y")
+    assert parse_read_options(read()).prefetch_headers == DEFAULT_PREFETCH_HEADERS
+    sub_id, headers = settings.subscribe_args(3)
+    assert sub_id is None
+    assert headers == {"x-prefetch": "3", "y": "3"}
+
+
+def test_browse_mode_reads_with_one_task() -> None:
+    settings = parse_read_options(read(mode="BROWSE", numPartitions="4"))
+    assert settings.mode == "browse"
+    assert settings.num_partitions == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": URL}, "'destination'"),
+        ({"destination": "/queue/a"}, "'url'"),
+        ({"url": "http://x", "destination": "/q"}, "unsupported URL"),
+        (read(maxMessagesPerBatch="lots"), "'maxMessagesPerBatch' must be an integer"),
+        (read(maxMessagesPerBatch="0"), "at least 1"),
+        (read(idleTimeout="-1"), "'idleTimeout' must be a positive number"),
+        (read(idleTimeout="soon"), "'idleTimeout' must be a number"),
+        (read(mode="peek"), "'mode' must be"),
+        (read(heartbeats="often"), "'heartbeats'"),
+        (read(versions="1.2,2.0"), "'versions'"),
+        (read(tls="maybe"), "'tls' must be true or false"),
+        (read(subscribeHeaders="{"), "JSON object"),
+        (read(subscribeHeaders='{"a": 1}'), "string values"),
+        (read(subscribeHeaders='["a"]'), "string values"),
+        (read(destinaton="/queue/typo"), "unknown option.*destinaton"),
+        (read(transactional="true"), "unknown option.*transactional"),
+    ],
+)
+def test_bad_read_options_are_named(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_read_options({k.lower(): v for k, v in options.items()})
+
+
+def test_spark_keys_are_ignored() -> None:
+    settings = parse_read_options(read(path="/ignored", checkpointLocation="/tmp/x"))
+    assert settings.destination == "/queue/a"
+
+
+def test_the_passcode_never_shows() -> None:
+    secret = "hunter2-passcode"
+    settings = parse_read_options(read(login="app", passcode=secret))
+    assert settings.connection.passcode == secret
+    assert secret not in repr(settings)
+    from_url = parse_read_options(read(url=f"stomp://app:{secret}@127.0.0.1:1"))
+    assert secret not in repr(from_url)
+    assert secret not in from_url.connection.where
+    with pytest.raises(ValueError, match="unsupported URL") as info:
+        parse_read_options(read(url=f"http://app:{secret}@127.0.0.1:1"))
+    assert secret not in str(info.value)
+    with pytest.raises(ValueError, match="bogus") as info:
+        parse_read_options(read(passcode=secret, bogus="1"))
+    assert secret not in str(info.value)
+
+
+def test_settings_pickle() -> None:
+    settings = parse_read_options(read(passcode="p", tlsVerify="false"))
+    assert pickle.loads(pickle.dumps(settings)) == settings
+
+
+def test_write_options() -> None:
+    settings = parse_write_options(
+        {
+            "url": URL,
+            "destination": " /queue/out ",
+            "transactional": "yes",
+            "dedupheader": "_AMQ_DUPL_ID",
+            "sendheaders": '{"persistent": "true"}',
+        }
+    )
+    assert settings.destination == "/queue/out"
+    assert settings.transactional is True
+    assert settings.dedup_header == "_AMQ_DUPL_ID"
+    assert settings.send_headers == (("persistent", "true"),)
+    bare = parse_write_options({"url": URL})
+    assert bare.destination is None
+    assert bare.transactional is False
+    assert bare.dedup_header == "stompy-dedup-id"
+    assert parse_write_options({"url": URL, "dedupheader": ""}).dedup_header == ""
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"url": URL, "transactional": "perhaps"}, "'transactional'"),
+        ({"url": URL, "maxmessagesperbatch": "5"}, "unknown option"),
+        ({"url": URL, "receipttimeout": "0"}, "'receiptTimeout'"),
+        ({"url": "stomp+ssl://127.0.0.1", "tls": "false"}, "needs TLS"),
+    ],
+)
+def test_bad_write_options_are_named(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_write_options(options)
+
+
+def test_connection_options_reach_the_connection() -> None:
+    settings = parse_write_options(
+        {
+            "url": "stomp://127.0.0.1:1,stomp://127.0.0.1:2",
+            "login": "app",
+            "passcode": "pw",
+            "host": "/vhost",
+            "heartbeats": "0,5000",
+            "versions": "1.1,1.2",
+            "connecttimeout": "2.5",
+            "receipttimeout": "7",
+            "clientid": "job-1",
+        }
+    ).connection
+    assert settings.heartbeats == (0, 5000)
+    assert settings.versions == ("1.1", "1.2")
+    assert settings.where == "stomp://127.0.0.1:1, stomp://127.0.0.1:2"
+    conn = settings.connection(max_pending=5)
+    options = conn._options
+    assert len(options.endpoints) == 2
+    assert options.credentials(options.endpoints[0]) == ("app", "pw")
+    assert options.vhost(options.endpoints[0]) == "/vhost"
+    assert options.heartbeats == (0, 5000)
+    assert options.connect_timeout == 2.5
+    assert options.receipt_timeout == 7.0
+    assert options.headers == {"client-id": "job-1"}
+    assert options.max_pending == 5
+    conn.close()
+
+
+def test_tls_contexts(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert = ca.issue_cert("client.example")
+    cert_file = tmp_path / "client.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
+
+    def context(**options: str) -> object:
+        return parse_write_options({"url": URL, **options}).connection.ssl_context()
+
+    assert context(tls="true") is True
+    assert context(tls="false") is False
+    trusting = context(tlsCaFile=str(ca_file), tlsCertFile=str(cert_file))
+    assert isinstance(trusting, ssl.SSLContext)
+    assert trusting.verify_mode == ssl.CERT_REQUIRED
+    assert len(trusting.get_ca_certs()) == 1  # the test CA, and only it
+    lax = context(tlsVerify="false")
+    assert isinstance(lax, ssl.SSLContext)
+    assert lax.verify_mode == ssl.CERT_NONE
+    assert not lax.check_hostname
+    assert context(tls="false", tlsVerify="false") is False
+
+
+def test_connection_settings_repr_is_safe() -> None:
+    settings = ConnectionSettings(url="stomp://u:topsecret@h", passcode="alsosecret")
+    assert "secret" not in repr(settings)

@@ -1,0 +1,82 @@
+"""Batch write and batch read through a local SparkSession, against the in-process broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.spark._support import skip_without_spark
+
+skip_without_spark()
+
+from pyspark.errors import PySparkException  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from stompy.testing import Broker, run_broker  # noqa: E402
+
+pytestmark = [
+    pytest.mark.spark,
+    # PySpark 4.0's gateway client leaves sockets for the garbage collector.
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+PASSCODE = "s3cret-passcode-42"
+ROWS = 10_000
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    with run_broker(max_queue_depth=2 * ROWS, users={"app": PASSCODE}) as running:
+        yield running
+
+
+def options(broker: Broker, destination: str) -> dict[str, str]:
+    return {"url": broker.url, "login": "app", "passcode": PASSCODE, "destination": destination}
+
+
+def test_write_10000_rows_then_read_them_all_back(spark: SparkSession, broker: Broker) -> None:
+    frame = spark.range(0, ROWS, numPartitions=2).selectExpr(
+        "CAST(id AS STRING) AS body", "map('n', CAST(id AS STRING)) AS headers"
+    )
+    frame.write.format("stomp").mode("append").options(**options(broker, "/queue/batch")).save()
+    # Every task waited for its receipt: the broker holds all rows once save() returns.
+    assert broker.queue_depth("/queue/batch") == ROWS
+
+    read = (
+        spark.read.format("stomp")
+        .options(**options(broker, "/queue/batch"))
+        .option("numPartitions", "2")
+        .option("idleTimeout", "2")
+        .load()
+    )
+    rows = read.select("body", "headers", "redelivered", "destination").collect()
+    assert len(rows) == ROWS
+    assert sorted(int(r.body) for r in rows) == list(range(ROWS))
+    assert all(r.headers["n"] == r.body.decode() for r in rows)
+    assert not any(r.redelivered for r in rows)
+    assert {r.destination for r in rows} == {"/queue/batch"}
+    dedup = {r.headers["stompy-dedup-id"] for r in rows}
+    assert len(dedup) == ROWS
+    assert {d.split(":")[2] for d in dedup} == {"0", "1"}  # the partition of each message
+    # The reading tasks acknowledged what they produced.
+    assert broker.queue_depth("/queue/batch") == 0
+    assert broker.unacked_count("/queue/batch") == 0
+
+
+def test_the_passcode_stays_out_of_the_plan(
+    spark: SparkSession, broker: Broker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    frame = spark.read.format("stomp").options(**options(broker, "/queue/none")).load()
+    frame.explain(extended=True)
+    plan = capsys.readouterr().out
+    assert "stomp" in plan
+    assert PASSCODE not in plan
+
+
+def test_an_unknown_column_is_named(spark: SparkSession, broker: Broker) -> None:
+    frame = spark.range(1).selectExpr("CAST(id AS STRING) AS body", "id AS extra")
+    with pytest.raises(PySparkException, match="column 'extra' cannot be written"):
+        frame.write.format("stomp").mode("append").options(**options(broker, "/queue/x")).save()
+    assert broker.queue_depth("/queue/x") == 0

@@ -1,0 +1,462 @@
+"""``stompy send`` and ``stompy subscribe``, run as a user would: ``python -m stompy``.
+
+Each test talks to one broker (with a login) through subprocesses, so it sees exactly
+what a shell sees: stdout, stderr and the exit status.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from stompy import cli
+from stompy.testing import Broker, run_broker
+
+LOGIN, PASSCODE = "app", "s3cret-Pa55"
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    with run_broker(users={LOGIN: PASSCODE}) as running:
+        yield running
+
+
+@pytest.fixture
+def url(broker: Broker) -> str:
+    """The broker's URL with the login in it."""
+    return broker.url.replace("stomp://", f"stomp://{LOGIN}:{PASSCODE}@")
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"/queue/cli-{uuid.uuid4().hex[:8]}"
+
+
+def stompy(
+    *argv: str, input: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -m stompy ARGV`` to completion (bounded), stdin closed unless ``input``."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("STOMP_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stompy", *argv],
+        input=input if input is not None else b"",
+        capture_output=True,
+        timeout=TIMEOUT,
+        env={**environment, **(env or {})},
+        start_new_session=True,  # no controlling terminal: getpass reads stdin
+        check=False,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[bytes], command: str) -> str:
+    """The single stderr line of a failed command, checked for shape."""
+    assert result.returncode != 0
+    err = result.stderr.decode()
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"stompy {command}: "), err
+    assert "Traceback" not in err
+    assert PASSCODE not in err
+    assert PASSCODE.encode() not in result.stdout
+    return err
+
+
+def test_send_then_subscribe_prints_the_body(url: str, queue: str) -> None:
+    sent = stompy("send", url, queue, "hello, world")
+    assert (sent.returncode, sent.stdout, sent.stderr) == (0, b"", b"")
+    got = stompy("subscribe", url, queue, "--count", "1", "--timeout", "10")
+    assert (got.returncode, got.stdout, got.stderr) == (0, b"hello, world\n", b"")
+
+
+def test_bodies_from_stdin_and_file_are_binary_safe(url: str, queue: str, tmp_path: Path) -> None:
+    from_stdin = b"\x00\xff\r\n\x00 not text \xfe"
+    from_file = bytes(range(256)) * 3
+    path = tmp_path / "payload.bin"
+    path.write_bytes(from_file)
+    assert stompy("send", url, queue, "-", input=from_stdin).returncode == 0
+    assert stompy("send", url, queue, f"@{path}").returncode == 0
+    assert stompy("send", url, queue, input=b"stdin is the default").returncode == 0
+
+    got = stompy("subscribe", url, queue, "--json", "--count", "3", "--timeout", "10")
+    assert got.returncode == 0, got.stderr
+    first, second, third = (json.loads(line) for line in got.stdout.splitlines())
+    assert first["encoding"] == second["encoding"] == "base64"
+    assert base64.b64decode(first["body"]) == from_stdin
+    assert base64.b64decode(second["body"]) == from_file
+    assert third["encoding"] == "text"
+    assert third["body"] == "stdin is the default"
+    assert first["destination"] == queue
+    assert first["headers"]["content-length"] == str(len(from_stdin))
+
+
+def test_headers_and_content_type(url: str, queue: str) -> None:
+    sent = stompy(
+        "send",
+        url,
+        queue,
+        "-H",
+        "priority:9",
+        "-H",
+        "x-trace:a:b",
+        "-H",
+        "note:two\nlines",
+        "--content-type",
+        "application/json",
+        '{"n": 1}',  # after the options: intermixed arguments work
+    )
+    assert sent.returncode == 0, sent.stderr
+    got = stompy("subscribe", url, queue, "--headers", "--count", "1", "--timeout", "10")
+    assert got.returncode == 0, got.stderr
+    head, _, body = got.stdout.partition(b"\n\n")
+    lines = head.decode().splitlines()
+    assert f"destination:{queue}" in lines
+    assert "priority:9" in lines
+    assert "x-trace:a\\cb" in lines  # escaped as in a STOMP 1.2 frame
+    assert "note:two\\nlines" in lines
+    assert "content-type:application/json" in lines
+    assert body == b'{"n": 1}\n'
+
+
+def test_json_of_text_keeps_unicode(url: str, queue: str) -> None:
+    assert stompy("send", url, queue, "grüße ✓").returncode == 0
+    got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")
+    record = json.loads(got.stdout)
+    assert record["body"] == "grüße ✓"
+    assert record["encoding"] == "text"
+    assert record["headers"]["content-type"] == "text/plain;charset=utf-8"
+
+
+def test_lines_from_stdin_and_from_a_file(url: str, queue: str, tmp_path: Path) -> None:
+    sent = stompy("send", url, queue, "--lines", input=b"one\ntwo\r\n\nthree")
+    assert sent.returncode == 0
+    # stderr is not a terminal here: the count, and no progress bar.
+    assert sent.stderr == b"4 messages confirmed\n"
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(200)))
+    sent = stompy("send", url, queue, f"@{path}", "--lines", "--no-receipt")
+    assert (sent.returncode, sent.stderr) == (0, b"200 messages sent\n")
+
+    got = stompy("subscribe", url, queue, "--count", "204", "--timeout", "10")
+    assert got.returncode == 0, got.stderr
+    expected = [b"one", b"two", b"", b"three"] + [b"line %d" % i for i in range(200)]
+    assert got.stdout.split(b"\n")[:-1] == expected
+
+
+def test_timeout_ends_quietly_without_count(url: str, queue: str) -> None:
+    got = stompy("subscribe", url, queue, "--timeout", "0.2")
+    assert (got.returncode, got.stdout, got.stderr) == (0, b"", b"")
+
+
+def test_timeout_before_count_is_an_error(url: str, queue: str) -> None:
+    assert stompy("send", url, queue, "only one").returncode == 0
+    got = stompy("subscribe", url, queue, "--count", "2", "--timeout", "0.3")
+    assert got.returncode == 1
+    assert got.stdout == b"only one\n"
+    assert "received 1 of 2" in one_error_line(got, "subscribe")
+
+
+def test_client_ack_takes_only_what_was_printed(url: str, queue: str, broker: Broker) -> None:
+    for n in range(3):
+        assert stompy("send", url, queue, f"m{n}").returncode == 0
+    got = stompy(
+        "subscribe", url, queue, "--ack", "client-individual", "--count", "1", "--timeout", "10"
+    )
+    assert (got.returncode, got.stdout) == (0, b"m0\n")
+    # The other two went back to the queue when the subscriber left.
+    broker.wait_until(lambda: broker.queue_depth(queue) == 2)
+    assert broker.unacked_count(queue) == 0
+
+
+def test_credentials_from_the_environment(broker: Broker, queue: str) -> None:
+    env = {"STOMP_LOGIN": LOGIN, "STOMP_PASSCODE": PASSCODE}
+    assert stompy("send", broker.url, queue, "via env", env=env).returncode == 0
+    got = stompy(
+        "subscribe", broker.url, queue, "--login", LOGIN, "--count", "1", "--timeout", "10", env=env
+    )
+    assert got.stdout == b"via env\n"
+
+
+def test_passcode_asked_for_is_not_echoed(broker: Broker, queue: str) -> None:
+    sent = stompy(
+        "send",
+        broker.url,
+        queue,
+        "asked",
+        "--login",
+        LOGIN,
+        "--ask-passcode",
+        input=PASSCODE.encode() + b"\n",
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert PASSCODE.encode() not in sent.stderr + sent.stdout
+
+
+def test_wrong_passcode_is_one_line_and_never_printed(broker: Broker, queue: str) -> None:
+    wrong = broker.url.replace("stomp://", f"stomp://{LOGIN}:{PASSCODE[::-1]}@")
+    got = stompy("send", wrong, queue, "x")
+    err = one_error_line(got, "send")
+    assert got.returncode == 1
+    assert "refused" in err
+    assert "authentication failed" in err
+    assert PASSCODE[::-1] not in err
+
+
+def test_bad_urls_are_usage_errors(queue: str) -> None:
+    got = stompy("send", f"http://{LOGIN}:{PASSCODE}@example.invalid/", queue, "x")
+    assert got.returncode == 2
+    assert "scheme" in one_error_line(got, "send")
+    got = stompy("subscribe", f"stomp://{LOGIN}:{PASSCODE}@", queue)
+    assert got.returncode == 2
+    assert "no host" in one_error_line(got, "subscribe")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_refused_connection(queue: str) -> None:
+    url = f"stomp://{LOGIN}:{PASSCODE}@127.0.0.1:{free_port()}"
+    got = stompy("send", url, queue, "x")
+    assert got.returncode == 1
+    assert "cannot connect" in one_error_line(got, "send")
+    got = stompy("subscribe", url, queue, "--debug")
+    assert got.returncode == 1
+    err = got.stderr.decode()
+    assert "Traceback" in err
+    assert "ConnectFailed" in err
+    assert PASSCODE not in err
+
+
+def test_missing_file_and_bad_options(url: str, queue: str, tmp_path: Path) -> None:
+    got = stompy("send", url, queue, f"@{tmp_path / 'missing'}")
+    assert "cannot read" in one_error_line(got, "send")
+    got = stompy("send", url, queue, "-H", "no-colon", "x")
+    assert got.returncode == 2
+    assert b"NAME:VALUE" in got.stderr
+    got = stompy("subscribe", url, queue, "--count", "0")
+    assert got.returncode == 2
+    got = stompy("subscribe", url, queue, "--json", "--headers")
+    assert got.returncode == 2
+
+
+def test_reserved_header_is_refused_cleanly(url: str, queue: str) -> None:
+    got = stompy("send", url, queue, "-H", "destination:/queue/elsewhere", "x")
+    assert got.returncode == 1
+    assert "'destination' is set by stompy" in one_error_line(got, "send")
+
+
+def test_ctrl_c_disconnects_gracefully(
+    broker: Broker, url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="stompy.testing")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "subscribe", url, queue],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        broker.wait_until(partial(subscribed, broker, queue), timeout=TIMEOUT)
+        assert stompy("send", url, queue, "seen before Ctrl-C").returncode == 0
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.communicate(timeout=TIMEOUT)
+    assert (proc.returncode, err) == (0, b"")
+    assert out == b"seen before Ctrl-C\n"
+    broker.wait_until(lambda: not broker.connections)
+    assert "closed (DISCONNECT)" in caplog.text
+
+
+def subscribed(broker: Broker, queue: str) -> bool:
+    return any(
+        sub.destination == queue for conn in broker.connections for sub in conn.subscriptions
+    )
+
+
+def test_subscribe_reconnects(broker: Broker, url: str, queue: str) -> None:
+    argv = ["subscribe", url, queue, "--reconnect", "--count", "2", "--timeout", "20"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        broker.wait_until(partial(subscribed, broker, queue), timeout=TIMEOUT)
+        assert stompy("send", url, queue, "before").returncode == 0
+        broker.wait_until(partial(queue_has, broker, queue, 0), timeout=TIMEOUT)
+        assert broker.drop_all_connections() == 1
+        broker.wait_until(partial(subscribed, broker, queue), timeout=TIMEOUT)
+        assert stompy("send", url, queue, "after").returncode == 0
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.communicate(timeout=TIMEOUT)
+    assert (proc.returncode, out, err) == (0, b"before\nafter\n", b"")
+
+
+def queue_has(broker: Broker, queue: str, depth: int) -> bool:
+    return broker.queue_depth(queue) == depth
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_interrupted_send_disconnects_gracefully(
+    broker: Broker, url: str, queue: str, signum: int, status: int, said: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "send", url, queue, "--lines"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdin is not None
+        for n in (1, 2):
+            proc.stdin.write(b"line %d\n" % n)
+            proc.stdin.flush()
+            broker.wait_until(partial(queue_has, broker, queue, n), timeout=TIMEOUT)
+        # The first receipt has arrived (the second line is sent only after it); the
+        # second may or may not have when the signal lands.
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == status
+    count, last = err.decode().splitlines()
+    assert count in ("1 message confirmed", "2 messages confirmed")
+    assert last == f"stompy send: {said}"
+    broker.wait_until(lambda: not broker.connections)
+
+
+def test_reader_going_away_ends_subscribe(broker: Broker, url: str, queue: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "subscribe", url, queue, "--ack", "client-individual"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert stompy("send", url, queue, "read").returncode == 0
+        assert proc.stdout.readline() == b"read\n"
+        proc.stdout.close()  # as `| head -1` does
+        assert stompy("send", url, queue, "never read").returncode == 0
+        proc.wait(timeout=TIMEOUT)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert (proc.returncode, err) == (141, b"")
+    # The message that could not be written was not acknowledged: it is still there.
+    broker.wait_until(lambda: not broker.connections)
+    assert broker.queue_depth(queue) == 1
+
+
+def test_tls_with_cafile(tmp_path: Path, queue: str) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    cafile = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(cafile))
+    with run_broker(ssl_context=server_context) as tls_broker:
+        assert tls_broker.url.startswith("stomp+ssl://")
+        untrusted = stompy("send", tls_broker.url, queue, "x", "--connect-timeout", "5")
+        assert "CERTIFICATE_VERIFY_FAILED" in one_error_line(untrusted, "send")
+        sent = stompy("send", tls_broker.url, queue, "over TLS", "--cafile", str(cafile))
+        assert sent.returncode == 0, sent.stderr
+        assert tls_broker.queue_depth(queue) == 1
+    got = stompy("send", tls_broker.url, queue, "x", "--cafile", str(tmp_path / "none.pem"))
+    assert "cannot load CA certificates" in one_error_line(got, "send")
+
+
+def test_asked_passcode_missing(broker: Broker, queue: str) -> None:
+    got = stompy("send", broker.url, queue, "x", "--ask-passcode")
+    assert got.returncode == 2
+    assert got.stderr.decode().splitlines()[-1] == "stompy send: no passcode given"
+
+
+def test_version_and_help() -> None:
+    got = stompy("--version")
+    assert got.returncode == 0
+    assert got.stdout.startswith(b"stompy ")
+    got = stompy("send", "--help")
+    assert got.returncode == 0
+    assert b"--content-type" in got.stdout
+
+
+# -- in-process: the pieces -------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    screen = Terminal()
+    bar = cli.Progress(screen, total=200)
+    bar.update(1, 50, force=True)
+    assert "[" in screen.getvalue()
+    assert "25%" in screen.getvalue()
+    assert "1 sent" in screen.getvalue()
+    bar.update(2, 60)  # within 0.1 s of the last one: not drawn
+    assert "2 sent" not in screen.getvalue()
+    bar.update(4, 200, force=True)
+    assert "100%" in screen.getvalue()
+    bar.close()
+    assert screen.getvalue().endswith("\r\x1b[K")
+
+    counter = Terminal()
+    cli.Progress(counter).update(1234, force=True)
+    assert counter.getvalue().startswith("\r1,234 sent")
+
+    pipe = io.StringIO()
+    quiet = cli.Progress(pipe, total=10)
+    quiet.update(1, 5, force=True)
+    quiet.close()
+    assert pipe.getvalue() == ""
+
+
+def test_passcodes_are_masked() -> None:
+    secrets = cli._Secrets()
+    secrets.add(PASSCODE)
+    secrets.add(None)
+    secrets.add("")
+    assert secrets.mask(f"failed for {PASSCODE}!") == "failed for ********!"
+    assert secrets.mask("nothing secret") == "nothing secret"
+
+
+def test_in_process_send_and_subscribe(
+    url: str, queue: str, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    assert cli.main(["send", url, queue, "in process", "-H", "k:v"]) == 0
+    assert cli.main(["subscribe", url, queue, "--json", "--count", "1", "--timeout", "10"]) == 0
+    record = json.loads(capsysbinary.readouterr().out)
+    assert record["body"] == "in process"
+    assert record["headers"]["k"] == "v"
