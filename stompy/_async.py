@@ -538,18 +538,32 @@ class AsyncConnection:
             tx: str | None = transaction.id
         else:
             tx = transaction
-        proto = await self._ready()
-        rid = proto.send(
-            destination,
-            body,
-            headers=headers,
-            content_type=content_type,
-            transaction=tx,
-            receipt=receipt,
-        )
-        await self._flush()
-        if rid is not None:
-            await self._wait_receipt(rid, self._epoch)
+        policy = self._options.reconnect
+        give_up = anyio.current_time() + (policy.send_timeout if policy is not None else 0.0)
+        while True:
+            proto = await self._ready()
+            epoch = self._epoch
+            rid = proto.send(
+                destination,
+                body,
+                headers=headers,
+                content_type=content_type,
+                transaction=tx,
+                receipt=receipt,
+            )
+            await self._flush()
+            if rid is None:
+                return
+            try:
+                await self._wait_receipt(rid, epoch)
+                return
+            except ConnectionLost:
+                # As in Connection.send: with reconnect on, send again (at least once).
+                if policy is None or tx is not None or anyio.current_time() >= give_up:
+                    raise
+                if self._failure is not None or self._status in (_CLOSING, _CLOSED):
+                    raise
+                log.info("sending again to %s after the connection was lost", destination)
 
     def subscribe(
         self,
@@ -637,7 +651,11 @@ class AsyncConnection:
 
     async def _ready(self) -> ClientProtocol:
         proto = self._proto
-        if self._status == _CONNECTED and proto is not None and proto.state is State.CLOSED:
+        if (
+            self._status == _CONNECTED
+            and proto is not None
+            and (proto.state is State.CLOSED or self._lost is not None)
+        ):
             # The core saw the end (an ERROR, say) and the supervisor is about to
             # reconnect or fail: wait for its verdict rather than misuse a dead core.
             with anyio.move_on_after(self._options.receipt_timeout):

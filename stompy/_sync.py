@@ -90,7 +90,11 @@ class Message(MessageBase):
     __slots__ = ("_conn",)
 
     def __init__(self, event: MessageEvent, epoch: int, conn: Connection) -> None:
-        super().__init__(event, epoch)
+        # MessageBase's fields set here directly: one per received message, so the
+        # super() call is worth saving.
+        self.event = event
+        self._epoch = epoch
+        self._headers = None
         self._conn = conn
 
     def ack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
@@ -513,23 +517,41 @@ class Connection:
         A ``str`` body is sent as UTF-8 with ``content-type: text/plain;charset=utf-8``
         unless told otherwise. With ``receipt=True`` this returns only once the broker
         confirmed, and raises :class:`ReceiptTimeout` if it does not in time.
+
+        With ``reconnect`` on, a send with a receipt whose connection is lost before
+        the receipt came is sent again on the next connection (until
+        ``Reconnect.send_timeout``): the broker may then hold it twice, never zero
+        times. A send inside a transaction is not repeated (the transaction is lost).
         """
         tx = transaction.id if isinstance(transaction, Transaction) else transaction
         if isinstance(transaction, Transaction):
             transaction._check()
+        policy = self._options.reconnect
+        give_up = time.monotonic() + (policy.send_timeout if policy is not None else 0.0)
         with self._cond:
-            proto = self._ready_locked()
-            rid = proto.send(
-                destination,
-                body,
-                headers=headers,
-                content_type=content_type,
-                transaction=tx,
-                receipt=receipt,
-            )
-            self._flush_locked()
-            if rid is not None:
-                self._wait_receipt_locked(rid, self._epoch)
+            while True:
+                proto = self._ready_locked()
+                epoch = self._epoch
+                rid = proto.send(
+                    destination,
+                    body,
+                    headers=headers,
+                    content_type=content_type,
+                    transaction=tx,
+                    receipt=receipt,
+                )
+                self._flush_locked()
+                if rid is None:
+                    return
+                try:
+                    self._wait_receipt_locked(rid, epoch)
+                    return
+                except ConnectionLost:
+                    if policy is None or tx is not None or time.monotonic() >= give_up:
+                        raise
+                    if self._failure is not None or self._status in (_CLOSING, _CLOSED):
+                        raise
+                    log.info("sending again to %s after the connection was lost", destination)
 
     def subscribe(
         self,
@@ -935,10 +957,11 @@ class Connection:
         failure: StompError | None = None
         delivered = False
         self._drain_backlog_locked()
+        debug = log.isEnabledFor(logging.DEBUG)
         try:
             event = proto.next_event()
             while event is not None:
-                if log.isEnabledFor(logging.DEBUG):
+                if debug:
                     log.debug("received %r", event)
                 if isinstance(event, MessageEvent):
                     self._deliver_locked(event)

@@ -292,3 +292,15 @@ async def test_cancelling_the_host_task_disconnects() -> None:
                     await sub.get()
             await broker.wait_until(lambda: len(broker.connections) == 0)
             assert not conn.connected
+
+
+async def test_send_with_receipt_is_repeated_after_a_reconnect() -> None:
+    policy = stompy.Reconnect(initial_delay=0.01, send_timeout=10)
+    with anyio.fail_after(60):
+        async with serve() as broker:
+            for _ in range(10):
+                dest = queue()
+                async with stompy.AsyncConnection(broker.url, reconnect=policy) as conn:
+                    await broker.drop_all_connections()
+                    await conn.send(dest, "x", receipt=True)
+                assert broker.queue_depth(dest) >= 1

@@ -390,3 +390,15 @@ def test_frames_are_logged_at_debug_with_the_passcode_masked(
     assert "passcode:guest" not in text
     assert "SEND" in text
     assert "RECEIPT" in text
+
+
+def test_send_with_receipt_is_repeated_after_a_reconnect(fresh_broker: Broker) -> None:
+    # Dropped right before the send: whether the frame left on the dead socket or
+    # waited for the new one, with reconnect on it reaches the broker (at least once).
+    policy = stompy.Reconnect(initial_delay=0.01, send_timeout=10)
+    for _ in range(10):
+        dest = queue()
+        with stompy.Connection(fresh_broker.url, reconnect=policy) as conn:
+            fresh_broker.drop_all_connections()
+            conn.send(dest, "x", receipt=True)
+        assert fresh_broker.queue_depth(dest) >= 1
