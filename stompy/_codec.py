@@ -15,6 +15,7 @@ soon as the crossing is seen, without waiting for (or buffering) the rest.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,13 +28,12 @@ from stompy._frames import (
     V12,
     VERSIONS,
     Frame,
-    Headers,
     escape,
     unescape,
 )
 from stompy.errors import FrameTooLarge, ProtocolError
 
-__all__ = ("FrameLimits", "FrameParser", "encode")
+__all__ = ("FrameLimits", "FrameParser", "encode", "encode_frame")
 
 #: How many recent header lines (of at most ``_KNOWN_LINE_MAX`` characters, without a
 #: backslash) the parser remembers the ``(name, value)`` pair of.
@@ -435,43 +435,27 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     have one, an empty header name, text that is not encodable as UTF-8 (a lone
     surrogate), and wherever no escaping exists (STOMP 1.0, and CONNECT / CONNECTED
     in every version) a line break in a header or a colon in a name: a header value
-    must never be able to inject a header or a frame.
+    must never be able to inject a header or a frame. A name or value that is not a
+    ``str`` is a :class:`TypeError`.
     """
+    return encode_frame(frame.command, frame.headers, frame.body, version)
+
+
+def encode_frame(
+    command: str, headers: Sequence[tuple[str, str]], body: bytes, version: str = V12
+) -> bytes:
+    """:func:`encode` without a :class:`Frame`: the client's send path builds none."""
     if version != V12 and version not in VERSIONS:
         # An unknown version would escape nothing and let a newline through.
         raise ValueError(f"unknown STOMP version {version!r}")
-    command = frame.command
     if command not in COMMANDS:
         raise ValueError(f"unknown STOMP command {command!r}")
-    body = frame.body
     if body and command not in BODY_COMMANDS:
         raise ValueError(f"a {command} frame cannot have a body")
     if version == V10 or command in UNESCAPED_COMMANDS:
-        text = _raw_header_text(command, frame.headers, version)
+        text = _raw_header_text(command, headers, version)
     else:
-        # Escaping replaces each character on its own, so all lines can be escaped
-        # at once, in a few C-level passes, if what separates a name from its value
-        # is left alone: a NUL stands for that colon until the end. It needs no name
-        # or value to hold a NUL or a line feed, which the two counts confirm.
-        # (The true content-length is written below; str.join, unlike an f-string,
-        # refuses a name or value that is not a str.)
-        lines = ["\x00".join(item) for item in frame.headers if item[0] != "content-length"]
-        text = "\n".join(lines)
-        count = len(lines)
-        if text.count("\x00") == count and text.count("\n") == count - 1:
-            # The backslash goes first, so the backslashes added after it stay single.
-            text = text.replace("\\", "\\\\").replace(":", "\\c")
-            if version == V12:
-                text = text.replace("\r", "\\r")
-            text = text.replace("\x00", ":")
-        else:  # no headers, or a NUL or a line feed to escape: one by one
-            text = "\n".join(
-                [
-                    f"{escape(key, version)}:{escape(value, version)}"
-                    for key, value in frame.headers
-                    if key != "content-length"
-                ]
-            )
+        text = _escaped_header_text(headers, version)
     end = f"content-length:{len(body)}\n\n" if body else "\n\x00"
     head = f"{command}\n{text}\n{end}" if text else f"{command}\n{end}"
     if "\n:" in head:
@@ -481,13 +465,62 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
 
 
-def _raw_header_text(command: str, headers: Headers, version: str) -> str:
+def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> str:
+    """The header lines of a 1.1 / 1.2 frame, escaped, without the true content-length.
+
+    Escaping replaces each character on its own, so all lines can be escaped at once,
+    in a few C-level passes, if what separates a name from its value is left alone: a
+    NUL stands for that colon until the end. That needs no name or value to hold a NUL
+    or a line feed, which the two counts confirm. Each pass runs only where its
+    character occurs: ``str.replace`` counts before it copies, ``in`` only looks.
+    """
+    try:
+        # str.join, unlike an f-string, refuses a name or value that is not a str.
+        lines = ["\x00".join(item) for item in headers if item[0] != "content-length"]
+    except TypeError:
+        _check_types(headers)
+        raise
+    text = "\n".join(lines)
+    count = len(lines)
+    if text.count("\x00") != count or text.count("\n") != count - 1:
+        # No headers, or a NUL or a line feed to escape (or a malformed pair): one by one.
+        _check_types(headers)
+        return "\n".join(
+            [
+                f"{escape(key, version)}:{escape(value, version)}"
+                for key, value in headers
+                if key != "content-length"
+            ]
+        )
+    if "\\" in text:
+        # The backslash goes first, so the backslashes added after it stay single.
+        text = text.replace("\\", "\\\\")
+    if ":" in text:
+        text = text.replace(":", "\\c")
+    if version == V12 and "\r" in text:
+        text = text.replace("\r", "\\r")
+    return text.replace("\x00", ":")
+
+
+def _check_types(headers: Sequence[tuple[str, str]]) -> None:
+    """Name the header that is not a pair of str (``str.join`` would not say which)."""
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"a header must be a (name, value) pair of str, got {item!r}")
+        key, value = item
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
+
+
+def _raw_header_text(command: str, headers: Sequence[tuple[str, str]], version: str) -> str:
     """The header lines where nothing is escaped (STOMP 1.0; CONNECT and CONNECTED).
 
     What cannot be written unescaped is refused.
     """
     lines: list[str] = []
     for key, value in headers:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
         if key == "content-length":
             continue
         if not key:

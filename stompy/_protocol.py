@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode
+from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode, encode_frame
 from stompy._events import (
     AckMode,
     Connected,
@@ -230,20 +230,30 @@ class ClientProtocol:
                 raise LocalProtocolError(f"receipt {receipt_id!r} is already awaited")
         return receipt_id
 
-    def _emit(self, frame: Frame, mark: int, receipt_id: str | None) -> None:
-        """Queue ``frame`` and record its receipt; on failure change nothing.
+    def _emit(
+        self,
+        command: str,
+        headers: list[tuple[str, str]],
+        mark: int,
+        receipt_id: str | None,
+        body: bytes = b"",
+    ) -> None:
+        """Queue a frame and record its receipt; on failure change nothing.
 
         ``mark`` is the id counter before the intent began: ids generated for a frame
         that cannot be encoded are given back.
         """
         try:
-            data = encode(frame, self.version)
+            data = encode_frame(command, headers, body, self.version)
         except ValueError as exc:
             self._next_id = mark
             raise LocalProtocolError(str(exc)) from None
+        except TypeError:
+            self._next_id = mark
+            raise
         self._out.append(data)
         if receipt_id is not None:
-            self._receipts[receipt_id] = frame.command
+            self._receipts[receipt_id] = command
 
     def _close(self) -> None:
         """Enter CLOSED. The server aborts whatever transaction was open."""
@@ -258,6 +268,10 @@ class ClientProtocol:
     def _user_headers(
         headers: HeaderInput, reserved: frozenset[str], what: str
     ) -> list[tuple[str, str]]:
+        """The caller's extra headers as pairs, ``content-length`` left out (the encoder
+        writes the true one); a header stompy sets itself is refused."""
+        if headers is None:
+            return []
         items = list(make_headers(headers))
         for key, _ in items:
             if key in reserved:
@@ -319,11 +333,25 @@ class ClientProtocol:
         A ``str`` body is encoded as UTF-8 and, unless ``content_type`` or a
         ``content-type`` header says otherwise, labelled ``text/plain;charset=utf-8``.
         """
-        self._require(State.CONNECTED)
+        if self.state is not State.CONNECTED:
+            self._require(State.CONNECTED)
         if not destination:
             raise LocalProtocolError("SEND needs a destination")
-        self._check_transaction(transaction)
-        user = self._user_headers(headers, _RESERVED_SEND, "SEND")
+        if transaction is not None:
+            self._check_transaction(transaction)
+        user: Iterable[tuple[str, str]]
+        names: Mapping[str, str]  # for lookups at C speed
+        if (
+            type(headers) is dict
+            and _RESERVED_SEND.isdisjoint(headers)
+            and "content-length" not in headers
+        ):
+            # The common case, checked at C speed (the encoder checks the types).
+            user = headers.items()
+            names = headers
+        else:
+            user = self._user_headers(headers, _RESERVED_SEND, "SEND")
+            names = dict(reversed(user))  # the first entry of a name wins, as on the wire
         mark = self._next_id
         items = [("destination", destination)]
         if isinstance(body, str):
@@ -331,31 +359,30 @@ class ClientProtocol:
                 body = body.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise LocalProtocolError(f"the body is not valid text: {exc.reason}") from None
-            if content_type is None and not any(k == "content-type" for k, _ in user):
+            if content_type is None and "content-type" not in names:
                 content_type = _TEXT_TYPE
         if content_type is not None:
-            user = [(k, v) for k, v in user if k != "content-type"]
+            if "content-type" in names:
+                user = [(k, v) for k, v in user if k != "content-type"]
             items.append(("content-type", content_type))
         if transaction is not None:
             items.append(("transaction", transaction))
-        receipt_id = self._receipt(receipt, "SEND")
+        receipt_id = self._receipt(receipt, "SEND") if receipt is not False else None
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        items.extend(user)
-        self._emit(Frame("SEND", tuple(items), bytes(body)), mark, receipt_id)
         if user:
-            self._note_temp_queue(user)
+            items += user
+        self._emit("SEND", items, mark, receipt_id, body if type(body) is bytes else bytes(body))
+        if "reply-to" in names:
+            self._note_temp_queue(names["reply-to"])
         return receipt_id
 
-    def _note_temp_queue(self, headers: list[tuple[str, str]]) -> None:
+    def _note_temp_queue(self, reply_to: str) -> None:
         """Remember a ``reply-to:/temp-queue/...`` as an implicit subscription."""
-        for key, value in headers:
-            if key == "reply-to":  # the first entry is the one the broker reads
-                if value.startswith(_TEMP_QUEUE_PREFIX) and value not in self._temp_queues:
-                    self._temp_queues[value] = None
-                    if len(self._temp_queues) > _TEMP_QUEUES_KEPT:
-                        del self._temp_queues[next(iter(self._temp_queues))]
-                return
+        if reply_to.startswith(_TEMP_QUEUE_PREFIX) and reply_to not in self._temp_queues:
+            self._temp_queues[reply_to] = None
+            if len(self._temp_queues) > _TEMP_QUEUES_KEPT:
+                del self._temp_queues[next(iter(self._temp_queues))]
 
     def subscribe(
         self,
@@ -388,7 +415,7 @@ class ClientProtocol:
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
         items.extend(user)
-        self._emit(Frame("SUBSCRIBE", tuple(items)), mark, receipt_id)
+        self._emit("SUBSCRIBE", items, mark, receipt_id)
         self._subscriptions[id] = SubscriptionInfo(id, destination, ack)
         self._closed_subscriptions.pop(id, None)
         return id
@@ -403,7 +430,7 @@ class ClientProtocol:
         receipt_id = self._receipt(receipt, "UNSUBSCRIBE")
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        self._emit(Frame("UNSUBSCRIBE", tuple(items)), mark, receipt_id)
+        self._emit("UNSUBSCRIBE", items, mark, receipt_id)
         # MESSAGE frames already on the wire for it are not a protocol error.
         closed = self._closed_subscriptions
         closed[id] = self._subscriptions.pop(id)
@@ -463,7 +490,7 @@ class ClientProtocol:
         receipt_id = self._receipt(receipt, command)
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        self._emit(Frame(command, tuple(items)), mark, receipt_id)
+        self._emit(command, items, mark, receipt_id)
         return receipt_id
 
     def begin(self, transaction: str | None = None, *, receipt: bool | str = False) -> str:
@@ -508,7 +535,7 @@ class ClientProtocol:
         items = [("transaction", transaction)]
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
-        self._emit(Frame(command, tuple(items)), mark, receipt_id)
+        self._emit(command, items, mark, receipt_id)
 
     def disconnect(self, *, receipt: bool | str = True) -> str | None:
         """Queue DISCONNECT; with a receipt (the default) the state closes when it arrives.
@@ -520,7 +547,7 @@ class ClientProtocol:
         mark = self._next_id
         receipt_id = self._receipt(receipt, "DISCONNECT")
         items = [("receipt", receipt_id)] if receipt_id is not None else []
-        self._emit(Frame("DISCONNECT", tuple(items)), mark, receipt_id)
+        self._emit("DISCONNECT", items, mark, receipt_id)
         self._transactions.clear()
         if receipt_id is None:
             self._close()

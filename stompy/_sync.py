@@ -42,6 +42,7 @@ from stompy._client import (
     SslArg,
     error_for_event,
     log,
+    log_sent,
     take_output,
 )
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
@@ -523,6 +524,18 @@ class Connection:
         ``Reconnect.send_timeout``): the broker may then hold it twice, never zero
         times. A send inside a transaction is not repeated (the transaction is lost).
         """
+        if transaction is None and receipt is False:
+            # The common case, kept short: nothing to wait for on a connection that is up.
+            with self._lock:
+                proto = self._proto
+                if (
+                    self._status == _CONNECTED
+                    and proto is not None
+                    and proto.state is State.CONNECTED
+                ):
+                    proto.send(destination, body, headers=headers, content_type=content_type)
+                    self._flush_locked()
+                    return
         tx = transaction.id if isinstance(transaction, Transaction) else transaction
         if isinstance(transaction, Transaction):
             transaction._check()
@@ -661,14 +674,20 @@ class Connection:
         proto = self._proto
         if proto is None:
             return
-        data = take_output(proto, self._ws, time.monotonic(), self._endpoint)
+        if self._ws is None:  # take_output, inlined: this runs for every frame sent
+            data = proto.data_to_send(time.monotonic())
+            if data and log.isEnabledFor(logging.DEBUG):
+                log_sent(data, self._endpoint)
+        else:
+            data = take_output(proto, self._ws, time.monotonic(), self._endpoint)
         if not data:
             return
         # Queued for the I/O thread, which writes whatever accumulated in one send:
         # measured faster than writing from the caller's thread, which costs a
         # system call per frame.
         self._out += data
-        self._wake()
+        if not self._wake_sent:
+            self._wake()
         if len(self._out) > MAX_OUTGOING and threading.current_thread() is not self._thread:
             # Receipts may arrive while we wait here: make sure they are kept.
             self._waiting |= proto.pending_receipts
