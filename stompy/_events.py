@@ -36,9 +36,13 @@ class Connected:
     frame: Frame
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
-    """A MESSAGE frame, routed to one of our subscriptions."""
+    """A MESSAGE frame, routed to one of our subscriptions.
+
+    Read-only like the other events, though not frozen: one is made per message
+    received, and a frozen dataclass is slow to make (see :class:`Frame`).
+    """
 
     frame: Frame
     #: The id of the subscription it belongs to.

@@ -46,9 +46,14 @@ BODY_COMMANDS: Final = frozenset({"SEND", "MESSAGE", "ERROR"})
 UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
-    """One STOMP frame: a command, ordered headers and a binary body."""
+    """One STOMP frame: a command, ordered headers and a binary body.
+
+    Treat it as read-only. It is not a frozen dataclass because every received
+    message makes one, and a frozen dataclass's ``__init__`` (an ``object.__setattr__``
+    call per field) costs more than half again as much as the rest of it.
+    """
 
     command: str
     headers: Headers = ()

@@ -604,6 +604,8 @@ class ClientProtocol:
         try:
             frame = self._parser.next_frame()
             if frame is not None:
+                if frame.command == "MESSAGE":  # the one that matters for speed
+                    return self._handle_message(frame)
                 return self._handle_frame(frame)
         except ProtocolError:
             self._close()
@@ -615,9 +617,7 @@ class ClientProtocol:
         return ConnectionClosed(expected=expected)
 
     def _handle_frame(self, frame: Frame) -> Event:
-        command = frame.command
-        if command == "MESSAGE":
-            return self._handle_message(frame)
+        command = frame.command  # not MESSAGE: next_event() takes those
         if command == "RECEIPT":
             return self._handle_receipt(frame)
         if command == "ERROR":

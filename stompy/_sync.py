@@ -157,18 +157,19 @@ class Subscription:
         message received before is handed out.
         """
         conn = self._conn
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with conn._cond:
-            while not self._items:
-                if not self._active:
-                    return None
-                failure = conn._failure
-                if failure is not None:
-                    raise failure
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                conn._cond.wait(remaining)
+        with conn._lock:  # the condition's lock, entered at C speed
+            if not self._items:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while not self._items:
+                    if not self._active:
+                        return None
+                    failure = conn._failure
+                    if failure is not None:
+                        raise failure
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return None
+                    conn._cond.wait(remaining)
             message = self._items.popleft()
             if conn._backlog:
                 conn._wake()  # the I/O thread may be waiting for room here
