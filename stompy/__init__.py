@@ -35,6 +35,7 @@ from stompy.errors import (
     StompError,
     StompTimeout,
     TransactionLost,
+    WebSocketClosed,
 )
 
 __version__ = "0.1.0"
@@ -70,6 +71,7 @@ __all__ = (
     "SubscriptionInfo",
     "Transaction",
     "TransactionLost",
+    "WebSocketClosed",
     "encode",
     "errors",
     "events",

@@ -33,7 +33,12 @@ import anyio
 import anyio.abc
 
 from stompy._frames import V10, V11, V12
-from stompy.errors import ConnectFailed, ConnectionLost, ProtocolError, StompError
+from stompy.errors import (
+    ConnectFailed,
+    ProtocolError,
+    StompError,
+    WebSocketClosed,
+)
 
 try:
     from wsproto import ConnectionType, WSConnection
@@ -85,19 +90,6 @@ def subprotocols_for(versions: Iterable[str]) -> list[str]:
     """The subprotocols for ``versions``, highest first (the order of preference)."""
     wanted = set(versions)
     return [name for version, name in SUBPROTOCOLS.items() if version in wanted]
-
-
-class WebSocketClosed(ConnectionLost):
-    """The peer closed the WebSocket; ``code`` and ``reason`` are what its close frame said.
-
-    Code 1006 means the connection ended with no close frame at all.
-    """
-
-    def __init__(self, code: int, reason: str, who: str = "the peer") -> None:
-        shown = f" ({reason})" if reason else ""
-        super().__init__(f"{who} closed the WebSocket with code {code}{shown}")
-        self.code = code
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

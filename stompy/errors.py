@@ -27,6 +27,7 @@ __all__ = (
     "StompError",
     "StompTimeout",
     "TransactionLost",
+    "WebSocketClosed",
 )
 
 
@@ -99,3 +100,16 @@ class TransactionLost(StompError):
 
     The broker aborted the transaction; nothing sent or acked in it took effect.
     """
+
+
+class WebSocketClosed(ConnectionLost):
+    """The peer closed the WebSocket; ``code`` and ``reason`` are what its close frame said.
+
+    Code 1006 means the connection ended with no close frame at all.
+    """
+
+    def __init__(self, code: int, reason: str, who: str = "the peer") -> None:
+        shown = f" ({reason})" if reason else ""
+        super().__init__(f"{who} closed the WebSocket with code {code}{shown}")
+        self.code = code
+        self.reason = reason

@@ -19,6 +19,7 @@ from stompy.errors import (
     StompError,
     StompTimeout,
     TransactionLost,
+    WebSocketClosed,
 )
 
 PARENTS: dict[type[Exception], tuple[type[BaseException], ...]] = {
@@ -34,6 +35,7 @@ PARENTS: dict[type[Exception], tuple[type[BaseException], ...]] = {
     ReceiptTimeout: (StompTimeout,),
     HeartbeatTimeout: (ConnectionLost, StompTimeout),
     TransactionLost: (StompError,),
+    WebSocketClosed: (ConnectionLost,),
 }
 
 
@@ -75,3 +77,10 @@ def test_server_error_carries_the_frame() -> None:
     bare = ServerError("gone")
     assert bare.frame is None
     assert bare.args == ("gone",)
+
+
+def test_websocket_closed_carries_the_close_code_and_reason() -> None:
+    exc = WebSocketClosed(1008, "policy", "the broker")
+    assert (exc.code, exc.reason) == (1008, "policy")
+    assert str(exc) == "the broker closed the WebSocket with code 1008 (policy)"
+    assert str(WebSocketClosed(1006, "")) == "the peer closed the WebSocket with code 1006"
