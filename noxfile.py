@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import nox
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
 # interop installs and starts RabbitMQ and ActiveMQ (root and apt needed the first time).
-nox.options.sessions = ["lint", "typecheck", "tests", "interop"]
+nox.options.sessions = ["lint", "typecheck", "tests", "compiled", "interop"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -46,6 +49,59 @@ def tests(session: nox.Session) -> None:
     )
     session.run("coverage", "combine", success_codes=[0, 1])
     session.run("coverage", "report", "--fail-under=90")
+
+
+#: The tests that run against the compiled core: the core's own and both clients'.
+COMPILED_TESTS = (
+    "tests/test_codec.py",
+    "tests/test_codec_properties.py",
+    "tests/test_frames.py",
+    "tests/test_heartbeat.py",
+    "tests/test_protocol.py",
+    "tests/test_protocol_properties.py",
+    "tests/test_sync_client.py",
+    "tests/test_async_client.py",
+)
+
+
+def install_compiled(session: nox.Session) -> Path:
+    """Install stompy with its sans-IO core compiled by mypyc (not editable); return a
+    directory holding copies of tests/ and benchmarks/, to run them from: there no
+    ``./stompy`` shadows the installed package, and that package is checked to be
+    the compiled one."""
+    work = Path(session.create_tmp()) / "compiled"
+    shutil.rmtree(work, ignore_errors=True)
+    source = work / "source"  # built from a copy: mypyc leaves .so files beside the .py
+    for name in ("stompy", "tests", "benchmarks"):
+        where = source if name == "stompy" else work
+        skip = shutil.ignore_patterns("__pycache__", "*.so")
+        shutil.copytree(name, where / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(name, source)
+    shutil.copy("pyproject.toml", work)
+    session.install(str(source), env={"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"})
+    session.chdir(work)
+    check = "import stompy._codec as m, sys; sys.exit(m.__file__.endswith('.py'))"
+    session.run("python", "-c", check)
+    return work
+
+
+@nox.session
+def compiled(session: nox.Session) -> None:
+    """The core's tests and the clients' against the sans-IO core compiled with mypyc."""
+    session.install(*group("test"))
+    install_compiled(session)
+    env = {"HYPOTHESIS_PROFILE": "ci", "STOMPY_COMPILED": "1"}
+    session.run("pytest", "-q", *COMPILED_TESTS, env=env)
+
+
+@nox.session
+def bench_compiled(session: nox.Session) -> None:
+    """The benchmarks (default: codec and clients) with the sans-IO core compiled."""
+    session.install(*group("bench"))
+    install_compiled(session)
+    args = session.posargs or ["codec", "clients"]
+    session.run("python", "-m", "benchmarks", *args)
 
 
 @nox.session

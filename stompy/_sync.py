@@ -171,8 +171,10 @@ class Subscription:
                         return None
                     conn._cond.wait(remaining)
             message = self._items.popleft()
-            if conn._backlog:
-                conn._wake()  # the I/O thread may be waiting for room here
+            if conn._backlog and len(self._items) <= self.max_pending // 2:
+                # The I/O thread waits for room: wake it once half is free, not at every
+                # message, or each get() would cost it a wake-up to move one message.
+                conn._wake()
             return message
 
     def __iter__(self) -> Iterator[Message]:

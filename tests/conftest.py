@@ -18,3 +18,15 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every ``@pytest.mark.anyio`` test under asyncio and under trio."""
     backend: str = request.param
     return backend
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``nox -s compiled`` sets STOMPY_COMPILED=1: then the core must be the compiled one,
+    or the session would test pure Python and say nothing about mypyc's build."""
+    if os.environ.get("STOMPY_COMPILED") == "1":
+        import stompy._codec
+        import stompy._protocol
+
+        for module in (stompy._codec, stompy._protocol):
+            if str(module.__file__).endswith(".py"):
+                raise pytest.UsageError(f"STOMPY_COMPILED=1 but {module.__file__} is pure Python")
