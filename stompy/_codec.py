@@ -477,14 +477,15 @@ def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> st
     try:
         # str.join, unlike an f-string, refuses a name or value that is not a str.
         lines = ["\x00".join(item) for item in headers if item[0] != "content-length"]
-    except TypeError:
-        _check_types(headers)
-        raise
+    except TypeError as exc:
+        raise (_not_pairs(headers) or exc) from None
     text = "\n".join(lines)
     count = len(lines)
     if text.count("\x00") != count or text.count("\n") != count - 1:
         # No headers, or a NUL or a line feed to escape (or a malformed pair): one by one.
-        _check_types(headers)
+        problem = _not_pairs(headers)
+        if problem is not None:
+            raise problem
         return "\n".join(
             [
                 f"{escape(key, version)}:{escape(value, version)}"
@@ -502,14 +503,18 @@ def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> st
     return text.replace("\x00", ":")
 
 
-def _check_types(headers: Sequence[tuple[str, str]]) -> None:
-    """Name the header that is not a pair of str (``str.join`` would not say which)."""
+def _not_pairs(headers: Sequence[object]) -> TypeError | None:
+    """The error naming the first header that is not a (name, value) pair of str, if any
+    (``str.join`` would not say which)."""
     for item in headers:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise TypeError(f"a header must be a (name, value) pair of str, got {item!r}")
-        key, value = item
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
+        if not (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+        ):
+            return TypeError(f"a header must be a (name, value) pair of str, got {item!r}")
+    return None
 
 
 def _raw_header_text(command: str, headers: Sequence[tuple[str, str]], version: str) -> str:
@@ -517,10 +522,11 @@ def _raw_header_text(command: str, headers: Sequence[tuple[str, str]], version: 
 
     What cannot be written unescaped is refused.
     """
+    problem = _not_pairs(headers)
+    if problem is not None:
+        raise problem
     lines: list[str] = []
     for key, value in headers:
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
         if key == "content-length":
             continue
         if not key:

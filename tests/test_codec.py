@@ -752,3 +752,24 @@ def test_encoded_frames_parse_back(version: str) -> None:
     assert back.headers == (*frame.headers, ("content-length", "3"))
     assert back.body == frame.body
     assert parser.heartbeats == 1
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize(
+    ("headers", "culprit"),
+    [
+        ((("destination", "/q"), ("priority", 4)), "('priority', 4)"),
+        ((("destination", "/q"), (b"x", "y")), "(b'x', 'y')"),
+        ((("destination", "/q"), ("a", "b", "c")), "('a', 'b', 'c')"),
+        ((("destination", "/q"), ("a\n", "b", "c")), "('a\\n', 'b', 'c')"),
+    ],
+)
+def test_encode_names_the_header_that_is_not_a_pair_of_str(
+    headers: tuple[tuple[str, str], ...], culprit: str, version: str
+) -> None:
+    # Whichever path the encoder takes (all lines at once, one by one, or unescaped),
+    # a value that is not text is refused, never written as its repr.
+    frame = Frame("SEND", headers, b"body")
+    with pytest.raises(TypeError) as info:
+        encode(frame, version)
+    assert culprit in str(info.value)

@@ -1211,3 +1211,13 @@ def test_frames_to_send_gives_one_entry_per_frame_and_beat() -> None:
     framed.handle_timer(deadline)
     assert framed.frames_to_send(deadline) == [b"\n"]  # the EOL is a message of its own
     assert framed.frames_to_send(deadline) == []
+
+
+def test_send_with_a_header_that_is_not_text_changes_nothing() -> None:
+    proto = connected()
+    with pytest.raises(TypeError, match="priority"):
+        proto.send("/q", "x", headers={"priority": 4}, receipt=True)  # type: ignore[arg-type]
+    assert proto.data_to_send() == b""
+    assert proto.pending_receipts == frozenset()
+    # The receipt id it took was given back: the next one is the first.
+    assert proto.send("/q", "x", receipt=True) == "r-1"
