@@ -312,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the broker's heart-beat header in ms (default 1000,1000)",
     )
     broker.add_argument("--prefetch", type=int, default=100, help="client-ack prefetch")
+    broker.add_argument(
+        "--websocket",
+        type=int,
+        metavar="PORT",
+        help="also serve STOMP over WebSocket on PORT, 0 picking a free one (needs wsproto)",
+    )
     broker.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     broker.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     broker.set_defaults(handler=_broker_main)
@@ -614,8 +620,17 @@ async def run_broker_command(args: argparse.Namespace, out: TextIO) -> None:
 
     from stompy.testing import serve
 
-    async with serve(args.host, args.port, **_broker_options(args)) as broker:
+    ws_port: int | None = args.websocket
+    async with serve(
+        args.host,
+        args.port,
+        websocket=ws_port is not None,
+        websocket_port=ws_port or 0,
+        **_broker_options(args),
+    ) as broker:
         print(f"listening on {broker.url}", file=out, flush=True)
+        if broker.ws_url is not None:
+            print(f"listening on {broker.ws_url}", file=out, flush=True)
         if threading.current_thread() is not threading.main_thread():
             await anyio.sleep_forever()
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -647,6 +662,9 @@ def _broker_main(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"stompy broker: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
+    except ImportError as exc:  # pragma: no cover - --websocket without wsproto (tests have it)
+        print(f"stompy broker: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # pragma: no cover - the signal receiver handles SIGINT
         pass
     return 0

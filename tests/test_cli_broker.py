@@ -182,3 +182,38 @@ def test_run_broker_command_in_another_thread() -> None:
             deadline -= 1
         assert URL.search(out.getvalue()) is not None
         future.cancel()
+
+
+WS_URL = re.compile(r"listening on (ws://\S+)")
+
+
+def test_websocket_listener_shares_the_queues() -> None:
+    import stompy
+
+    out = io.StringIO()
+    with start_blocking_portal() as portal:
+        future = portal.start_task_soon(
+            cli.run_broker_command, args("--port", "0", "--websocket", "0"), out
+        )
+        try:
+            for _ in range(100):  # up to 5 s
+                if WS_URL.search(out.getvalue()) is not None:
+                    break
+                threading.Event().wait(0.05)
+            plain, ws = URL.search(out.getvalue()), WS_URL.search(out.getvalue())
+            assert plain is not None, out.getvalue()
+            assert ws is not None, out.getvalue()
+            # Sent over plain STOMP, taken over WebSocket: one broker, two listeners.
+            stompy.send(f"{plain.group(1)}:{plain.group(2)}", "/queue/cli-ws", "over the bridge")
+            with stompy.Connection(ws.group(1)) as conn:
+                sub = conn.subscribe("/queue/cli-ws")
+                message = sub.get(timeout=5)
+                assert message is not None
+                assert message.text == "over the bridge"
+        finally:
+            future.cancel()
+
+
+def test_without_websocket_there_is_one_listener() -> None:
+    assert args().websocket is None
+    assert args("--websocket", "15674").websocket == 15674
