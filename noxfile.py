@@ -139,7 +139,8 @@ def interop(session: nox.Session) -> None:
     """
     from pathlib import Path
 
-    session.install("-e", ".", *group("test"))
+    # pyarrow: tests/interop/test_spark_core.py runs the Spark connector's reading logic.
+    session.install("-e", ".", *group("test"), "pyarrow>=14")
     session.run("bash", "ci/brokers/install.sh", external=True)
     paths = [p for p in ("tests/interop", "tests/conformance") if Path(p).is_dir()]
     failed = []

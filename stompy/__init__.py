@@ -15,7 +15,7 @@ from stompy._async import (
     AsyncTransaction,
     send_async,
 )
-from stompy._client import Reconnect
+from stompy._client import Outgoing, Reconnect
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
 from stompy._frames import VERSIONS, Frame
@@ -23,6 +23,7 @@ from stompy._protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._sync import Connection, Message, Subscription, Transaction, send
 from stompy._urls import Endpoint, parse_url
 from stompy.errors import (
+    ConfigurationError,
     ConnectFailed,
     ConnectionLost,
     FrameTooLarge,
@@ -48,6 +49,7 @@ __all__ = (
     "AsyncSubscription",
     "AsyncTransaction",
     "ClientProtocol",
+    "ConfigurationError",
     "ConnectFailed",
     "Connection",
     "ConnectionLost",
@@ -60,6 +62,7 @@ __all__ = (
     "LocalProtocolError",
     "Message",
     "NetworkError",
+    "Outgoing",
     "ProtocolError",
     "ReceiptTimeout",
     "Reconnect",

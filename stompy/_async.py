@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Coroutine, Generator, Mapping, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
@@ -33,8 +33,10 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from stompy._client import (
+    SEND_CHUNK,
     ClientOptions,
     MessageBase,
+    Outgoing,
     Reconnect,
     SslArg,
     error_for_event,
@@ -564,6 +566,61 @@ class AsyncConnection:
                 if self._failure is not None or self._status in (_CLOSING, _CLOSED):
                     raise
                 log.info("sending again to %s after the connection was lost", destination)
+
+    async def send_many(
+        self,
+        messages: Iterable[Outgoing],
+        *,
+        receipt: bool = False,
+        transaction: AsyncTransaction | str | None = None,
+    ) -> int:
+        """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
+        count = 0
+        chunk: list[Outgoing] = []
+        held: Outgoing | None = None  # the last message may carry the receipt: hold it
+        for message in messages:
+            if held is not None:
+                chunk.append(held)
+                if len(chunk) == SEND_CHUNK:
+                    await self._send_chunk(chunk, transaction)
+                    count += len(chunk)
+                    chunk = []
+            held = message
+        if chunk:
+            await self._send_chunk(chunk, transaction)
+            count += len(chunk)
+        if held is not None:
+            await self.send(
+                held.destination,
+                held.body,
+                headers=held.headers,
+                content_type=held.content_type,
+                receipt=receipt,
+                transaction=transaction,
+            )
+            count += 1
+        return count
+
+    async def _send_chunk(
+        self, chunk: list[Outgoing], transaction: AsyncTransaction | str | None
+    ) -> None:
+        if isinstance(transaction, AsyncTransaction):
+            transaction._check()
+            tx: str | None = transaction.id
+        else:
+            tx = transaction
+        proto = await self._ready()
+        try:
+            for m in chunk:
+                proto.send(
+                    m.destination,
+                    m.body,
+                    headers=m.headers,
+                    content_type=m.content_type,
+                    transaction=tx,
+                )
+        finally:
+            await self._flush()  # what was queued before an error goes out too
 
     def subscribe(
         self,

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from stompy._websocket import WebSocket
 
 __all__ = (
+    "SEND_CHUNK",
     "ClientOptions",
     "MessageBase",
+    "Outgoing",
     "Reconnect",
     "error_for_event",
     "log",
@@ -38,6 +40,11 @@ __all__ = (
 )
 
 log: Final = logging.getLogger("stompy")
+
+#: Messages :meth:`~stompy.Connection.send_many` queues per turn: enough that locking
+#: and waking the writer cost nothing per message, few enough that the writer is not
+#: kept waiting long (and a paused connection is noticed soon).
+SEND_CHUNK: Final = 512
 
 _PASSCODE_LINE: Final = re.compile(rb"^passcode:[^\r\n]*", re.MULTILINE)
 _LOGGED_BYTES: Final = 4096
@@ -126,6 +133,17 @@ class Reconnect:
                 yield max(0.0, delay + random.uniform(-spread, spread))
                 delay = min(self.max_delay, delay * self.multiplier)
             attempt += 1
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One message for :meth:`~stompy.Connection.send_many`: what :meth:`~stompy.Connection.send`
+    takes, as one object, so that many can be handed over at once."""
+
+    destination: str
+    body: bytes | str = b""
+    headers: Mapping[str, str] | None = None
+    content_type: str | None = None
 
 
 SslArg = bool | _ssl.SSLContext | None

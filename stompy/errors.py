@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stompy._frames import Frame
 
 __all__ = (
+    "ConfigurationError",
     "ConnectFailed",
     "ConnectionLost",
     "FrameTooLarge",
@@ -33,6 +34,14 @@ __all__ = (
 
 class StompError(Exception):
     """Base class of every error stompy raises."""
+
+
+class ConfigurationError(StompError, ValueError):
+    """An option or argument has a value stompy cannot use; the message names it.
+
+    Raised before anything is sent or opened. A :class:`ValueError` too, so code
+    that checks input the usual way catches it.
+    """
 
 
 class ProtocolError(StompError):

@@ -113,6 +113,15 @@ activemq_config() {
         </users>
       </simpleAuthenticationPlugin>
     </plugins>
+    <!-- A queue hands out at most maxPageSize messages that wait for an ACK (200 by
+         default): stompy's Spark reads hold a whole batch unacknowledged. -->
+    <destinationPolicy>
+      <policyMap>
+        <policyEntries>
+          <policyEntry queue="&gt;" maxPageSize="65535" maxBrowsePageSize="65535"/>
+        </policyEntries>
+      </policyMap>
+    </destinationPolicy>
     <persistenceAdapter>
       <kahaDB directory="$ACTIVEMQ_DIR/data/kahadb"/>
     </persistenceAdapter>

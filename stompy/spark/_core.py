@@ -1,29 +1,31 @@
-"""What the ``stomp`` data source does, in plain Python: rows, offsets, sending, draining.
+"""What the ``stomp`` data source does, in plain Python: offsets, reading, sending.
 
 Nothing here imports PySpark, so all of it is tested without a Spark session; the
-classes in :mod:`stompy.spark._source` only adapt it to PySpark's interfaces.
+classes in :mod:`stompy.spark._source` only adapt it to PySpark's interfaces. Rows
+travel as Arrow record batches (:mod:`stompy.spark._arrow`) both ways.
 
 Theory of operation
 -------------------
 **Writing.** Each Spark task opens its own connection (settings are pickled, sockets
-are not), sends its rows in order and asks for a RECEIPT on the last frame: on the
-last SEND, or on the COMMIT of the task's transaction. Frames on one connection are
-processed in order, so the receipt confirms every message of the task, and only then
-does the task return its commit message. A task that fails before that is retried by
-Spark and sends its rows again: delivery is *at least once*. Each message carries a
-de-duplication header made of the query, batch, partition and row number, which is
-the same in every attempt, so a consumer (or a broker that de-duplicates) can drop
-the repeats.
+are not) and sends its rows in order with :meth:`~stompy.Connection.send_many`,
+asking for a RECEIPT on the last frame: on the last SEND, or on the COMMIT of the
+task's transaction. Frames on one connection are processed in order, so that receipt
+confirms every message of the task, and only then does the task return its commit
+message. A task that fails before is retried by Spark and sends its rows again:
+delivery is *at least once*. Each message carries a de-duplication header made of
+the query, batch, partition and row number, the same in every attempt, so a
+consumer (or a broker that de-duplicates) can drop the repeats.
 
-**Streaming read.** One subscription in ``client`` ack mode lives in the process
-that plans the micro-batches. :class:`OffsetBook` numbers the messages as they
-arrive; Spark's offset ``{"seq": k}`` means "every message numbered below ``k``".
-A planned batch carries its rows to the executors inside its partition. Nothing is
+**Streaming read.** A subscription in ``client`` ack mode per destination (each on
+a connection of its own) lives in the process that plans the micro-batches (next to
+the driver). :class:`OffsetBook` numbers the messages as they arrive; Spark's offset
+``{"seq": k}`` means "every message numbered below ``k``". A planned batch carries
+its rows to the executors inside its partitions, as Arrow IPC bytes. Nothing is
 acknowledged before Spark is done with it: Spark runs micro-batches one after the
-other, so when it plans the next batch (``latestOffset``, or the ``start`` of
-``partitions``) every batch planned before is in the sink; ``commit(end)``, which
-Spark calls one batch late, is a second trigger. Acknowledgements are cumulative
-(``client`` mode), one ACK per batch. Whatever was not acknowledged when the
+other, so when it asks for the next batch's end (``latestOffset``) or plans it
+(the ``start`` of ``partitions``) every batch planned before is in the sink;
+``commit(end)``, which Spark calls one batch late, is a third trigger. One
+cumulative ACK per subscription and batch. Whatever was not acknowledged when the
 process ends is redelivered by the broker, so a query restarted from its checkpoint
 loses nothing; a batch that Spark replays from an earlier run comes back empty
 because its messages are redelivered (numbered anew) instead.
@@ -32,9 +34,16 @@ Numbering starts for each run at the wall clock in microseconds, or at the
 checkpointed offset if Spark says it first, so offsets keep growing across restarts
 (as long as a run reads fewer than a million messages a second).
 
-**Batch read.** Each task is a competing consumer: it subscribes in ``client`` mode,
-takes what arrives until the destination has been idle for ``idleTimeout`` seconds,
-and acknowledges (with a receipt) only after Spark consumed its last row.
+**Batch read.** Each task is a competing consumer with its own connection, and
+acknowledges (with a receipt) only after Spark took its last row: a task that fails
+gives everything back. Holding every message unacknowledged until the end would
+stop a subscription at its prefetch, so a task reads a queue through *windows*: a
+subscription whose prefetch is full is left as it is, and the task subscribes again
+for the next window (growing from ``prefetch`` up to :data:`MAX_PREFETCH`). Small
+first windows let the tasks share the destination instead of the first one to
+subscribe taking it all. A task stops once the destination stayed idle for
+``idleTimeout`` seconds, or at ``maxMessagesPerPartition`` (with a WARNING that
+says so).
 """
 
 from __future__ import annotations
@@ -43,29 +52,30 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from itertools import islice
 from typing import Any, Final, Generic, TypeVar
 
-from stompy._client import MessageBase, Reconnect
-from stompy._sync import Connection, Message, Subscription, Transaction
-from stompy.errors import StompError
-from stompy.spark._options import ReadSettings, WriteSettings
+import pyarrow as pa
+
+from stompy._client import Outgoing
+from stompy._sync import Connection, Message, Subscription
+from stompy.errors import ConfigurationError, StompError
+from stompy.spark._arrow import READ_SCHEMA, message_batch, to_ipc
+from stompy.spark._options import MAX_PREFETCH, ReadSettings, WriteSettings
 
 __all__ = (
     "BATCH_ID_PROPERTY",
     "QUERY_ID_PROPERTY",
     "READ_SCHEMA",
-    "MessageRow",
     "OffsetBook",
-    "Outgoing",
+    "Planned",
     "StreamConsumer",
     "TaskIdentity",
     "WriteColumns",
     "dedup_id",
     "drain",
-    "message_row",
     "offset_dict",
     "offset_value",
     "write_partition",
@@ -73,42 +83,28 @@ __all__ = (
 
 log: Final = logging.getLogger("stompy.spark")
 
-#: The rows of a read, as a Spark DDL string.
-READ_SCHEMA: Final = (
-    "destination string, subscription string, message_id string, redelivered boolean, "
-    "content_type string, headers map<string,string>, body binary, "
-    "received_at timestamp, offset bigint"
-)
-
 #: Local properties Spark sets on every task of a streaming micro-batch.
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 
 #: Seconds between two messages after which a patient fill stops taking more.
 TRICKLE: Final = 0.1
-
-MessageRow = tuple[str, str, str, bool, "str | None", dict[str, str], bytes, datetime, int]
+#: Rows per record batch a batch-read task yields.
+BATCH_READ_ROWS: Final = 10_000
+#: Seconds one look at an idle subscription lasts when several are read at once.
+POLL: Final = 0.01
+#: Seconds of quiet after which a batch-read task tries a new window.
+QUIET: Final = 0.2
+#: Subscriptions (windows) one batch-read task opens per destination at most.
+MAX_WINDOWS: Final = 500
+#: ActiveMQ's default ``maxPageSize``: the unacknowledged messages a queue gives out.
+ACTIVEMQ_PAGE: Final = 200
 
 H = TypeVar("H")
 
 
-def message_row(message: MessageBase, offset: int, received_at: datetime) -> MessageRow:
-    """The row of a received message, in :data:`READ_SCHEMA` order."""
-    return (
-        message.destination,
-        message.subscription,
-        message.message_id,
-        message.redelivered,
-        message.content_type,
-        dict(message.headers),
-        message.body,
-        received_at,
-        offset,
-    )
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
+def _now_us() -> int:
+    return time.time_ns() // 1000
 
 
 # -- offsets ------------------------------------------------------------------------------
@@ -128,10 +124,13 @@ def offset_value(offset: Mapping[str, Any]) -> int:
 
 
 @dataclass(slots=True)
-class _Entry(Generic[H]):
-    seq: int
-    row: MessageRow
-    handle: H
+class Planned(Generic[H]):
+    """The messages of a planned batch: ``handles[i]`` is numbered ``first + i``."""
+
+    first: int
+    handles: list[H]
+    #: When each arrived, in microseconds since the epoch.
+    received_us: list[int]
 
 
 class OffsetBook(Generic[H]):
@@ -151,20 +150,21 @@ class OffsetBook(Generic[H]):
         self.planned = base
         #: Everything numbered below this is acknowledged or given up.
         self.released = base
-        self._entries: deque[_Entry[H]] = deque()
+        self._handles: deque[H] = deque()
+        self._received: deque[int] = deque()
         self._issued: set[int] = {base}
         self._last = base
 
     def __len__(self) -> int:
         """Messages held: not yet released."""
-        return len(self._entries)
+        return len(self._handles)
 
-    def add(self, handle: H, row: MessageRow) -> int:
-        """Keep a message numbered :attr:`next` (which its ``row`` carries); return it."""
-        seq = self.next
-        self._entries.append(_Entry(seq, row, handle))
+    def add(self, handle: H, received_us: int) -> int:
+        """Keep a message; return its number."""
+        self._handles.append(handle)
+        self._received.append(received_us)
         self.next += 1
-        return seq
+        return self.next - 1
 
     def unplanned(self) -> int:
         """Messages numbered but not yet handed to Spark."""
@@ -185,33 +185,87 @@ class OffsetBook(Generic[H]):
         self._last = end
         return end
 
-    def plan(self, start: int, end: int) -> list[MessageRow]:
-        """The rows of the batch ``(start, end]`` (an empty list for an earlier run's)."""
+    def plan(self, start: int, end: int) -> Planned[H]:
+        """The messages of the batch ``(start, end]`` (none for an earlier run's)."""
         if end not in self._issued:
-            return []
-        begin = start if start in self._issued else self.base
+            return Planned(end, [], [])
+        begin = max(start if start in self._issued else self.base, self.released)
         self.planned = max(self.planned, end)
-        return [e.row for e in self._entries if begin <= e.seq < end]
+        first = self.next - len(self._handles)  # the number of the oldest held
+        low, high = begin - first, end - first
+        return Planned(
+            begin,
+            list(islice(self._handles, low, high)),
+            list(islice(self._received, low, high)),
+        )
 
-    def release(self, upto: int) -> H | None:
-        """Forget messages below ``upto``; return the last one's handle to acknowledge.
+    def release(self, upto: int) -> list[H]:
+        """Forget messages below ``upto``; return them, oldest first, to acknowledge.
 
         Only offsets of this run count, and never past what Spark was handed.
         """
         if upto not in self._issued:
-            return None
+            return []
         upto = min(upto, self.planned)
-        handle: H | None = None
-        while self._entries and self._entries[0].seq < upto:
-            handle = self._entries.popleft().handle
+        count = max(0, upto - (self.next - len(self._handles)))
+        released = [self._handles.popleft() for _ in range(count)]
+        for _ in range(count):
+            self._received.popleft()
         if upto > self.released:
             self.released = upto
             self._issued = {o for o in self._issued if o >= upto}
-        return handle
+        return released
+
+
+def _ack_each_subscription(messages: Sequence[Message]) -> None:
+    """Acknowledge ``messages`` (oldest first) with one cumulative ACK per subscription,
+    oldest subscription first, each with a receipt.
+
+    The order matters on RabbitMQ, where a ``client`` ACK covers every earlier
+    delivery of the connection: acknowledging a message already covered is an error
+    there that closes the connection.
+    """
+    last: dict[str, tuple[int, Message]] = {}
+    for position, message in enumerate(messages):
+        last[message.subscription] = (position, message)
+    for _, message in sorted(last.values(), key=lambda item: item[0]):
+        message.ack(receipt=True)
+
+
+class _Inbox:
+    """The next message from any of several subscriptions, each of them in turn."""
+
+    def __init__(self, subscriptions: Sequence[Subscription]) -> None:
+        self.subscriptions = list(subscriptions)
+        self._turn = 0
+
+    def get(self, timeout: float) -> Message | None:
+        subs = self.subscriptions
+        if len(subs) == 1:
+            return subs[0].get(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            for step in range(len(subs)):
+                index = (self._turn + step) % len(subs)
+                if subs[index].pending:
+                    self._turn = (index + 1) % len(subs)
+                    return subs[index].get(timeout=0)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            sub = subs[self._turn]
+            self._turn = (self._turn + 1) % len(subs)
+            message = sub.get(timeout=min(remaining, POLL))
+            if message is not None:
+                return message
+
+
+class TriggerNotSupported(ConfigurationError):
+    """The streaming query runs under a trigger the STOMP source cannot serve."""
 
 
 class StreamConsumer:
-    """The driver-side subscription of a streaming read (see the module docstring).
+    """The driver-side subscriptions of a streaming read (see the module docstring).
 
     Connects on first use; pickles to its settings only. Raises the connection's
     :class:`~stompy.errors.StompError` once reconnecting gave up.
@@ -228,8 +282,8 @@ class StreamConsumer:
         self._reset()
 
     def _reset(self) -> None:
-        self._conn: Connection | None = None
-        self._sub: Subscription | None = None
+        self._conns: list[Connection] = []
+        self._inbox: _Inbox | None = None
         self._book: OffsetBook[Message] | None = None
         self._fresh = False
         self._available_now = False
@@ -243,7 +297,7 @@ class StreamConsumer:
         self._reset()
 
     def __repr__(self) -> str:
-        return f"<StreamConsumer {self.settings.destination!r}>"
+        return f"<StreamConsumer {', '.join(self.settings.destinations)!r}>"
 
     @property
     def book(self) -> OffsetBook[Message]:
@@ -257,32 +311,49 @@ class StreamConsumer:
             self._book = OffsetBook(base)
         return self._book
 
-    def _subscription(self) -> Subscription:
-        if self._sub is not None:
-            return self._sub
+    def _subscriptions(self) -> _Inbox:
+        if self._inbox is not None:
+            return self._inbox
         settings = self.settings
         prefetch = settings.stream_prefetch
-        attempts = settings.reconnect_attempts
-        conn = settings.connection.connection(
-            max_pending=min(prefetch, 10_000),
-            reconnect=Reconnect(max_attempts=attempts) if attempts else None,
-        )
-        conn.connect()
+        conns: list[Connection] = []
+        subs: list[Subscription] = []
         try:
-            sub_id, headers = settings.subscribe_args(prefetch)
-            self._sub = conn.subscribe(
-                settings.destination, ack="client", id=sub_id, headers=headers, receipt=True
-            )
+            # A connection per destination: RabbitMQ takes a ``client`` ACK as covering
+            # every earlier delivery of the connection, not of the subscription only
+            # (STOMP's rule), so one ACK could take messages of another destination
+            # that Spark has not seen yet.
+            for index, destination in enumerate(settings.destinations):
+                conn = settings.connection.connection(
+                    max_pending=prefetch, reconnect=settings.reconnect
+                )
+                conn.connect()
+                conns.append(conn)
+                sub_id, headers = settings.subscribe_args(prefetch, destination, index)
+                # Ids unique across the connections: acknowledgements go by subscription.
+                sub_id = sub_id or f"spark-{index}"
+                subs.append(
+                    conn.subscribe(
+                        destination, ack="client", id=sub_id, headers=headers, receipt=True
+                    )
+                )
         except BaseException:
-            conn.close()
+            for conn in conns:
+                with contextlib.suppress(StompError):
+                    conn.close()
             raise
-        self._conn = conn
+        self._conns = conns
+        self._inbox = _Inbox(subs)
         self._fresh = True
-        log.info("subscribed to %r at %s", settings.destination, settings.connection.where)
-        return self._sub
+        log.info(
+            "subscribed to %s at %s",
+            ", ".join(settings.destinations),
+            settings.connection.where,
+        )
+        return self._inbox
 
     def _fill(self) -> None:
-        """Take what the subscription has, up to two batches held and not yet planned.
+        """Take what the subscriptions have, up to two batches held and not yet planned.
 
         Right after subscribing, and on every call under ``Trigger.AvailableNow``, this
         waits up to ``idleTimeout`` for a first message and then takes messages while
@@ -290,32 +361,45 @@ class StreamConsumer:
         destination stays idle that long. Otherwise it takes only what is there.
         """
         book = self._ensure_book(None)
-        sub = self._subscription()
+        inbox = self._subscriptions()
         room = 2 * self.settings.max_messages_per_batch - book.unplanned()
         patient = self._fresh or self._available_now
         wait = self.settings.idle_timeout if patient else 0.0
+        trickle = min(TRICKLE, self.settings.idle_timeout) if patient else 0.0
         self._fresh = False
+        add = book.add
         while room > 0:
-            message = sub.get(timeout=wait)
+            message = inbox.get(wait)
             if message is None:
                 return
-            book.add(message, message_row(message, book.next, _now()))
+            add(message, _now_us())
             room -= 1
-            wait = min(TRICKLE, self.settings.idle_timeout) if patient else 0.0
+            wait = trickle
 
     def _release(self, upto: int) -> None:
-        if self._book is None:
-            return
-        message = self._book.release(upto)
-        if message is not None:
-            message.ack(receipt=True)  # cumulative: every earlier message of the batch too
+        if self._book is not None:
+            done = self._book.release(upto)
+            if done:
+                _ack_each_subscription(done)
 
     # -- what the stream reader calls -----------------------------------------------------
 
     def initial(self) -> int:
         return self._ensure_book(None).base
 
-    def latest(self, start: int | None, max_rows: int | None) -> int:
+    def latest(
+        self, start: int | None, max_rows: int | None, *, all_available: bool = False
+    ) -> int:
+        """The end of the next batch. ``all_available``: Spark asked for everything
+        there is, which only ``Trigger.Once`` does outside ``AvailableNow``; refused,
+        since Spark never tells a source that such a query's one batch is done."""
+        if all_available and not self._available_now:
+            raise TriggerNotSupported(
+                "the STOMP source does not support Trigger.Once: Spark never tells a source "
+                "that the one batch of such a query reached the sink, so its messages could "
+                "never be acknowledged and would come again in every run; use "
+                "trigger(availableNow=True), which reads what is there and then stops"
+            )
         book = self._ensure_book(start)
         # Spark plans a batch only once the one before is in the sink.
         self._release(book.planned)
@@ -324,10 +408,25 @@ class StreamConsumer:
         self._fill()
         return book.latest(start, max_rows)
 
-    def plan(self, start: int, end: int) -> list[MessageRow]:
+    def plan(self, start: int, end: int) -> list[bytes]:
+        """The batch ``(start, end]`` as Arrow IPC bytes, split into at most
+        ``numPartitions`` parts of nearly equal size (none for an earlier run's batch)."""
         book = self._ensure_book(max(start, end))  # a replayed batch: number past it
         self._release(start)
-        return book.plan(start, end)
+        planned = book.plan(start, end)
+        count = len(planned.handles)
+        parts = min(self.settings.num_partitions, count)
+        result = []
+        for part in range(parts):
+            low, high = count * part // parts, count * (part + 1) // parts
+            first = planned.first + low
+            batch = message_batch(
+                planned.handles[low:high],
+                planned.received_us[low:high],
+                range(first, first + high - low),
+            )
+            result.append(to_ipc(batch))
+        return result
 
     def commit(self, end: int) -> None:
         self._release(end)
@@ -337,8 +436,8 @@ class StreamConsumer:
 
     def close(self) -> None:
         """Disconnect; unacknowledged messages go back to the broker."""
-        conn, self._conn, self._sub = self._conn, None, None
-        if conn is not None:
+        conns, self._conns, self._inbox = self._conns, [], None
+        for conn in conns:
             with contextlib.suppress(StompError):
                 conn.close()
 
@@ -346,32 +445,116 @@ class StreamConsumer:
 # -- batch read ---------------------------------------------------------------------------
 
 
-def drain(
-    settings: ReadSettings, *, now: Callable[[], datetime] = _now
-) -> Generator[MessageRow, None, None]:
-    """Yield what is queued until idle; acknowledge once the last row was taken.
+def _is_queue(destination: str) -> bool:
+    """Whether a second subscription to ``destination`` shares its messages rather than
+    copying them (a queue's competing consumers, not a topic's subscribers)."""
+    return destination.startswith(("/queue/", "/amq/queue/"))
 
-    If the caller stops early the connection closes without ACK and the broker
-    redelivers. In ``browse`` mode nothing is ever acknowledged: a broker that
-    browses (``browser:true``) leaves the queue as it was and marks the end with a
+
+def drain(
+    settings: ReadSettings,
+    partition: int = 0,
+    *,
+    now_us: Callable[[], int] = _now_us,
+) -> Generator[pa.RecordBatch, None, None]:
+    """Yield what the destinations hold, as record batches, until each is idle.
+
+    ``partition`` is this task's index: the ``offset`` column numbers this task's
+    rows ``partition``, ``partition + numPartitions``, ... so that it is unique in
+    the read. Acknowledges once the caller took the last batch; if the caller stops
+    early, the connection closes without ACK and the broker redelivers. In
+    ``browse`` mode nothing is ever acknowledged: a broker that browses
+    (``browser:true``) leaves the queue as it was and marks the end with a
     ``browser:end`` message; one that does not gets every message back at disconnect.
     """
     browse = settings.mode == "browse"
-    prefetch = settings.batch_prefetch
-    with settings.connection.connection(max_pending=min(prefetch, 10_000)) as conn:
-        sub_id, headers = settings.subscribe_args(prefetch)
-        if browse:
-            headers["browser"] = "true"
-        sub = conn.subscribe(settings.destination, ack="client", id=sub_id, headers=headers)
-        last: Message | None = None
-        for seq in range(settings.max_messages_per_partition):
-            message = sub.get(timeout=settings.idle_timeout)
-            if message is None or (browse and message.headers.get("browser") == "end"):
-                break
-            last = message
-            yield message_row(message, seq, now())
-        if last is not None and not browse:
-            last.ack(receipt=True)
+    cap = settings.max_messages_per_partition
+    taken: list[Message] = []
+    received: list[int] = []
+    last: dict[str, Message] = {}  # the newest message of each subscription: what to ack
+    seq = 0
+
+    def batch() -> pa.RecordBatch:
+        nonlocal taken, received, seq
+        stride = settings.num_partitions
+        offsets = range(seq * stride + partition, (seq + len(taken)) * stride, stride)
+        result = message_batch(taken, received, offsets)
+        seq += len(taken)
+        taken, received = [], []
+        return result
+
+    with settings.connection.connection(max_pending=10_000) as conn:
+        for index, destination in enumerate(settings.destinations):
+            windows = _is_queue(destination) and not settings.durable_name and not browse
+            window = settings.batch_window if windows else (settings.prefetch or MAX_PREFETCH)
+            sub: Subscription | None = None
+            in_window = opened = 0
+            renew = False
+            first_window: int | None = None
+            while cap is None or seq + len(taken) < cap:
+                if sub is None or renew or (windows and in_window == window):
+                    if opened == 1:
+                        first_window = in_window
+                    renew = False
+                    if sub is not None and settings.prefetch is None:
+                        window = min(2 * window, MAX_PREFETCH)
+                    sub_id, headers = settings.subscribe_args(window, destination, index)
+                    if browse:
+                        headers["browser"] = "true"
+                    sub = conn.subscribe(destination, ack="client", id=sub_id, headers=headers)
+                    in_window = 0
+                    opened += 1
+                # A window that took messages and then goes quiet may be held back by
+                # the broker short of its prefetch (ActiveMQ hands out a queue's
+                # messages a page of 200 at a time): a new window tells. Only a window
+                # that gets nothing for idleTimeout means the destination is drained.
+                quiet = windows and in_window > 0 and opened < MAX_WINDOWS
+                wait = min(QUIET, settings.idle_timeout) if quiet else settings.idle_timeout
+                message = sub.get(timeout=wait)
+                if message is None and quiet:
+                    renew = True
+                    continue
+                if message is None or (browse and message.headers.get("browser") == "end"):
+                    break
+                in_window += 1
+                last[message.subscription] = message
+                taken.append(message)
+                received.append(now_us())
+                if len(taken) == BATCH_READ_ROWS:
+                    yield batch()
+            if first_window == ACTIVEMQ_PAGE < settings.batch_window and (
+                conn.server or ""
+            ).startswith("ActiveMQ"):
+                log.warning(
+                    "partition %d: ActiveMQ handed out %d messages of %r and held back the "
+                    "rest: a queue gives out at most maxPageSize (200 by default) messages "
+                    "that wait for an ACK, so this read may have stopped short; raise "
+                    "maxPageSize in activemq.xml (see the Spark page of stompy's docs)",
+                    partition,
+                    ACTIVEMQ_PAGE,
+                    destination,
+                )
+            if not windows and in_window >= window:
+                log.warning(
+                    "partition %d stopped after %d messages of %r, the prefetch of its "
+                    "subscription: the broker holds back more until they are acknowledged, "
+                    "at the end of the task; raise 'prefetch' (at most %d) or 'numPartitions'",
+                    partition,
+                    in_window,
+                    destination,
+                    MAX_PREFETCH,
+                )
+        if taken:
+            yield batch()
+        if cap is not None and seq >= cap:
+            log.warning(
+                "partition %d stopped at maxMessagesPerPartition=%d: %s may hold more",
+                partition,
+                cap,
+                ", ".join(settings.destinations),
+            )
+        if last and not browse:
+            _ack_each_subscription(list(last.values()))
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -404,19 +587,20 @@ class WriteColumns:
     ) -> WriteColumns:
         """Check the input's ``(name, type)`` pairs (Spark's simple type strings).
 
-        Raises :class:`ValueError` naming any column that is unknown, repeated or of
-        the wrong type, and when neither a column nor the option gives a destination.
+        Raises :class:`~stompy.errors.ConfigurationError` naming any column that is
+        unknown, repeated or of the wrong type, and when neither a column nor the
+        option gives a destination.
         """
         found: dict[str, int] = {}
         for index, (name, type_name) in enumerate(fields):
             key = name.lower()
             if key not in _COLUMN_TYPES:
-                raise ValueError(
+                raise ConfigurationError(
                     f"column {name!r} cannot be written to STOMP: the columns are body "
                     f"(required), destination, headers and content_type"
                 )
             if key in found:
-                raise ValueError(f"column {name!r} appears twice")
+                raise ConfigurationError(f"column {name!r} appears twice")
             ok = {
                 "body": type_name == "binary" or _is_string(type_name),
                 "destination": _is_string(type_name),
@@ -424,12 +608,14 @@ class WriteColumns:
                 "headers": type_name.replace(" ", "") == "map<string,string>",
             }[key]
             if not ok:
-                raise ValueError(f"column {name!r} must be {_COLUMN_TYPES[key]}, not {type_name}")
+                raise ConfigurationError(
+                    f"column {name!r} must be {_COLUMN_TYPES[key]}, not {type_name}"
+                )
             found[key] = index
         if "body" not in found:
-            raise ValueError("writing to STOMP needs a 'body' column (binary or string)")
+            raise ConfigurationError("writing to STOMP needs a 'body' column (binary or string)")
         if "destination" not in found and not default_destination:
-            raise ValueError(
+            raise ConfigurationError(
                 "writing to STOMP needs the 'destination' option or a 'destination' column"
             )
         return cls(
@@ -438,16 +624,6 @@ class WriteColumns:
             headers=found.get("headers"),
             content_type=found.get("content_type"),
         )
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """One message to send."""
-
-    destination: str
-    body: bytes | str
-    headers: dict[str, str]
-    content_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -465,73 +641,108 @@ def dedup_id(task: TaskIdentity, seq: int) -> str:
     return f"{task.query}:{task.batch}:{task.partition}:{seq}"
 
 
+def _column(batch: pa.RecordBatch, index: int | None) -> list[Any] | None:
+    return None if index is None else batch.column(index).to_pylist()
+
+
+def _arrow_rows(
+    batches: Iterable[pa.RecordBatch], columns: WriteColumns
+) -> Iterator[Sequence[Any]]:
+    """The rows of record batches as column tuples, in :class:`WriteColumns` order."""
+    for batch in batches:
+        bodies = _column(batch, columns.body) or []
+        count = len(bodies)
+        none = [None] * count
+        yield from zip(
+            bodies,
+            _column(batch, columns.destination) or none,
+            _column(batch, columns.headers) or none,
+            _column(batch, columns.content_type) or none,
+            strict=True,
+        )
+
+
+def _plain_rows(rows: Iterable[Sequence[Any]], columns: WriteColumns) -> Iterator[Sequence[Any]]:
+    """Spark's rows (PySpark without Arrow writers) as column tuples."""
+    for row in rows:
+        yield (
+            row[columns.body],
+            None if columns.destination is None else row[columns.destination],
+            None if columns.headers is None else row[columns.headers],
+            None if columns.content_type is None else row[columns.content_type],
+        )
+
+
 def _outgoing(
-    row: Sequence[object], columns: WriteColumns, settings: WriteSettings, dedup: str | None
-) -> Outgoing:
-    body = row[columns.body]
-    if isinstance(body, (bytearray, memoryview)):
-        body = bytes(body)
-    if not isinstance(body, (bytes, str)):
-        raise ValueError("a row has a null 'body'")
-    destination = row[columns.destination] if columns.destination is not None else None
-    if destination is None:
-        destination = settings.destination
-    if not isinstance(destination, str) or not destination:
-        raise ValueError("a row has no destination and the 'destination' option is not set")
-    headers = dict(settings.send_headers)
-    if columns.headers is not None:
-        given = row[columns.headers]
-        if isinstance(given, Mapping):
-            headers.update((str(k), str(v)) for k, v in given.items() if v is not None)
-    content_type = row[columns.content_type] if columns.content_type is not None else None
-    if dedup is not None and settings.dedup_header:
-        headers[settings.dedup_header] = dedup
-    return Outgoing(
-        destination, body, headers, content_type if isinstance(content_type, str) else None
-    )
+    rows: Iterator[Sequence[Any]], settings: WriteSettings, task: TaskIdentity
+) -> Iterator[Outgoing]:
+    """One :class:`~stompy.Outgoing` per row; a row that cannot be sent is an error."""
+    base = dict(settings.send_headers)
+    dedup = settings.dedup_header
+    prefix = f"{task.query}:{task.batch}:{task.partition}:"
+    default = settings.destination
+    for seq, (body, destination, extra, content_type) in enumerate(rows):
+        if type(body) is not bytes and type(body) is not str:
+            if body is None:
+                raise ConfigurationError(f"row {seq} of partition {task.partition} has no body")
+            body = bytes(body)
+        headers = base.copy()
+        if extra:
+            items = extra.items() if isinstance(extra, Mapping) else extra
+            headers.update((str(k), str(v)) for k, v in items if v is not None)
+        if dedup:
+            headers[dedup] = f"{prefix}{seq}"
+        where = destination if destination is not None else default
+        if not where:
+            raise ConfigurationError(
+                f"row {seq} of partition {task.partition} has no destination and the "
+                "'destination' option is not set"
+            )
+        yield Outgoing(where, body, headers, content_type)
 
 
 def write_partition(
-    rows: Iterable[Sequence[object]],
+    items: Iterable[Any],
     settings: WriteSettings,
     columns: WriteColumns,
     task: TaskIdentity,
 ) -> int:
     """Send every row of one task; return the count once the broker confirmed them all.
 
-    Connects at the first row (an empty partition opens no connection). Raises
-    :class:`ValueError` for a row that cannot be sent and the connection's
-    :class:`~stompy.errors.StompError` otherwise; a transaction is aborted then.
+    ``items`` are Arrow record batches (PySpark's Arrow writers) or rows. Connects at
+    the first row (an empty partition opens no connection). Raises
+    :class:`~stompy.errors.ConfigurationError` for a row that cannot be sent and the
+    connection's :class:`~stompy.errors.StompError` otherwise; a transaction is
+    aborted then.
     """
-    count = 0
-    with contextlib.ExitStack() as stack:
-        conn: Connection | None = None
-        tx: Transaction | None = None
-        pending: Outgoing | None = None
-        for seq, row in enumerate(rows):
-            message = _outgoing(row, columns, settings, dedup_id(task, seq))
-            if conn is None:
-                conn = stack.enter_context(settings.connection.connection())
-                if settings.transactional:
-                    tx = stack.enter_context(conn.transaction())
-            if pending is not None:
-                _send(conn, pending, tx, receipt=False)
-            pending = message
-            count += 1
-        if conn is not None and pending is not None:
-            # Frames are processed in order: a receipt for the last one confirms them all.
-            _send(conn, pending, tx, receipt=tx is None)
-            if tx is not None:
-                tx.commit(receipt=True)
-    return count
-
-
-def _send(conn: Connection, message: Outgoing, tx: Transaction | None, *, receipt: bool) -> None:
-    conn.send(
-        message.destination,
-        message.body,
-        headers=message.headers,
-        content_type=message.content_type,
-        receipt=receipt,
-        transaction=tx,
+    iterator = iter(items)
+    first = next(iterator, None)
+    if first is None:
+        return 0
+    together = _chain_first(first, iterator)
+    rows = (
+        _arrow_rows(together, columns)
+        if isinstance(first, pa.RecordBatch)
+        else _plain_rows(together, columns)
     )
+    messages = _outgoing(rows, settings, task)
+    head = next(messages, None)
+    if head is None:
+        return 0
+    with settings.connection.connection() as conn:
+        stream = _chain_first(head, messages)
+        if not settings.transactional:
+            # Frames are processed in order: a receipt for the last one confirms them all.
+            return conn.send_many(stream, receipt=True)
+        with conn.transaction() as tx:
+            count = conn.send_many(stream, transaction=tx)
+            tx.commit(receipt=True)
+        return count
+
+
+T = TypeVar("T")
+
+
+def _chain_first(first: T, rest: Iterator[T]) -> Iterator[T]:
+    yield first
+    yield from rest

@@ -8,6 +8,11 @@ their case). Parsing is plain Python without PySpark, so it is tested directly.
 The settings objects are pickled to Spark's Python workers. They hold no socket, no
 lock and no TLS context: :meth:`ConnectionSettings.connection` makes those inside the
 worker. The passcode is kept out of every ``repr`` and every error message.
+
+Every problem is a :class:`~stompy.errors.ConfigurationError` (a ``ValueError``) that
+names the option, raised on the driver before a task starts: options that apply to
+no read at all when the source is loaded, options that apply to the other kind of
+read (batch or streaming) when the reader is made.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from stompy._frames import VERSIONS
 from stompy._heartbeat import parse_heartbeat
 from stompy._sync import Connection
 from stompy._urls import parse_urls
-from stompy.errors import ProtocolError
+from stompy.errors import ConfigurationError, ProtocolError
 
 __all__ = (
     "ConnectionSettings",
@@ -56,16 +61,20 @@ _CONNECTION_KEYS: Final = (
 )
 _READ_KEYS: Final = (
     "destination",
-    "maxMessagesPerBatch",
     "prefetch",
     "prefetchHeaders",
     "subscribeHeaders",
     "durableName",
     "idleTimeout",
     "numPartitions",
-    "maxMessagesPerPartition",
-    "mode",
+)
+#: Options of one kind of read only; given to the other, they are an error.
+_BATCH_ONLY_KEYS: Final = ("maxMessagesPerPartition", "mode")
+_STREAM_ONLY_KEYS: Final = (
+    "maxMessagesPerBatch",
     "reconnectAttempts",
+    "reconnectDelay",
+    "reconnectMaxDelay",
 )
 _WRITE_KEYS: Final = ("destination", "transactional", "dedupHeader", "sendHeaders")
 
@@ -75,6 +84,17 @@ _WRITE_KEYS: Final = ("destination", "transactional", "dedupHeader", "sendHeader
 DEFAULT_PREFETCH_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
 DEFAULT_DEDUP_HEADER: Final = "stompy-dedup-id"
 DEFAULT_HEARTBEATS: Final = (10_000, 10_000)
+#: Rows per micro-batch: Spark spends a tenth of a second or more on each batch
+#: whatever its size, so small batches cap a stream's rate.
+DEFAULT_BATCH_ROWS: Final = 10_000
+#: How a streaming source rides out a broker restart: attempts from 0.5 s apart,
+#: doubling up to 10 s between them, about five minutes in all.
+DEFAULT_RECONNECT_ATTEMPTS: Final = 34
+DEFAULT_RECONNECT_DELAY: Final = 0.5
+DEFAULT_RECONNECT_MAX_DELAY: Final = 10.0
+#: The most unacknowledged messages one subscription asks for. RabbitMQ's
+#: ``prefetch-count`` is a 16-bit number; more is an error there.
+MAX_PREFETCH: Final = 65_535
 
 
 @dataclass(frozen=True)
@@ -144,32 +164,45 @@ class ReadSettings:
     """The options of ``spark.read`` / ``spark.readStream``."""
 
     connection: ConnectionSettings
-    destination: str
-    max_messages_per_batch: int = 1000
-    #: Unacknowledged messages the broker may hand out at once (``None``: per path).
+    #: One subscription each; the ``destination`` option lists them, comma-separated.
+    destinations: tuple[str, ...]
+    max_messages_per_batch: int = DEFAULT_BATCH_ROWS
+    #: Unacknowledged messages the broker may hand a subscription (``None``: per path).
     prefetch: int | None = None
     prefetch_headers: tuple[str, ...] = DEFAULT_PREFETCH_HEADERS
     subscribe_headers: tuple[tuple[str, str], ...] = ()
     durable_name: str | None = None
     idle_timeout: float = 1.0
-    num_partitions: int = 1
-    max_messages_per_partition: int = 10_000
+    #: Batch read: competing consumers. Streaming read: the partitions a batch is split into.
+    num_partitions: int = 2
+    #: Rows one batch-read task takes at most (``None``: until the destination is idle).
+    max_messages_per_partition: int | None = None
     mode: ReadMode = "consume"
-    reconnect_attempts: int = 5
+    #: The streaming source's reconnect policy (``None``: fail at the first outage).
+    reconnect: Reconnect | None = None
 
     @property
     def stream_prefetch(self) -> int:
         """Prefetch of the streaming subscription: one batch in flight, one buffered."""
-        return self.prefetch if self.prefetch is not None else 2 * self.max_messages_per_batch
-
-    @property
-    def batch_prefetch(self) -> int:
-        """Prefetch of a batch-read task: it holds all its messages until it is done."""
         if self.prefetch is not None:
             return self.prefetch
-        return self.max_messages_per_partition
+        return min(MAX_PREFETCH, 2 * self.max_messages_per_batch)
 
-    def subscribe_args(self, prefetch: int) -> tuple[str | None, dict[str, str]]:
+    @property
+    def batch_window(self) -> int:
+        """Prefetch of each subscription of a batch-read task.
+
+        A task acknowledges only at its end, so a subscription stops receiving once
+        it holds this many: the task then subscribes again for the next window. Small
+        first windows let the tasks of a read share the destination.
+        """
+        if self.prefetch is not None:
+            return self.prefetch
+        return 1000
+
+    def subscribe_args(
+        self, prefetch: int, destination: str, index: int = 0
+    ) -> tuple[str | None, dict[str, str]]:
         """The subscription id (``None``: generated) and the SUBSCRIBE headers."""
         headers = {name: str(prefetch) for name in self.prefetch_headers}
         sub_id: str | None = None
@@ -178,13 +211,14 @@ class ReadSettings:
             # RabbitMQ (durable, auto-delete, and the id names the queue), ActiveMQ
             # (activemq.subscriptionName, with the client-id CONNECT header) and
             # Apollo (persistent, with the id).
-            sub_id = self.durable_name
+            name = self.durable_name if index == 0 else f"{self.durable_name}-{index}"
+            sub_id = name
             headers.update(
                 {
                     "durable": "true",
                     "auto-delete": "false",
                     "persistent": "true",
-                    "activemq.subscriptionName": self.durable_name,
+                    "activemq.subscriptionName": name,
                 }
             )
         headers.update(self.subscribe_headers)
@@ -210,12 +244,21 @@ class WriteSettings:
 class _Options:
     """Typed lookups in Spark's options, with errors that name the option."""
 
-    def __init__(self, options: Mapping[str, str], known: Iterable[str], what: str) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, str],
+        known: Iterable[str],
+        what: str,
+        elsewhere: Mapping[str, str] | None = None,
+    ) -> None:
         self._values = {str(k).lower(): v for k, v in options.items()}
         allowed = {k.lower(): k for k in known}
+        for key, where in (elsewhere or {}).items():
+            if key.lower() in self._values:
+                raise ConfigurationError(f"option {key!r} applies to {where}, not to a {what}")
         unknown = sorted(k for k in self._values if k not in allowed and k not in _SPARK_KEYS)
         if unknown:
-            raise ValueError(
+            raise ConfigurationError(
                 f"unknown option(s) for a STOMP {what}: {', '.join(unknown)}; "
                 f"known options are {', '.join(sorted(allowed.values()))}"
             )
@@ -227,7 +270,7 @@ class _Options:
     def required(self, name: str, why: str = "") -> str:
         value = self.text(name)
         if value is None or not value.strip():
-            raise ValueError(f"the STOMP data source needs the option {name!r}{why}")
+            raise ConfigurationError(f"the STOMP data source needs the option {name!r}{why}")
         return value.strip()
 
     def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
@@ -237,9 +280,9 @@ class _Options:
         try:
             value = int(raw.strip())
         except ValueError:
-            raise ValueError(f"option {name!r} must be an integer, got {raw!r}") from None
+            raise ConfigurationError(f"option {name!r} must be an integer, got {raw!r}") from None
         if value < minimum:
-            raise ValueError(f"option {name!r} must be at least {minimum}, got {value}")
+            raise ConfigurationError(f"option {name!r} must be at least {minimum}, got {value}")
         return value
 
     def number(self, name: str, default: float) -> float:
@@ -249,9 +292,13 @@ class _Options:
         try:
             value = float(raw.strip())
         except ValueError:
-            raise ValueError(f"option {name!r} must be a number of seconds, got {raw!r}") from None
+            raise ConfigurationError(
+                f"option {name!r} must be a number of seconds, got {raw!r}"
+            ) from None
         if not value > 0 or value == float("inf"):
-            raise ValueError(f"option {name!r} must be a positive number of seconds, got {raw!r}")
+            raise ConfigurationError(
+                f"option {name!r} must be a positive number of seconds, got {raw!r}"
+            )
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
@@ -263,7 +310,7 @@ class _Options:
             return True
         if value in ("false", "0", "no", "off"):
             return False
-        raise ValueError(f"option {name!r} must be true or false, got {raw!r}")
+        raise ConfigurationError(f"option {name!r} must be true or false, got {raw!r}")
 
     def headers(self, name: str) -> tuple[tuple[str, str], ...]:
         raw = self.text(name)
@@ -272,14 +319,16 @@ class _Options:
         try:
             value = json.loads(raw)
         except ValueError:
-            raise ValueError(
+            raise ConfigurationError(
                 f"option {name!r} must be a JSON object of header names to strings, "
                 'like {"a": "b"}'
             ) from None
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
         ):
-            raise ValueError(f"option {name!r} must map non-empty header names to string values")
+            raise ConfigurationError(
+                f"option {name!r} must map non-empty header names to string values"
+            )
         return tuple(value.items())
 
     def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -291,20 +340,25 @@ class _Options:
 
 def _connection(opts: _Options) -> ConnectionSettings:
     url = opts.required("url")
-    parse_urls(url)  # a ValueError that never shows the passcode
+    try:
+        parse_urls(url)
+    except ValueError as exc:  # its message never shows the passcode
+        raise ConfigurationError(f"option 'url': {exc}") from None
     raw_beats = opts.text("heartbeats")
     heartbeats = DEFAULT_HEARTBEATS
     if raw_beats is not None:
         try:
             heartbeats = parse_heartbeat(raw_beats.strip())
         except ProtocolError:
-            raise ValueError(
+            raise ConfigurationError(
                 f"option 'heartbeats' must be two milliseconds counts like '10000,10000', "
                 f"got {raw_beats!r}"
             ) from None
     versions = opts.names("versions", VERSIONS)
     if not versions or any(v not in VERSIONS for v in versions):
-        raise ValueError(f"option 'versions' must list STOMP versions among {', '.join(VERSIONS)}")
+        raise ConfigurationError(
+            f"option 'versions' must list STOMP versions among {', '.join(VERSIONS)}"
+        )
     tls_raw = opts.text("tls")
     settings = ConnectionSettings(
         url=url,
@@ -323,36 +377,106 @@ def _connection(opts: _Options) -> ConnectionSettings:
         client_id=opts.text("clientId"),
     )
     if settings.tls is False and any(e.tls for e in parse_urls(url)):
-        raise ValueError("option 'tls' is false but the URL's scheme needs TLS")
+        raise ConfigurationError("option 'tls' is false but the URL's scheme needs TLS")
     return settings
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadSettings:
-    """Check and convert the options of a read. Raises :class:`ValueError` naming the option."""
-    opts = _Options(options, _CONNECTION_KEYS + _READ_KEYS, "read")
+def _reconnect(opts: _Options) -> Reconnect | None:
+    attempts = opts.integer("reconnectAttempts", DEFAULT_RECONNECT_ATTEMPTS, minimum=0)
+    if not attempts:
+        return None
+    first = opts.number("reconnectDelay", DEFAULT_RECONNECT_DELAY)
+    most = opts.number("reconnectMaxDelay", DEFAULT_RECONNECT_MAX_DELAY)
+    if most < first:
+        raise ConfigurationError(
+            f"option 'reconnectMaxDelay' ({most} s) is below 'reconnectDelay' ({first} s)"
+        )
+    # An acknowledgement made during an outage waits for the connection to come back
+    # as long as the attempts may take (and a minute more for connecting).
+    delays = [min(most, first * 2**k) for k in range(min(attempts, 64))]
+    return Reconnect(
+        max_attempts=attempts,
+        initial_delay=first,
+        max_delay=most,
+        send_timeout=sum(delays) + 60.0,
+    )
+
+
+def _destinations(opts: _Options) -> tuple[str, ...]:
+    raw = opts.required("destination", " (the queue or topic to read)")
+    names = tuple(part.strip() for part in raw.split(","))
+    if not all(names):
+        raise ConfigurationError(
+            f"option 'destination' lists an empty name in {raw!r}: give one destination "
+            "or several separated by commas, like '/queue/a,/queue/b'"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"option 'destination' names a destination twice: {raw!r}")
+    return names
+
+
+def parse_read_options(
+    options: Mapping[str, str], *, streaming: bool | None = None
+) -> ReadSettings:
+    """Check and convert the options of a read.
+
+    ``streaming`` says which read (``None``: not known yet, when the source is
+    loaded: then only what is wrong for both is refused). Raises
+    :class:`~stompy.errors.ConfigurationError` naming the option.
+    """
+    if streaming is None:
+        keys = _CONNECTION_KEYS + _READ_KEYS + _BATCH_ONLY_KEYS + _STREAM_ONLY_KEYS
+        opts = _Options(options, keys, "read")
+    elif streaming:
+        elsewhere = dict.fromkeys(_BATCH_ONLY_KEYS, "batch reads (spark.read)")
+        opts = _Options(
+            options, _CONNECTION_KEYS + _READ_KEYS + _STREAM_ONLY_KEYS, "streaming read", elsewhere
+        )
+    else:
+        elsewhere = dict.fromkeys(_STREAM_ONLY_KEYS, "streaming reads (spark.readStream)")
+        opts = _Options(
+            options, _CONNECTION_KEYS + _READ_KEYS + _BATCH_ONLY_KEYS, "batch read", elsewhere
+        )
     connection = _connection(opts)
     mode = (opts.text("mode") or "consume").strip().lower()
     if mode not in ("consume", "browse"):
-        raise ValueError(f"option 'mode' must be 'consume' or 'browse', got {mode!r}")
+        raise ConfigurationError(f"option 'mode' must be 'consume' or 'browse', got {mode!r}")
     prefetch_raw = opts.text("prefetch")
+    prefetch = None if prefetch_raw is None else opts.integer("prefetch", 1)
+    if prefetch is not None and prefetch > MAX_PREFETCH:
+        raise ConfigurationError(
+            f"option 'prefetch' must be at most {MAX_PREFETCH} (RabbitMQ's limit), got {prefetch}"
+        )
+    per_partition_raw = opts.text("maxMessagesPerPartition")
+    reconnect = _reconnect(opts) if streaming is not False else None
+    partitions = opts.integer("numPartitions", 2)
+    if mode == "browse" and opts.text("numPartitions") is not None and partitions != 1:
+        raise ConfigurationError(
+            "option 'numPartitions' must be 1 with mode=browse (a browse reads in one task)"
+        )
     return ReadSettings(
         connection=connection,
-        destination=opts.required("destination", " (the queue or topic to read)"),
-        max_messages_per_batch=opts.integer("maxMessagesPerBatch", 1000),
-        prefetch=None if prefetch_raw is None else opts.integer("prefetch", 1),
+        destinations=_destinations(opts),
+        max_messages_per_batch=opts.integer("maxMessagesPerBatch", DEFAULT_BATCH_ROWS),
+        prefetch=prefetch,
         prefetch_headers=opts.names("prefetchHeaders", DEFAULT_PREFETCH_HEADERS),
         subscribe_headers=opts.headers("subscribeHeaders"),
         durable_name=opts.text("durableName") or None,
         idle_timeout=opts.number("idleTimeout", 1.0),
-        num_partitions=1 if mode == "browse" else opts.integer("numPartitions", 1),
-        max_messages_per_partition=opts.integer("maxMessagesPerPartition", 10_000),
+        num_partitions=1 if mode == "browse" else partitions,
+        max_messages_per_partition=(
+            None if per_partition_raw is None else opts.integer("maxMessagesPerPartition", 1)
+        ),
         mode="browse" if mode == "browse" else "consume",
-        reconnect_attempts=opts.integer("reconnectAttempts", 5, minimum=0),
+        reconnect=reconnect,
     )
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteSettings:
-    """Check and convert the options of a write. Raises :class:`ValueError` naming the option."""
+    """Check and convert the options of a write.
+
+    Raises :class:`~stompy.errors.ConfigurationError` naming the option.
+    """
     opts = _Options(options, _CONNECTION_KEYS + _WRITE_KEYS, "write")
     connection = _connection(opts)
     destination = opts.text("destination")

@@ -9,6 +9,9 @@ Which process runs what (this decides what may hold a socket):
   to the driver: the subscription lives there; its ``read`` runs in the tasks, on
   a reader made afresh there, and only returns the rows its partition carries;
 * the batch reader's ``read`` runs in the tasks: one connection each.
+
+Rows go both ways as Arrow record batches; where the installed PySpark has no Arrow
+writer class (4.0 has none for streams), the writers take rows instead.
 """
 
 # Without PySpark installed (the typecheck session), its classes are Any to mypy.
@@ -22,23 +25,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
+from stompy.errors import ConfigurationError
+from stompy.spark._arrow import READ_SCHEMA, from_ipc
 from stompy.spark._core import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
-    READ_SCHEMA,
-    MessageRow,
     StreamConsumer,
     TaskIdentity,
     WriteColumns,
@@ -55,6 +57,8 @@ from stompy.spark._options import (
 )
 
 if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
     from pyspark.sql.streaming.datasource import ReadLimit
     from pyspark.sql.streaming.datasource import (
         SupportsTriggerAvailableNow as _AvailableNowBase,
@@ -66,13 +70,22 @@ else:
         )
     except ImportError:  # PySpark 4.0 and 4.1 have no such mixin
         _AvailableNowBase = object
+    # Arrow record batches in when PySpark offers them; rows otherwise.
+    try:
+        from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
+    except ImportError:
+        from pyspark.sql.datasource import DataSourceWriter as _BatchWriterBase
+    try:  # PySpark 4.1 and later
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+    except ImportError:
+        from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
 
 __all__ = (
+    "StompBatch",
     "StompCommitMessage",
     "StompDataSource",
     "StompPartition",
     "StompReader",
-    "StompRows",
     "StompStreamReader",
     "StompStreamWriter",
     "StompWriter",
@@ -86,7 +99,7 @@ _READ_COLUMNS: Final = tuple(part.split()[0] for part in READ_SCHEMA.split(", ")
 def _check_read_schema(schema: StructType) -> None:
     names = tuple(schema.fieldNames())
     if names != _READ_COLUMNS:
-        raise ValueError(
+        raise ConfigurationError(
             f"the STOMP source produces the columns {', '.join(_READ_COLUMNS)}; "
             "leave out .schema() or give exactly this schema"
         )
@@ -104,15 +117,18 @@ class StompDataSource(DataSource):
         return "stomp"
 
     def schema(self) -> str:
+        # Spark asks for the schema when a read is loaded (load()): the first moment
+        # to refuse bad options, before any query or job starts.
+        parse_read_options(self.options)
         return READ_SCHEMA
 
     def reader(self, schema: StructType) -> StompReader:
         _check_read_schema(schema)
-        return StompReader(parse_read_options(self.options))
+        return StompReader(parse_read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> StompStreamReader:
         _check_read_schema(schema)
-        return StompStreamReader(parse_read_options(self.options))
+        return StompStreamReader(parse_read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> StompWriter:
         settings, columns = _write_setup(self.options, schema, overwrite)
@@ -134,10 +150,11 @@ class StompPartition(InputPartition):
 
 
 @dataclass
-class StompRows(InputPartition):
-    """The rows of one micro-batch, carried from the driver-side subscription."""
+class StompBatch(InputPartition):
+    """Part of a micro-batch's rows, carried from the driver-side subscription as Arrow
+    IPC bytes (cheaper to pickle and to hand to Spark than rows)."""
 
-    rows: list[MessageRow]
+    data: bytes
 
 
 class StompReader(DataSourceReader):
@@ -149,25 +166,27 @@ class StompReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [StompPartition(i) for i in range(self.settings.num_partitions)]
 
-    def read(self, partition: InputPartition) -> Iterator[MessageRow]:
-        return drain(self.settings)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StompPartition)
+        return drain(self.settings, partition.index)
 
 
-def _max_rows(limit: object, default: int) -> int | None:
-    """Rows a batch may have under Spark's read ``limit`` (PySpark 4.2 and later)."""
-    if limit is None:
-        return default
+def _limit(limit: object, default: int) -> tuple[int | None, bool]:
+    """Rows a batch may have under Spark's read ``limit`` (PySpark 4.2 and later), and
+    whether Spark asked for all there is."""
+    if limit is None:  # PySpark 4.0 and 4.1 pass none
+        return default, False
     kind = type(limit).__name__
     if kind == "ReadAllAvailable":
-        return None
+        return None, True
     if kind == "ReadMaxRows":
         rows = getattr(limit, "max_rows", default)
-        return rows if isinstance(rows, int) and rows > 0 else default
-    return default
+        return (rows if isinstance(rows, int) and rows > 0 else default), False
+    return default, False
 
 
 class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
-    """Streaming read from a subscription held next to the driver (see :mod:`._core`)."""
+    """Streaming read from subscriptions held next to the driver (see :mod:`._core`)."""
 
     def __init__(self, settings: ReadSettings) -> None:
         self.settings = settings
@@ -182,8 +201,8 @@ class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, int]:
         begin = None if start is None else offset_value(start)
-        max_rows = _max_rows(limit, self.settings.max_messages_per_batch)
-        return offset_dict(self._consumer.latest(begin, max_rows))
+        max_rows, everything = _limit(limit, self.settings.max_messages_per_batch)
+        return offset_dict(self._consumer.latest(begin, max_rows, all_available=everything))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         from pyspark.sql.streaming.datasource import ReadMaxRows  # PySpark 4.2+
@@ -194,12 +213,12 @@ class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
         self._consumer.available_now()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        rows = self._consumer.plan(offset_value(start), offset_value(end))
-        return [StompRows(rows)] if rows else []
+        parts = self._consumer.plan(offset_value(start), offset_value(end))
+        return [StompBatch(data) for data in parts]
 
-    def read(self, partition: InputPartition) -> Iterator[MessageRow]:
-        assert isinstance(partition, StompRows)
-        return iter(partition.rows)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StompBatch)
+        return from_ipc(partition.data)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._consumer.commit(offset_value(end))
@@ -225,7 +244,7 @@ def _write_setup(
     options: Any, schema: StructType, overwrite: bool
 ) -> tuple[WriteSettings, WriteColumns]:
     if overwrite:
-        raise ValueError("a STOMP destination can only be appended to, not overwritten")
+        raise ConfigurationError("a STOMP destination can only be appended to, not overwritten")
     settings = parse_write_options(options)
     fields = [(f.name, f.dataType.simpleString()) for f in schema.fields]
     return settings, WriteColumns.from_schema(fields, settings.destination)
@@ -282,7 +301,7 @@ class _Writing:
         )
 
 
-class StompWriter(_Writing, DataSourceWriter):
+class StompWriter(_Writing, _BatchWriterBase):
     """Batch write: each task sends its rows over its own connection."""
 
     def write(self, iterator: Iterator[Any]) -> StompCommitMessage:
@@ -295,7 +314,7 @@ class StompWriter(_Writing, DataSourceWriter):
         self._abort(messages, f"write {self.job}")
 
 
-class StompStreamWriter(_Writing, DataSourceStreamWriter):
+class StompStreamWriter(_Writing, _StreamWriterBase):
     """Streaming write: like the batch write, once per micro-batch."""
 
     def write(self, iterator: Iterator[Any]) -> StompCommitMessage:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -112,6 +112,15 @@ class SyncDriver(Driver):
             transaction=transaction,
             receipt=receipt,
         )
+
+    def send_many(
+        self,
+        messages: Sequence[stompy.Outgoing],
+        *,
+        transaction: str | None = None,
+        receipt: bool = True,
+    ) -> int:
+        return self._conn.send_many(messages, transaction=transaction, receipt=receipt)
 
     def subscribe(
         self,
@@ -292,6 +301,18 @@ class _AsyncDriver(Driver):
             )
 
         self._call(run)
+
+    def send_many(
+        self,
+        messages: Sequence[stompy.Outgoing],
+        *,
+        transaction: str | None = None,
+        receipt: bool = True,
+    ) -> int:
+        async def run() -> int:
+            return await self._conn.send_many(messages, transaction=transaction, receipt=receipt)
+
+        return self._call(run)
 
     def subscribe(
         self,

@@ -22,12 +22,12 @@ import abc
 import collections
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
-from stompy import ClientProtocol
+from stompy import ClientProtocol, Outgoing
 from stompy._frames import VERSIONS
 from stompy.errors import (
     ConnectFailed,
@@ -173,6 +173,29 @@ class Driver(abc.ABC):
         receipt: bool = True,
     ) -> None:
         """SEND; a ``str`` body goes as UTF-8 ``text/plain``."""
+
+    def send_many(
+        self,
+        messages: Sequence[Outgoing],
+        *,
+        transaction: str | None = None,
+        receipt: bool = True,
+    ) -> int:
+        """SEND each message in order (the clients' ``send_many``); how many were sent.
+
+        With ``receipt`` only the last asks for a RECEIPT: it confirms them all. The
+        core has no such call: it sends one by one.
+        """
+        for index, m in enumerate(messages):
+            self.send(
+                m.destination,
+                m.body,
+                headers=m.headers,
+                content_type=m.content_type,
+                transaction=transaction,
+                receipt=receipt and index == len(messages) - 1,
+            )
+        return len(messages)
 
     @abc.abstractmethod
     def subscribe(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stompy import Outgoing
 from stompy._frames import VERSIONS
 from tests.conformance._drivers import Driver
 from tests.conformance.conftest import Connect
@@ -160,3 +161,29 @@ def test_receipts_for_every_kind_of_frame(client: Driver, queue: str) -> None:
     client.abort(client.begin(receipt=True), receipt=True)
     client.unsubscribe(sub, receipt=True)
     client.disconnect()
+
+
+def test_send_many_in_order_confirmed_by_one_receipt(client: Driver, queue: str) -> None:
+    other = queue + "-other"
+    messages = [
+        Outgoing(other if i % 100 == 0 else queue, f"m{i}", headers={"n": str(i)})
+        for i in range(1500)
+    ]
+    assert client.send_many(messages) == 1500
+    client.subscribe(queue)
+    got = client.receive_many(1485, timeout=30)
+    assert [m.text for m in got] == [f"m{i}" for i in range(1500) if i % 100]
+    assert [m.header("n") for m in got[:2]] == ["1", "2"]
+    client.subscribe(other)
+    assert [m.text for m in client.receive_many(15)] == [f"m{i}" for i in range(0, 1500, 100)]
+    assert client.send_many([]) == 0
+
+
+def test_send_many_in_a_transaction(client: Driver, queue: str, tx_receipt: bool) -> None:
+    client.subscribe(queue)
+    tx = client.begin()
+    messages = [Outgoing(queue, b"a"), Outgoing(queue, b"b")]
+    client.send_many(messages, transaction=tx, receipt=tx_receipt)
+    assert client.poll(0.3) is None  # nothing before the commit
+    client.commit(tx)
+    assert [m.body for m in client.receive_many(2)] == [b"a", b"b"]

@@ -5,19 +5,25 @@ Everything here runs against stompy's in-process broker, in this process.
 
 from __future__ import annotations
 
+import logging
 import pickle
-from collections.abc import Iterator
-from datetime import datetime, timezone
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import stompy
-from stompy.errors import LocalProtocolError
+from stompy.errors import ConfigurationError, LocalProtocolError
+from stompy.spark._arrow import READ_ARROW_SCHEMA, from_ipc
 from stompy.spark._core import (
     READ_SCHEMA,
     OffsetBook,
     StreamConsumer,
     TaskIdentity,
+    TriggerNotSupported,
     WriteColumns,
     dedup_id,
     drain,
@@ -28,19 +34,19 @@ from stompy.spark._core import (
 from stompy.spark._options import ReadSettings, parse_read_options, parse_write_options
 from stompy.testing import Broker, run_broker
 
-WHEN = datetime(2024, 1, 2, tzinfo=timezone.utc)
+WHEN_US = 1_704_153_600_000_000  # 2024-01-02 00:00 UTC
 
 
 @pytest.fixture
 def broker() -> Iterator[Broker]:
-    with run_broker(max_queue_depth=20_000) as running:
+    with run_broker(max_queue_depth=100_000) as running:  # TODO-RENAME
         yield running
 
 
 def fill(url: str, destination: str, count: int, start: int = 0) -> None:
     with stompy.Connection(url) as conn:
-        for i in range(start, start + count):
-            conn.send(destination, str(i), receipt=i == start + count - 1)
+        messages = (stompy.Outgoing(destination, str(i)) for i in range(start, start + count))
+        conn.send_many(messages, receipt=True)
 
 
 def take_all(url: str, destination: str) -> list[stompy.Message]:
@@ -54,13 +60,22 @@ def take_all(url: str, destination: str) -> list[stompy.Message]:
     return got
 
 
-def read_settings(url: str, **options: str) -> ReadSettings:
+def read_settings(url: str, streaming: bool = True, **options: str) -> ReadSettings:
     base = {"url": url, "destination": "/queue/in", "idleTimeout": "0.5", **options}
-    return parse_read_options({k.lower(): v for k, v in base.items()})
+    return parse_read_options({k.lower(): v for k, v in base.items()}, streaming=streaming)
 
 
-def row(seq: int) -> tuple[str, str, str, bool, None, dict[str, str], bytes, datetime, int]:
-    return ("/queue/q", "s", f"m{seq}", False, None, {}, b"", WHEN, seq)
+def rows(batches: Iterable[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """The rows of record batches as dicts, checking each batch has the read schema."""
+    result: list[dict[str, Any]] = []
+    for batch in batches:
+        assert batch.schema.equals(READ_ARROW_SCHEMA)
+        result.extend(batch.to_pylist())
+    return result
+
+
+def planned(parts: list[bytes]) -> list[dict[str, Any]]:
+    return rows(b for part in parts for b in from_ipc(part))
 
 
 # -- offsets ------------------------------------------------------------------------------
@@ -68,55 +83,50 @@ def row(seq: int) -> tuple[str, str, str, bool, None, dict[str, str], bytes, dat
 
 def test_offsets_round_trip_and_reject_strangers() -> None:
     assert offset_value(offset_dict(42)) == 42
-    for bad in ({}, {"seq": "1"}, {"seq": -1}, {"seq": True}, {"offset": 1}):
+    bad: Any
+    for bad in ({}, {"seq": -1}, {"seq": "1"}, {"seq": True}, []):
         with pytest.raises(ValueError, match="not an offset"):
             offset_value(bad)
 
 
 def test_book_numbers_messages_and_plans_batches() -> None:
     book: OffsetBook[str] = OffsetBook(100)
-    assert book.latest(None, 10) == 100  # nothing yet: no new offset
-    for seq in range(100, 105):
-        assert book.add(f"h{seq}", row(seq)) == seq
+    for name in "abcde":
+        book.add(name, 7)
     assert len(book) == 5
-    assert book.unplanned() == 5
     end = book.latest(100, 3)
     assert end == 103
-    assert [r[8] for r in book.plan(100, end)] == [100, 101, 102]
-    assert book.planned == 103
+    batch = book.plan(100, end)
+    assert (batch.first, batch.handles, batch.received_us) == (100, ["a", "b", "c"], [7, 7, 7])
     assert book.unplanned() == 2
-    assert book.latest(None, None) == 105  # from where the last batch ended
-    assert book.latest(103, None) == 105
-    assert [r[8] for r in book.plan(103, 105)] == [103, 104]
+    assert book.latest(None, None) == 105  # PySpark 4.0: from where the last one ended
+    assert book.latest(105, None) == 105  # nothing new
 
 
 def test_book_releases_only_what_spark_was_handed() -> None:
     book: OffsetBook[str] = OffsetBook(0)
-    for seq in range(5):
-        book.add(f"h{seq}", row(seq))
+    for name in "abcd":
+        book.add(name, 0)
     end = book.latest(0, 2)
-    assert book.release(end) is None  # issued, but not planned yet: nothing to give up
+    assert book.release(end) == []  # not planned yet: nothing to let go
     book.plan(0, end)
-    assert book.release(end) == "h1"  # the last message below the offset: ACK it
-    assert book.released == 2
-    assert len(book) == 3
-    assert book.release(end) is None  # already released
-    assert book.release(4) is None  # never issued
-    assert book.release(1) is None  # below what is released
+    assert book.release(end) == ["a", "b"]
+    assert book.release(end) == []
+    assert book.release(77) == []  # never issued
+    later = book.latest(end, None)
+    assert book.plan(end, later).handles == ["c", "d"]
+    assert book.release(later) == ["c", "d"]
+    assert len(book) == 0
 
 
 def test_offsets_of_an_earlier_run() -> None:
-    old_end = 500
-    book: OffsetBook[str] = OffsetBook(1_000)
-    # Spark replays a batch of the earlier run: its messages come again, numbered anew.
-    assert book.plan(400, old_end) == []
-    assert book.release(old_end) is None
-    assert book.latest(old_end, 10) == old_end  # nothing new yet
-    book.add("h", row(1_000))
-    end = book.latest(old_end, 10)
-    assert end == 1_001
-    assert [r[8] for r in book.plan(old_end, end)] == [1_000]
-    assert book.release(old_end) is None
+    book: OffsetBook[str] = OffsetBook(1000)
+    book.add("x", 0)
+    # Spark starts from a checkpointed offset this run never issued.
+    assert book.latest(500, None) == 1001
+    assert book.plan(400, 500).handles == []  # a batch of the earlier run: empty
+    assert book.plan(500, 1001).handles == ["x"]
+    assert book.release(500) == []
 
 
 # -- the driver-side subscription ----------------------------------------------------------
@@ -130,11 +140,13 @@ def test_stream_consumer_acks_a_batch_once_the_next_is_planned(broker: Broker) -
         start = consumer.initial()
         end = consumer.latest(start, 10)
         assert end == start + 10
-        rows = consumer.plan(start, end)
-        assert [r[6] for r in rows] == [str(i).encode() for i in range(10)]
-        assert [r[8] for r in rows] == list(range(start, end))
-        assert rows[0][0] == "/queue/in"
-        assert rows[0][5]["destination"] == "/queue/in"
+        batch = planned(consumer.plan(start, end))
+        assert [r["body"] for r in batch] == [str(i).encode() for i in range(10)]
+        assert [r["offset"] for r in batch] == list(range(start, end))
+        assert batch[0]["destination"] == "/queue/in"
+        assert dict(batch[0]["headers"])["destination"] == "/queue/in"
+        assert batch[0]["content_type"] == "text/plain;charset=utf-8"
+        assert batch[0]["redelivered"] is False
         assert broker.unacked_count("/queue/in") == 25  # Spark is not done with anything
         # PySpark 4.0 and 4.1 give no start: the last end is where the next batch begins.
         end2 = consumer.latest(None, 10)
@@ -167,10 +179,10 @@ def test_a_restarted_reader_gets_what_was_not_finished(broker: Broker) -> None:
     try:
         assert second.plan(start, end) == []  # Spark replays the batch: it comes anew
         new_end = second.latest(end, None)
-        rows = second.plan(end, new_end)
+        batch = planned(second.plan(end, new_end))
         assert new_end == 20_000 + 6
-        assert sorted(r[6] for r in rows) == [str(i).encode() for i in range(6)]
-        assert all(r[3] for r in rows)  # all were delivered before (prefetched): redelivered
+        assert sorted(r["body"] for r in batch) == [str(i).encode() for i in range(6)]
+        assert all(r["redelivered"] for r in batch)  # delivered before (prefetched)
         second.latest(new_end, None)
         assert broker.unacked_count("/queue/in") == 0
     finally:
@@ -184,7 +196,7 @@ def test_numbering_continues_past_a_checkpoint_ahead_of_the_clock(broker: Broker
     try:
         end = consumer.latest(9_000, None)
         assert end == 9_001
-        assert [r[8] for r in consumer.plan(9_000, end)] == [9_000]
+        assert [r["offset"] for r in planned(consumer.plan(9_000, end))] == [9_000]
     finally:
         consumer.close()
 
@@ -202,11 +214,24 @@ def test_available_now_waits_for_the_destination_to_be_idle(broker: Broker) -> N
     try:
         consumer.available_now()
         start = consumer.initial()
-        assert consumer.latest(start, None) == start  # idle for the timeout: done
+        assert consumer.latest(start, None, all_available=True) == start  # idle: done
         fill(broker.url, "/queue/in", 3)
         assert consumer.latest(start, None) == start + 3
     finally:
         consumer.close()
+
+
+def test_trigger_once_is_refused_before_anything_is_read(broker: Broker) -> None:
+    fill(broker.url, "/queue/in", 3)
+    consumer = StreamConsumer(read_settings(broker.url))
+    try:
+        with pytest.raises(TriggerNotSupported, match=r"Trigger\.Once.*availableNow=True"):
+            consumer.latest(consumer.initial(), None, all_available=True)
+        assert isinstance(TriggerNotSupported("x"), ConfigurationError)
+        assert not any(c.subscriptions for c in broker.connections)  # refused first
+    finally:
+        consumer.close()
+    assert broker.queue_depth("/queue/in") == 3
 
 
 def test_a_batch_never_outgrows_twice_the_limit(broker: Broker) -> None:
@@ -220,6 +245,93 @@ def test_a_batch_never_outgrows_twice_the_limit(broker: Broker) -> None:
         consumer.close()
 
 
+def test_a_large_batch_is_spread_over_the_partitions(broker: Broker) -> None:
+    fill(broker.url, "/queue/in", 10)
+    consumer = StreamConsumer(read_settings(broker.url, numPartitions="4"))
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        parts = consumer.plan(start, end)
+        sizes = [len(rows(from_ipc(p))) for p in parts]
+        assert sizes == [2, 3, 2, 3]
+        assert [r["offset"] for r in planned(parts)] == list(range(start, end))
+        fill(broker.url, "/queue/in", 2)
+        end2 = consumer.latest(end, None)
+        assert len(consumer.plan(end, end2)) == 2  # never an empty partition
+    finally:
+        consumer.close()
+
+
+def test_several_destinations_one_subscription_each(broker: Broker) -> None:
+    fill(broker.url, "/queue/a", 3)
+    fill(broker.url, "/queue/b", 2)
+    settings = read_settings(broker.url, destination="/queue/a, /queue/b")
+    assert settings.destinations == ("/queue/a", "/queue/b")
+    consumer = StreamConsumer(settings)
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        assert end == start + 5
+        got = planned(consumer.plan(start, end))
+        by_destination = {
+            d: sorted(r["body"] for r in got if r["destination"] == d)
+            for d in ("/queue/a", "/queue/b")
+        }
+        assert by_destination == {"/queue/a": [b"0", b"1", b"2"], "/queue/b": [b"0", b"1"]}
+        # A connection each: RabbitMQ's cumulative ACK spans a whole connection.
+        assert sum(1 for c in broker.connections if c.subscriptions) == 2
+        consumer.latest(end, None)  # the batch is done: one ACK per subscription
+        assert broker.unacked_count("/queue/a") == 0
+        assert broker.unacked_count("/queue/b") == 0
+    finally:
+        consumer.close()
+    assert broker.queue_depth("/queue/a") == broker.queue_depth("/queue/b") == 0
+
+
+def test_the_default_reconnect_rides_out_a_broker_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with run_broker() as first:
+        port = first.port
+        fill(first.url, "/queue/in", 2)
+        settings = read_settings(first.url)
+        consumer = StreamConsumer(settings)
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        assert end == start + 2
+        consumer.plan(start, end)
+    # The broker is gone (and its queue with it) for about three seconds.
+    restarted = threading.Event()
+    done: list[Broker] = []
+
+    def come_back() -> None:
+        time.sleep(3.0)
+        with run_broker(port=port) as second:
+            done.append(second)
+            fill(second.url, "/queue/in", 1, start=7)
+            restarted.set()
+            for _ in range(300):
+                if not done:
+                    return
+                time.sleep(0.1)
+
+    thread = threading.Thread(target=come_back)
+    thread.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="stompy"):
+            assert restarted.wait(30)
+            deadline = time.monotonic() + 30
+            end2 = end
+            while end2 == end and time.monotonic() < deadline:
+                end2 = consumer.latest(end, None)
+            assert [r["body"] for r in planned(consumer.plan(end, end2))] == [b"7"]
+        assert "reconnect" in caplog.text.lower() or "lost" in caplog.text.lower()
+    finally:
+        consumer.close()
+        done.clear()
+        thread.join(30)
+
+
 def test_stream_consumer_pickles_to_its_settings(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 1)
     consumer = StreamConsumer(read_settings(broker.url))
@@ -227,7 +339,7 @@ def test_stream_consumer_pickles_to_its_settings(broker: Broker) -> None:
         consumer.latest(consumer.initial(), None)
         copy = pickle.loads(pickle.dumps(consumer))
         assert copy.settings == consumer.settings
-        assert copy._conn is None
+        assert copy._conns == []
         assert "StreamConsumer" in repr(copy)
     finally:
         consumer.close()
@@ -249,38 +361,112 @@ def test_durable_subscription_keeps_its_name(broker: Broker) -> None:
 
 def test_drain_takes_what_is_queued_and_acks_at_the_end(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 30)
-    rows = drain(read_settings(broker.url, idleTimeout="0.3"), now=lambda: WHEN)
-    first = next(rows)
-    assert first[6] == b"0"
-    assert first[7] == WHEN
-    assert first[8] == 0
+    settings = read_settings(broker.url, streaming=False, idleTimeout="0.3")
+    batches = drain(settings, 1, now_us=lambda: WHEN_US)
+    got = rows([next(batches)])
+    assert [r["body"] for r in got] == [str(i).encode() for i in range(30)]
+    assert got[0]["received_at"].timestamp() == WHEN_US / 1e6
+    # offsets are unique in the whole read: partition 1 of 2 numbers 1, 3, 5, ...
+    assert [r["offset"] for r in got] == list(range(1, 60, 2))
     assert broker.unacked_count("/queue/in") == 30  # nothing acknowledged mid-task
-    rest = list(rows)
-    assert [r[8] for r in rest] == list(range(1, 30))
+    assert list(batches) == []
     assert broker.unacked_count("/queue/in") == 0
     assert broker.queue_depth("/queue/in") == 0
 
 
 def test_a_drain_stopped_early_gives_everything_back(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 10)
-    rows = drain(read_settings(broker.url))
-    assert next(rows)[6] == b"0"
-    rows.close()
+    batches = drain(read_settings(broker.url, streaming=False))
+    assert rows([next(batches)])[0]["body"] == b"0"
+    batches.close()
     assert broker.queue_depth("/queue/in") == 10
     assert all(m.redelivered for m in take_all(broker.url, "/queue/in")[:1])
 
 
-def test_drain_stops_at_the_per_task_limit(broker: Broker) -> None:
+def test_a_drain_reads_past_its_prefetch_through_windows(broker: Broker) -> None:
+    fill(broker.url, "/queue/in", 600)
+    settings = read_settings(broker.url, streaming=False, prefetch="100", idleTimeout="0.3")
+    got = rows(drain(settings))
+    assert sorted(int(r["body"]) for r in got) == list(range(600))
+    assert broker.queue_depth("/queue/in") == 0
+    assert broker.unacked_count("/queue/in") == 0
+
+
+def test_drains_running_together_share_the_queue(broker: Broker) -> None:
+    fill(broker.url, "/queue/in", 6000)
+    settings = read_settings(broker.url, streaming=False, idleTimeout="0.5")
+    results: dict[int, list[dict[str, Any]]] = {}
+
+    def task(index: int) -> None:
+        results[index] = rows(drain(settings, index))
+
+    threads = [threading.Thread(target=task, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    counts = sorted(len(r) for r in results.values())
+    assert sum(counts) == 6000
+    assert counts[0] >= 1000, counts  # both took a real share
+    offsets = [r["offset"] for part in results.values() for r in part]
+    assert len(set(offsets)) == 6000  # unique across the partitions
+    assert broker.queue_depth("/queue/in") == broker.unacked_count("/queue/in") == 0
+
+
+def test_drain_stops_at_the_per_task_limit_and_says_so(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
     fill(broker.url, "/queue/in", 10)
-    rows = list(drain(read_settings(broker.url, maxMessagesPerPartition="4")))
-    assert len(rows) == 4
+    settings = read_settings(broker.url, streaming=False, maxMessagesPerPartition="4")
+    with caplog.at_level(logging.WARNING, logger="stompy.spark"):
+        assert len(rows(drain(settings))) == 4
+    assert "stopped at maxMessagesPerPartition=4" in caplog.text
     assert broker.queue_depth("/queue/in") == 6
+
+
+def test_a_topic_is_read_through_one_subscription(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = read_settings(
+        broker.url, streaming=False, destination="/topic/t", prefetch="5", idleTimeout="1"
+    )
+    batches = drain(settings)
+    got: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: got.extend(rows(batches)))
+    with caplog.at_level(logging.WARNING, logger="stompy.spark"):
+        reader.start()
+        broker.wait_until(lambda: any(c.subscriptions for c in broker.connections), timeout=5)
+        fill(broker.url, "/topic/t", 8)
+        reader.join(30)
+    # A second subscription to a topic would copy its messages: one only, so the
+    # prefetch bounds the read, and a WARNING says so.
+    assert len(got) == 5
+    assert "its subscription" in caplog.text
+    assert "raise 'prefetch'" in caplog.text
+
+
+def test_drain_reads_several_destinations(broker: Broker) -> None:
+    fill(broker.url, "/queue/a", 2)
+    fill(broker.url, "/queue/b", 3)
+    settings = read_settings(
+        broker.url, streaming=False, destination="/queue/a,/queue/b", idleTimeout="0.3"
+    )
+    got = rows(drain(settings))
+    assert [(r["destination"], r["body"]) for r in got] == [
+        ("/queue/a", b"0"),
+        ("/queue/a", b"1"),
+        ("/queue/b", b"0"),
+        ("/queue/b", b"1"),
+        ("/queue/b", b"2"),
+    ]
+    assert broker.queue_depth("/queue/a") == broker.queue_depth("/queue/b") == 0
 
 
 def test_browse_leaves_the_queue_as_it_was(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 5)
-    rows = list(drain(read_settings(broker.url, mode="browse", idleTimeout="0.3")))
-    assert [r[6] for r in rows] == [str(i).encode() for i in range(5)]
+    settings = read_settings(broker.url, streaming=False, mode="browse", idleTimeout="0.3")
+    got = rows(drain(settings))
+    assert [r["body"] for r in got] == [str(i).encode() for i in range(5)]
     assert broker.queue_depth("/queue/in") == 5  # this broker does not browse: given back
 
 
@@ -354,6 +540,58 @@ def test_write_partition_sends_and_confirms(broker: Broker) -> None:
     assert [m.body for m in other] == [b"two"]
 
 
+def test_write_partition_takes_arrow_batches(broker: Broker) -> None:
+    settings = parse_write_options({"url": broker.url, "destination": "/queue/out"})
+    fields = [
+        ("body", "binary"),
+        ("destination", "string"),
+        ("headers", "map<string,string>"),
+        ("content_type", "string"),
+    ]
+    columns = WriteColumns.from_schema(fields, settings.destination)
+    schema = pa.schema(
+        [
+            ("body", pa.binary()),
+            ("destination", pa.string()),
+            ("headers", pa.map_(pa.string(), pa.string())),
+            ("content_type", pa.string()),
+        ]
+    )
+    first = pa.RecordBatch.from_pylist(
+        [
+            {"body": b"a", "destination": None, "headers": [("n", "1")], "content_type": None},
+            {"body": b"b", "destination": "/queue/x", "headers": None, "content_type": "t/x"},
+        ],
+        schema=schema,
+    )
+    second = pa.RecordBatch.from_pylist(
+        [{"body": b"c", "destination": None, "headers": [("n", None)], "content_type": None}],
+        schema=schema,
+    )
+    task = TaskIdentity("q", "3", 1)
+    assert write_partition(iter([first, second]), settings, columns, task) == 3
+    out = take_all(broker.url, "/queue/out")
+    assert [m.body for m in out] == [b"a", b"c"]
+    assert out[0].headers["n"] == "1"
+    assert "n" not in out[1].headers  # a null header value is left out
+    assert [m.headers["stompy-dedup-id"] for m in out] == ["q:3:1:0", "q:3:1:2"]
+    (other,) = take_all(broker.url, "/queue/x")
+    assert other.content_type == "t/x"
+
+
+def test_a_large_partition_is_confirmed_by_one_receipt(broker: Broker) -> None:
+    settings = parse_write_options({"url": broker.url, "destination": "/queue/big"})
+    columns = WriteColumns.from_schema([("body", "string")], settings.destination)
+    batches = [
+        pa.RecordBatch.from_pydict({"body": [str(i) for i in range(k, k + 1000)]})
+        for k in range(0, 5000, 1000)
+    ]
+    assert write_partition(iter(batches), settings, columns, TaskIdentity("q", "0", 0)) == 5000
+    # The task returned after the broker confirmed: everything is there, in order.
+    assert broker.queue_depth("/queue/big") == 5000
+    assert [m.text for m in take_all(broker.url, "/queue/big")] == [str(i) for i in range(5000)]
+
+
 def test_string_bodies_and_no_dedup_header(broker: Broker) -> None:
     settings = parse_write_options(
         {"url": broker.url, "destination": "/queue/out", "dedupheader": ""}
@@ -381,7 +619,7 @@ def test_a_transactional_task_sends_all_or_nothing(broker: Broker) -> None:
     task = TaskIdentity("q", "0", 0)
     assert write_partition(iter([("a",), ("b",)]), settings, columns, task) == 2
     assert broker.queue_depth("/queue/out") == 2
-    with pytest.raises(ValueError, match="null 'body'"):
+    with pytest.raises(ConfigurationError, match="row 2 of partition 0 has no body"):
         write_partition(iter([("c",), ("d",), (None,)]), settings, columns, task)
     assert broker.queue_depth("/queue/out") == 2  # aborted: c and d never arrived
 
@@ -389,7 +627,7 @@ def test_a_transactional_task_sends_all_or_nothing(broker: Broker) -> None:
 def test_a_row_without_destination_fails_the_task(broker: Broker) -> None:
     settings = parse_write_options({"url": broker.url})
     columns = WriteColumns.from_schema([("body", "string"), ("destination", "string")], None)
-    with pytest.raises(ValueError, match="no destination"):
+    with pytest.raises(ConfigurationError, match="no destination"):
         write_partition(iter([("x", None)]), settings, columns, TaskIdentity("q", "0", 0))
 
 
@@ -417,3 +655,48 @@ def test_read_schema_lists_the_row_fields() -> None:
         "received_at",
         "offset",
     ]
+
+
+# -- errors a pipeline sees ---------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_broker_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    url = f"stomp://127.0.0.1:{_closed_port()}"
+    # A streaming source retries as it would after an outage (minutes by default).
+    settings = read_settings(url, connectTimeout="2", reconnectAttempts="2", reconnectDelay="0.1")
+    with pytest.raises(stompy.ConnectFailed, match=rf"127\.0\.0\.1:{url.rsplit(':', 1)[1]}"):
+        StreamConsumer(settings).latest(None, None)
+    with pytest.raises(stompy.ConnectFailed, match=r"127\.0\.0\.1"):
+        list(drain(read_settings(url, streaming=False, connectTimeout="2")))
+    write = parse_write_options({"url": url, "destination": "/queue/x", "connecttimeout": "2"})
+    columns = WriteColumns.from_schema([("body", "string")], write.destination)
+    with pytest.raises(stompy.ConnectFailed, match=r"127\.0\.0\.1"):
+        write_partition(iter([("x",)]), write, columns, TaskIdentity("q", "0", 0))
+
+
+def test_a_broker_gone_for_good_fails_the_stream_once_reconnecting_gave_up() -> None:
+    with run_broker() as broker:
+        fill(broker.url, "/queue/in", 1)
+        settings = read_settings(
+            broker.url, reconnectAttempts="2", reconnectDelay="0.1", connectTimeout="1"
+        )
+        consumer = StreamConsumer(settings)
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        consumer.plan(start, end)
+    try:
+        deadline = time.monotonic() + 30
+        with pytest.raises(stompy.NetworkError):
+            while time.monotonic() < deadline:
+                consumer.latest(end, None)
+                time.sleep(0.1)
+    finally:
+        consumer.close()

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import trustme
 
+from stompy.errors import ConfigurationError
 from stompy.spark._options import (
     DEFAULT_PREFETCH_HEADERS,
+    MAX_PREFETCH,
     ConnectionSettings,
     parse_read_options,
     parse_write_options,
@@ -26,13 +28,21 @@ def read(**options: str) -> dict[str, str]:
 
 def test_read_defaults() -> None:
     settings = parse_read_options(read())
-    assert settings.destination == "/queue/a"
-    assert settings.max_messages_per_batch == 1000
-    assert settings.stream_prefetch == 2000
-    assert settings.batch_prefetch == 10_000
+    assert settings.destinations == ("/queue/a",)
+    assert settings.max_messages_per_batch == 10_000
+    assert settings.stream_prefetch == 20_000
+    assert settings.batch_window == 1000
+    assert settings.max_messages_per_partition is None
     assert settings.mode == "consume"
-    assert settings.num_partitions == 1
+    assert settings.num_partitions == 2
     assert settings.idle_timeout == 1.0
+    # A streaming source rides out a broker restart of minutes by default.
+    policy = parse_read_options(read(), streaming=True).reconnect
+    assert policy is not None
+    assert policy.max_attempts == 34
+    assert (policy.initial_delay, policy.max_delay) == (0.5, 10.0)
+    assert policy.send_timeout > 300
+    assert parse_read_options(read(), streaming=False).reconnect is None
     conn = settings.connection
     assert conn.heartbeats == (10_000, 10_000)
     assert conn.tls is None
@@ -49,7 +59,7 @@ def test_keys_are_case_insensitive_and_values_keep_their_case() -> None:
             "subscribeheaders": '{"Selector": "Kind = \'A\'"}',
         }
     )
-    assert settings.destination == "/queue/MiXed"
+    assert settings.destinations == ("/queue/MiXed",)
     assert settings.max_messages_per_batch == 7
     assert settings.subscribe_headers == (("Selector", "Kind = 'A'"),)
 
@@ -62,29 +72,77 @@ def test_subscribe_args_carry_prefetch_durable_and_extra_headers() -> None:
             subscribeHeaders='{"selector": "x = 1", "prefetch-count": "9"}',
         )
     )
-    sub_id, headers = settings.subscribe_args(settings.stream_prefetch)
+    sub_id, headers = settings.subscribe_args(settings.stream_prefetch, "/topic/t")
     assert sub_id == "audit"
     assert headers["activemq.prefetchSize"] == "50"
     assert headers["prefetch-count"] == "9"  # the explicit header wins
     assert headers["activemq.subscriptionName"] == "audit"
     assert headers["durable"] == "true"
     assert headers["selector"] == "x = 1"
-    assert settings.batch_prefetch == 50
+    assert settings.batch_window == 50
+    # The second destination's durable subscription needs a name of its own.
+    sub_id, headers = settings.subscribe_args(5, "/topic/u", 1)
+    assert sub_id == headers["activemq.subscriptionName"] == "audit-1"
 
 
 def test_prefetch_headers_can_be_renamed() -> None:
     settings = parse_read_options(read(prefetchHeaders="x-prefetch, ,y"))
     assert settings.prefetch_headers == ("x-prefetch", "y")
     assert parse_read_options(read()).prefetch_headers == DEFAULT_PREFETCH_HEADERS
-    sub_id, headers = settings.subscribe_args(3)
+    sub_id, headers = settings.subscribe_args(3, "/queue/a")
     assert sub_id is None
     assert headers == {"x-prefetch": "3", "y": "3"}
 
 
 def test_browse_mode_reads_with_one_task() -> None:
-    settings = parse_read_options(read(mode="BROWSE", numPartitions="4"))
+    settings = parse_read_options(read(mode="BROWSE"), streaming=False)
     assert settings.mode == "browse"
     assert settings.num_partitions == 1
+    with pytest.raises(ConfigurationError, match="'numPartitions' must be 1 with mode=browse"):
+        parse_read_options(read(mode="browse", numPartitions="4"), streaming=False)
+
+
+@pytest.mark.parametrize(
+    ("option", "streaming", "where"),
+    [
+        ("mode", True, "batch reads"),
+        ("maxMessagesPerPartition", True, "batch reads"),
+        ("maxMessagesPerBatch", False, "streaming reads"),
+        ("reconnectAttempts", False, "streaming reads"),
+        ("reconnectDelay", False, "streaming reads"),
+        ("reconnectMaxDelay", False, "streaming reads"),
+    ],
+)
+def test_an_option_of_the_other_kind_of_read_is_named(
+    option: str, streaming: bool, where: str
+) -> None:
+    options = read(**{option: "browse" if option == "mode" else "2"})
+    parse_read_options(options)  # fine when the kind of read is not known yet
+    kind = "streaming read" if streaming else "batch read"
+    with pytest.raises(
+        ConfigurationError, match=rf"option '{option}' applies to {where} \(.*\), not to a {kind}"
+    ):
+        parse_read_options(options, streaming=streaming)
+
+
+def test_several_destinations() -> None:
+    settings = parse_read_options(read(destination=" /queue/a ,/topic/b"))
+    assert settings.destinations == ("/queue/a", "/topic/b")
+    with pytest.raises(ConfigurationError, match="empty name"):
+        parse_read_options(read(destination="/queue/a,,/queue/b"))
+    with pytest.raises(ConfigurationError, match="twice"):
+        parse_read_options(read(destination="/queue/a,/queue/a"))
+
+
+def test_reconnect_options() -> None:
+    policy = parse_read_options(
+        read(reconnectAttempts="3", reconnectDelay="0.2", reconnectMaxDelay="1"), streaming=True
+    ).reconnect
+    assert policy is not None
+    assert (policy.max_attempts, policy.initial_delay, policy.max_delay) == (3, 0.2, 1.0)
+    assert parse_read_options(read(reconnectAttempts="0"), streaming=True).reconnect is None
+    with pytest.raises(ConfigurationError, match=r"'reconnectMaxDelay'.*below 'reconnectDelay'"):
+        parse_read_options(read(reconnectDelay="5", reconnectMaxDelay="1"), streaming=True)
 
 
 @pytest.mark.parametrize(
@@ -106,16 +164,18 @@ def test_browse_mode_reads_with_one_task() -> None:
         (read(subscribeHeaders='["a"]'), "string values"),
         (read(destinaton="/queue/typo"), "unknown option.*destinaton"),
         (read(transactional="true"), "unknown option.*transactional"),
+        (read(prefetch=str(MAX_PREFETCH + 1)), "'prefetch' must be at most 65535"),
+        (read(reconnectDelay="0"), "'reconnectDelay' must be a positive number"),
     ],
 )
 def test_bad_read_options_are_named(options: dict[str, str], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         parse_read_options({k.lower(): v for k, v in options.items()})
 
 
 def test_spark_keys_are_ignored() -> None:
     settings = parse_read_options(read(path="/ignored", checkpointLocation="/tmp/x"))
-    assert settings.destination == "/queue/a"
+    assert settings.destinations == ("/queue/a",)
 
 
 def test_the_passcode_never_shows() -> None:
@@ -170,7 +230,7 @@ def test_write_options() -> None:
     ],
 )
 def test_bad_write_options_are_named(options: dict[str, str], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         parse_write_options(options)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pyspark.sql.datasource", reason="PySpark 4.0+ is not installed")
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
     BinaryType,
@@ -27,15 +28,17 @@ from pyspark.sql.types import (
 
 import stompy
 import stompy.spark
+from stompy.errors import ConfigurationError
 from stompy.spark import StompCommitMessage, StompDataSource
-from stompy.spark._core import READ_SCHEMA
+from stompy.spark._arrow import READ_ARROW_SCHEMA, READ_SCHEMA
+from stompy.spark._core import TriggerNotSupported
 from stompy.spark._source import (
+    StompBatch,
     StompPartition,
     StompReader,
-    StompRows,
     StompStreamReader,
     StompWriter,
-    _max_rows,
+    _limit,
     report,
 )
 from stompy.testing import Broker, run_broker
@@ -72,13 +75,28 @@ def source(**options: str) -> StompDataSource:
 
 def test_the_source_is_called_stomp_and_has_the_read_schema() -> None:
     assert StompDataSource.name() == "stomp"
-    assert source().schema() == READ_SCHEMA
+    assert source(url="stomp://h", destination="/q").schema() == READ_SCHEMA
     simple = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in READ_STRUCT.fields)
     assert simple == READ_SCHEMA
 
 
+def test_the_arrow_schema_is_the_one_pyspark_expects() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    # PySpark refuses a reader's record batches of any other schema.
+    assert to_arrow_schema(READ_STRUCT, timezone="UTC").equals(READ_ARROW_SCHEMA)
+
+
+def test_bad_options_are_refused_when_the_read_is_loaded() -> None:
+    # schema() is what Spark calls on load(): nothing has been planned or started yet.
+    with pytest.raises(ConfigurationError, match="'destination'"):
+        source(url="stomp://h").schema()
+    with pytest.raises(ConfigurationError, match="'idleTimeout' must be a positive number"):
+        source(url="stomp://h", destination="/q", idleTimeout="-1").schema()
+
+
 def test_a_different_read_schema_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"leave out \.schema"):
+    with pytest.raises(ConfigurationError, match=r"leave out \.schema"):
         source(url="stomp://h", destination="/q").reader(
             StructType([StructField("body", BinaryType())])
         )
@@ -124,9 +142,9 @@ def test_stream_writer_sends(broker: Broker) -> None:
 
 
 def test_overwrite_and_bad_columns_are_refused() -> None:
-    with pytest.raises(ValueError, match="only be appended"):
+    with pytest.raises(ConfigurationError, match="only be appended"):
         source(url="stomp://h", destination="/q").writer(WRITE_SCHEMA, True)
-    with pytest.raises(ValueError, match="column 'id' cannot be written"):
+    with pytest.raises(ConfigurationError, match="column 'id' cannot be written"):
         source(url="stomp://h", destination="/q").writer(
             StructType([StructField("id", LongType())]), False
         )
@@ -134,11 +152,22 @@ def test_overwrite_and_bad_columns_are_refused() -> None:
 
 def test_read_limits() -> None:
     limits = pytest.importorskip("pyspark.sql.streaming.datasource", reason="PySpark 4.2+")
-    assert _max_rows(None, 7) == 7
-    assert _max_rows(limits.ReadAllAvailable(), 7) is None
-    assert _max_rows(limits.ReadMaxRows(3), 7) == 3
-    assert _max_rows(limits.ReadMinRows(3), 7) == 7
-    assert _max_rows(limits.ReadMaxRows(0), 7) == 7
+    assert _limit(None, 7) == (7, False)
+    assert _limit(limits.ReadAllAvailable(), 7) == (None, True)
+    assert _limit(limits.ReadMaxRows(3), 7) == (3, False)
+    assert _limit(limits.ReadMinRows(3), 7) == (7, False)
+    assert _limit(limits.ReadMaxRows(0), 7) == (7, False)
+
+
+def test_trigger_once_is_refused_with_a_clear_error(broker: Broker) -> None:
+    limits = pytest.importorskip("pyspark.sql.streaming.datasource", reason="PySpark 4.2+")
+    reader = source(url=broker.url, destination="/queue/in").streamReader(READ_STRUCT)
+    try:
+        # Trigger.Once asks for everything available, without AvailableNow's preparation.
+        with pytest.raises(TriggerNotSupported, match="availableNow=True"):
+            reader.latestOffset(reader.initialOffset(), limits.ReadAllAvailable())
+    finally:
+        reader.stop()
 
 
 def test_stream_reader_in_process(broker: Broker) -> None:
@@ -159,12 +188,17 @@ def test_stream_reader_in_process(broker: Broker) -> None:
         start = reader.initialOffset()
         end = reader.latestOffset(start, limit)
         assert end["seq"] == start["seq"] + 3
-        (partition,) = reader.partitions(start, end)
-        assert isinstance(partition, StompRows)
+        parts = reader.partitions(start, end)
+        assert len(parts) == 2
+        assert all(isinstance(p, StompBatch) for p in parts)
         # An executor makes its own reader and reads the rows the partition carries.
-        copy = pickle.loads(pickle.dumps(partition))
         worker_reader = source(url=broker.url, destination="/queue/in").streamReader(schema)
-        assert [r[6] for r in worker_reader.read(copy)] == [b"0", b"1", b"2"]
+        bodies = []
+        for part in parts:
+            for batch in worker_reader.read(pickle.loads(pickle.dumps(part))):
+                assert isinstance(batch, pa.RecordBatch)
+                bodies += batch.column("body").to_pylist()
+        assert bodies == [b"0", b"1", b"2"]
         assert reader.partitions(end, end) == []
         end2 = reader.latestOffset()  # the PySpark 4.0 call
         assert end2["seq"] == end["seq"] + 2
@@ -185,8 +219,12 @@ def test_batch_reader_in_process(broker: Broker) -> None:
     parts = reader.partitions()
     assert parts == [StompPartition(0), StompPartition(1), StompPartition(2)]
     assert all(isinstance(p, InputPartition) for p in parts)
-    rows = list(reader.read(parts[0]))
-    assert [r[6] for r in rows] == [b"only"]
+    (batch,) = list(reader.read(parts[0]))
+    assert batch.column("body").to_pylist() == [b"only"]
+    with pytest.raises(ConfigurationError, match="'maxMessagesPerBatch' applies to streaming"):
+        source(url=broker.url, destination="/q", maxMessagesPerBatch="5").reader(READ_STRUCT)
+    with pytest.raises(ConfigurationError, match="'mode' applies to batch reads"):
+        source(url=broker.url, destination="/q", mode="browse").streamReader(READ_STRUCT)
 
 
 def test_report_ignores_failed_tasks() -> None:

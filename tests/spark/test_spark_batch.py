@@ -80,3 +80,28 @@ def test_an_unknown_column_is_named(spark: SparkSession, broker: Broker) -> None
     with pytest.raises(PySparkException, match="column 'extra' cannot be written"):
         frame.write.format("stomp").mode("append").options(**options(broker, "/queue/x")).save()
     assert broker.queue_depth("/queue/x") == 0
+
+
+def test_a_bad_read_option_is_named_at_load(spark: SparkSession, broker: Broker) -> None:
+    for reader in (spark.read, spark.readStream):
+        with pytest.raises(PySparkException, match="'idleTimeout' must be a positive number"):
+            reader.format("stomp").options(**options(broker, "/queue/x")).option(
+                "idleTimeout", "-1"
+            ).load()  # no action, no query: load() alone refuses it
+
+
+def test_an_unreachable_broker_is_named(spark: SparkSession) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    frame = (
+        spark.read.format("stomp")
+        .option("url", f"stomp://127.0.0.1:{port}")
+        .option("destination", "/queue/x")
+        .option("connectTimeout", "2")
+        .load()
+    )
+    with pytest.raises(PySparkException, match=rf"ConnectFailed.*127\.0\.0\.1:{port}"):
+        frame.collect()
