@@ -313,6 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--prefetch", type=int, default=100, help="client-ack prefetch")
     broker.add_argument(
+        "--max-queue",
+        type=int,
+        metavar="N",
+        help="messages one queue (or topic backlog) holds at most (default 1,000,000)",
+    )
+    broker.add_argument(
+        "--max-stored-bytes",
+        type=int,
+        metavar="N",
+        help="body bytes all queues hold at most (default 256 MiB)",
+    )
+    broker.add_argument(
         "--websocket",
         type=int,
         metavar="PORT",
@@ -607,6 +619,10 @@ def _subscribe_main(args: argparse.Namespace, secrets: _Secrets) -> int:
 
 def _broker_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"heartbeats": args.heartbeat, "prefetch": args.prefetch}
+    if args.max_queue is not None:
+        options["max_queue"] = args.max_queue
+    if args.max_stored_bytes is not None:
+        options["max_stored_bytes"] = args.max_stored_bytes
     if args.users:
         options["users"] = dict(args.users)
     if args.vhost:

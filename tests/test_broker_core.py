@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -375,24 +377,51 @@ def test_resource_limits() -> None:
 
 
 def test_queue_full_rejects_the_send() -> None:
-    core = make(max_queue_depth=2, max_stored_bytes=10)
+    core = make(max_queue=2, max_stored_bytes=10)
     peer = connected(core)
     peer.send("SEND", {"destination": "/queue/a"}, b"1")
     peer.send("SEND", {"destination": "/queue/a"}, b"2")
     peer.send("SEND", {"destination": "/queue/a", "receipt": "r"}, b"3")
     error = peer.error()
-    assert "is full" in (error.get("message") or "")
+    message = error.get("message") or ""
+    # The ERROR says which limit was hit and how to raise it.
+    assert "'/queue/a' is full" in message
+    assert "max_queue limit is 2" in message
+    assert "--max-queue" in message
     assert error.get("receipt-id") == "r"
     assert core.queue_depth("/queue/a") == 2
 
     peer = connected(core)
     peer.send("SEND", {"destination": "/queue/b"}, b"x" * 9)
     peer.send("SEND", {"destination": "/queue/c"}, b"x" * 2)
-    assert "broker is full" in (peer.error().get("message") or "")
+    message = peer.error().get("message") or ""
+    assert "broker is full" in message
+    assert "max_stored_bytes limit is 10" in message
+    assert "--max-stored-bytes" in message
+
+
+def test_max_queue_defaults_to_a_million_and_keeps_its_old_name() -> None:
+    assert BrokerConfig().max_queue == 1_000_000
+    with pytest.warns(DeprecationWarning, match="max_queue"):
+        config = BrokerConfig(max_queue_depth=7)  # type: ignore[call-arg]
+    assert config.max_queue == 7
+
+
+def test_a_dropping_topic_backlog_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    core = make(max_queue=2, write_buffer=1)
+    peer = connected(core)
+    peer.send("SUBSCRIBE", {"destination": "/topic/t", "id": "s"})
+    sender = connected(core)
+    with caplog.at_level(logging.WARNING, logger="stompy.testing"):
+        for _ in range(6):
+            sender.send("SEND", {"destination": "/topic/t"}, b"x")
+    warnings = [r for r in caplog.records if "reached max_queue" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'s'" in warnings[0].getMessage()
 
 
 def test_commit_over_capacity_applies_nothing() -> None:
-    core = make(max_queue_depth=2)
+    core = make(max_queue=2)
     peer = connected(core)
     peer.send("BEGIN", {"transaction": "t"})
     for _ in range(3):
@@ -820,7 +849,7 @@ def test_slow_reader_output_is_bounded() -> None:
 
 
 def test_topic_backlog_is_bounded() -> None:
-    core = make(write_buffer=100, max_queue_depth=5)
+    core = make(write_buffer=100, max_queue=5)
     consumer = connected(core)
     consumer.subscribe("/topic/t")
     producer = connected(core)
@@ -983,7 +1012,8 @@ def test_broker_options_mirror_the_config_fields() -> None:
 
     from stompy.testing import BrokerOptions
 
-    assert set(BrokerOptions.__annotations__) == {f.name for f in fields(BrokerConfig)}
+    names = {f.name for f in fields(BrokerConfig)} | {"max_queue_depth"}  # its old name
+    assert set(BrokerOptions.__annotations__) == names
 
 
 def test_round_robin_survives_unsubscribes(core: BrokerCore) -> None:

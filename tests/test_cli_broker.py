@@ -136,6 +136,15 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 def test_invalid_broker_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["broker", "--prefetch", "0"]) == 2
     assert "prefetch" in capsys.readouterr().err
+    assert cli.main(["broker", "--max-queue", "0"]) == 2
+    assert "max_queue" in capsys.readouterr().err
+
+
+def test_queue_limits_on_the_command_line() -> None:
+    parsed = args("--max-queue", "5", "--max-stored-bytes", "4096")
+    options = cli._broker_options(parsed)
+    assert (options["max_queue"], options["max_stored_bytes"]) == (5, 4096)
+    assert "max_queue" not in cli._broker_options(args())
 
 
 def test_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:

@@ -191,6 +191,13 @@ class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
     def __init__(self, settings: ReadSettings) -> None:
         self.settings = settings
         self._consumer = StreamConsumer(settings)
+        if _AvailableNowBase is object:
+            log.warning(
+                "PySpark before 4.2 does not tell a Python source which trigger runs: "
+                "under trigger(once=True) or trigger(availableNow=True) the STOMP source "
+                "cannot acknowledge what it read, and every run reads it again; use "
+                "processingTime triggers, or PySpark 4.2 or later"
+            )
 
     def initialOffset(self) -> dict[str, int]:
         return offset_dict(self._consumer.initial())

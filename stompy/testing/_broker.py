@@ -33,17 +33,20 @@ Flow control: a session receives no deliveries while its unsent output is above
 while it holds ``prefetch`` unacknowledged messages. Deliveries resume when the
 transport drains the output or the client acks. Messages wait in their queue (or a
 topic subscription's backlog) meanwhile: storage is in memory, bounded by
-``max_queue_depth`` and ``max_stored_bytes``. A SEND over those bounds gets an ERROR;
-a topic backlog over ``max_queue_depth`` drops its oldest message.
+``max_queue`` and ``max_stored_bytes``. A SEND over those bounds gets an ERROR that
+names the limit; a topic backlog over ``max_queue`` drops its oldest message (with
+one WARNING per subscription).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import secrets
+import warnings
 from collections import deque
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Final, TypedDict
 
 from stompy._codec import FrameLimits, FrameParser, encode
@@ -81,6 +84,8 @@ _BROKER_HEADERS: Final = frozenset(
 )
 _TOPIC_PREFIX: Final = "/topic/"
 
+logger: Final = logging.getLogger("stompy.testing")
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
@@ -105,8 +110,9 @@ class BrokerConfig:
     #: Unacknowledged messages in flight per client-ack subscription (overridable per
     #: subscription with a ``prefetch-count`` header).
     prefetch: int = 100
-    #: Messages a queue (or a topic subscription's backlog) holds at most.
-    max_queue_depth: int = 10_000
+    #: Messages a queue (or a topic subscription's backlog) holds at most: room for
+    #: tests of realistic size (``max_stored_bytes`` bounds the memory).
+    max_queue: int = 1_000_000
     #: Body bytes all queues together hold at most.
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Unsent output per connection above which deliveries to it pause.
@@ -119,8 +125,15 @@ class BrokerConfig:
     connect_timeout: float = 30.0
     #: The ``server`` header of CONNECTED.
     server_name: str = "stompy-broker/0.1"
+    #: The former name of ``max_queue``, still accepted (with a DeprecationWarning).
+    max_queue_depth: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, max_queue_depth: int | None) -> None:
+        if max_queue_depth is not None:
+            warnings.warn(
+                "max_queue_depth is now called max_queue", DeprecationWarning, stacklevel=3
+            )
+            object.__setattr__(self, "max_queue", max_queue_depth)
         versions = tuple(v for v in VERSIONS if v in set(self.versions))
         if not versions or len(versions) != len(set(self.versions)):
             raise ValueError(f"versions must be a non-empty subset of {VERSIONS}")
@@ -135,7 +148,7 @@ class BrokerConfig:
             raise ValueError("heartbeat_tolerance must be at least 1.0")
         for name in (
             "prefetch",
-            "max_queue_depth",
+            "max_queue",
             "max_stored_bytes",
             "write_buffer",
             "max_subscriptions",
@@ -160,6 +173,8 @@ class BrokerOptions(TypedDict, total=False):
     heartbeat_tolerance: float
     limits: FrameLimits
     prefetch: int
+    max_queue: int
+    #: Deprecated: ``max_queue``.
     max_queue_depth: int
     max_stored_bytes: int
     write_buffer: int
@@ -304,7 +319,16 @@ class _Destination:
 
 
 class _Subscription:
-    __slots__ = ("ack", "backlog", "by_message_id", "destination", "id", "prefetch", "session")
+    __slots__ = (
+        "ack",
+        "backlog",
+        "by_message_id",
+        "destination",
+        "dropped",
+        "id",
+        "prefetch",
+        "session",
+    )
 
     def __init__(
         self,
@@ -323,6 +347,8 @@ class _Subscription:
         self.backlog: deque[StoredMessage] = deque()
         #: message-id -> ack id of the unacknowledged deliveries, in delivery order.
         self.by_message_id: dict[str, str] = {}
+        #: Whether its backlog dropped a message yet (warned once).
+        self.dropped = False
 
     def can_accept(self) -> bool:
         session = self.session
@@ -457,15 +483,17 @@ class BrokerCore:
         for name, count in counts.items():
             dest = self._destinations.get(name)
             depth = len(dest.messages) if dest is not None else 0
-            if depth + count > config.max_queue_depth:
+            if depth + count > config.max_queue:
                 raise _Reject(
-                    f"destination {name!r} is full ({depth} messages, "
-                    f"the limit is {config.max_queue_depth})"
+                    f"destination {name!r} is full: it holds {depth} messages, the "
+                    f"broker's max_queue limit is {config.max_queue} (raise it with "
+                    "serve(max_queue=...) or stompy broker --max-queue)"
                 )
         if self._stored_bytes + size > config.max_stored_bytes:
             raise _Reject(
-                f"the broker is full ({self._stored_bytes} bytes stored, "
-                f"the limit is {config.max_stored_bytes})"
+                f"the broker is full: it stores {self._stored_bytes} bytes of bodies, "
+                f"its max_stored_bytes limit is {config.max_stored_bytes} (raise it with "
+                "serve(max_stored_bytes=...) or stompy broker --max-stored-bytes)"
             )
 
     def _publish(self, send: _TxSend) -> None:
@@ -493,9 +521,19 @@ class BrokerCore:
 
     def _add_backlog(self, sub: _Subscription, message: StoredMessage) -> None:
         sub.backlog.append(message)
-        if len(sub.backlog) > self.config.max_queue_depth:
+        if len(sub.backlog) > self.config.max_queue:
             sub.backlog.popleft()
             self._counters.messages_dropped += 1
+            if not sub.dropped:
+                sub.dropped = True
+                logger.warning(
+                    "%s: the backlog of subscription %r to %r reached max_queue (%d): its "
+                    "oldest messages are dropped (raise max_queue, or consume faster)",
+                    sub.session.id,
+                    sub.id,
+                    sub.destination.name,
+                    self.config.max_queue,
+                )
 
     def _requeue(self, dest: _Destination, messages: list[StoredMessage]) -> None:
         """Put delivered messages back at the front, in their order, for redelivery."""
@@ -882,8 +920,9 @@ class ServerSession:
             raise _Reject(f"{frame.command} in transaction {name!r}, which is not open")
         if len(ops) >= self.core.config.max_transaction_frames:
             raise _Reject(
-                f"transaction {name!r} holds {len(ops)} frames, "
-                f"the limit is {self.core.config.max_transaction_frames}"
+                f"transaction {name!r} holds {len(ops)} frames, the broker's "
+                f"max_transaction_frames limit is {self.core.config.max_transaction_frames} "
+                "(raise it with serve(max_transaction_frames=...))"
             )
         return ops
 

@@ -39,7 +39,7 @@ WHEN_US = 1_704_153_600_000_000  # 2024-01-02 00:00 UTC
 
 @pytest.fixture
 def broker() -> Iterator[Broker]:
-    with run_broker(max_queue_depth=100_000) as running:  # TODO-RENAME
+    with run_broker(max_queue=100_000) as running:
         yield running
 
 

@@ -28,7 +28,7 @@ ROWS = 10_000
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[Broker]:
-    with run_broker(max_queue_depth=2 * ROWS, users={"app": PASSCODE}) as running:
+    with run_broker(max_queue=2 * ROWS, users={"app": PASSCODE}) as running:
         yield running
 
 

@@ -31,7 +31,7 @@ PER_BATCH = 250
 
 @pytest.fixture
 def broker() -> Iterator[Broker]:
-    with run_broker(max_queue_depth=4 * MESSAGES) as running:
+    with run_broker(max_queue=4 * MESSAGES) as running:
         yield running
 
 
