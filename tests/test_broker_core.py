@@ -403,7 +403,7 @@ def test_queue_full_rejects_the_send() -> None:
 def test_max_queue_defaults_to_a_million_and_keeps_its_old_name() -> None:
     assert BrokerConfig().max_queue == 1_000_000
     with pytest.warns(DeprecationWarning, match="max_queue"):
-        config = BrokerConfig(max_queue_depth=7)  # type: ignore[call-arg]
+        config = BrokerConfig(max_queue_depth=7)
     assert config.max_queue == 7
 
 
