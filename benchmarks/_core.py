@@ -155,6 +155,7 @@ GROUP_MODULES: tuple[str, ...] = (
     "benchmarks.brokers",
     "benchmarks.latency",
     "benchmarks.memory",
+    "benchmarks.spark",
 )
 
 

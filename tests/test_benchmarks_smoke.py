@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     path = tmp_path_factory.mktemp("bench") / "results.json"
-    command = [sys.executable, "-m", "benchmarks", "--quick", "--count", "100"]
+    # The spark group starts a SparkSession: tests/spark/test_spark_bench.py runs it.
+    command = [sys.executable, "-m", "benchmarks", *GROUPS, "--quick", "--count", "100"]
     command += ["--rounds", "1", "--no-brokers", "--no-chart", "-q"]
     command += ["--contenders", CONTENDERS, "--json", str(path)]
     done = subprocess.run(
