@@ -33,7 +33,6 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from stompy._client import (
-    SEND_CHUNK,
     ClientOptions,
     MessageBase,
     Outgoing,
@@ -41,6 +40,7 @@ from stompy._client import (
     SslArg,
     error_for_event,
     log,
+    split_for_sending,
     take_output,
 )
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
@@ -576,25 +576,16 @@ class AsyncConnection:
     ) -> int:
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
         count = 0
-        chunk: list[Outgoing] = []
-        held: Outgoing | None = None  # the last message may carry the receipt: hold it
-        for message in messages:
-            if held is not None:
-                chunk.append(held)
-                if len(chunk) == SEND_CHUNK:
-                    await self._send_chunk(chunk, transaction)
-                    count += len(chunk)
-                    chunk = []
-            held = message
-        if chunk:
-            await self._send_chunk(chunk, transaction)
-            count += len(chunk)
-        if held is not None:
+        for work in split_for_sending(messages):
+            if isinstance(work, list):
+                await self._send_chunk(work, transaction)
+                count += len(work)
+                continue
             await self.send(
-                held.destination,
-                held.body,
-                headers=held.headers,
-                content_type=held.content_type,
+                work.destination,
+                work.body,
+                headers=work.headers,
+                content_type=work.content_type,
                 receipt=receipt,
                 transaction=transaction,
             )

@@ -11,7 +11,7 @@ import logging
 import random
 import re
 import ssl as _ssl
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "SEND_CHUNK",
+    "split_for_sending",
     "ClientOptions",
     "MessageBase",
     "Outgoing",
@@ -144,6 +145,24 @@ class Outgoing:
     body: bytes | str = b""
     headers: Mapping[str, str] | None = None
     content_type: str | None = None
+
+
+def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] | Outgoing]:
+    """``send_many``'s order of work: chunks of at most :data:`SEND_CHUNK` messages to
+    queue at once, then the last message alone, since it may carry the receipt."""
+    chunk: list[Outgoing] = []
+    held: Outgoing | None = None
+    for message in messages:
+        if held is not None:
+            chunk.append(held)
+            if len(chunk) == SEND_CHUNK:
+                yield chunk
+                chunk = []
+        held = message
+    if chunk:
+        yield chunk
+    if held is not None:
+        yield held
 
 
 SslArg = bool | _ssl.SSLContext | None

@@ -36,7 +36,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from stompy._client import (
-    SEND_CHUNK,
     ClientOptions,
     MessageBase,
     Outgoing,
@@ -45,6 +44,7 @@ from stompy._client import (
     error_for_event,
     log,
     log_sent,
+    split_for_sending,
     take_output,
 )
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
@@ -588,25 +588,16 @@ class Connection:
         sent before an error stays sent; the error is :meth:`send`'s.
         """
         count = 0
-        chunk: list[Outgoing] = []
-        held: Outgoing | None = None  # the last message may carry the receipt: hold it
-        for message in messages:
-            if held is not None:
-                chunk.append(held)
-                if len(chunk) == SEND_CHUNK:
-                    self._send_chunk(chunk, transaction)
-                    count += len(chunk)
-                    chunk = []
-            held = message
-        if chunk:
-            self._send_chunk(chunk, transaction)
-            count += len(chunk)
-        if held is not None:
+        for work in split_for_sending(messages):
+            if isinstance(work, list):
+                self._send_chunk(work, transaction)
+                count += len(work)
+                continue
             self.send(
-                held.destination,
-                held.body,
-                headers=held.headers,
-                content_type=held.content_type,
+                work.destination,
+                work.body,
+                headers=work.headers,
+                content_type=work.content_type,
                 receipt=receipt,
                 transaction=transaction,
             )
