@@ -451,6 +451,90 @@ def _is_queue(destination: str) -> bool:
     return destination.startswith(("/queue/", "/amq/queue/"))
 
 
+class _Windows:
+    """The subscriptions through which one batch-read task reads one destination.
+
+    See the module docstring: a new window when the current one is full, or took
+    messages and went quiet (the broker may hold it back short of its prefetch, as
+    ActiveMQ does at a page of 200); only a window that gets nothing for
+    ``idleTimeout`` means the destination is drained. A topic gets one subscription:
+    a second would receive copies.
+    """
+
+    def __init__(
+        self, conn: Connection, settings: ReadSettings, destination: str, index: int
+    ) -> None:
+        self.conn = conn
+        self.settings = settings
+        self.destination = destination
+        self.index = index
+        self.browse = settings.mode == "browse"
+        self.renewable = _is_queue(destination) and not settings.durable_name and not self.browse
+        self.size = settings.batch_window if self.renewable else settings.prefetch or MAX_PREFETCH
+        #: Messages the current window took; what the first one took (once known).
+        self.taken = 0
+        self.first: int | None = None
+        self.opened = 0
+        self._sub = self._subscribe()
+
+    def _subscribe(self) -> Subscription:
+        sub_id, headers = self.settings.subscribe_args(self.size, self.destination, self.index)
+        if self.browse:
+            headers["browser"] = "true"
+        self.opened += 1
+        self.taken = 0
+        return self.conn.subscribe(self.destination, ack="client", id=sub_id, headers=headers)
+
+    def _renew(self) -> None:
+        if self.opened == 1:
+            self.first = self.taken
+        if self.settings.prefetch is None:
+            self.size = min(2 * self.size, MAX_PREFETCH)
+        self._sub = self._subscribe()
+
+    def next(self) -> Message | None:
+        """The next message, or ``None`` once the destination is drained."""
+        idle = self.settings.idle_timeout
+        while True:
+            if self.renewable and self.taken == self.size:
+                self._renew()
+            quiet = self.renewable and self.taken > 0 and self.opened < MAX_WINDOWS
+            message = self._sub.get(timeout=min(QUIET, idle) if quiet else idle)
+            if message is None and quiet:
+                self._renew()
+                continue
+            if message is None or (self.browse and message.headers.get("browser") == "end"):
+                return None
+            self.taken += 1
+            return message
+
+    def explain(self, partition: int) -> None:
+        """Say so when the read may have stopped short of what the destination holds."""
+        server = self.conn.server or ""
+        if self.first == ACTIVEMQ_PAGE < self.settings.batch_window and server.startswith(
+            "ActiveMQ"
+        ):
+            log.warning(
+                "partition %d: ActiveMQ handed out %d messages of %r and held back the rest: "
+                "a queue gives out at most maxPageSize (200 by default) messages that wait "
+                "for an ACK, so this read may have stopped short; raise maxPageSize in "
+                "activemq.xml (see the Spark page of stompy's docs)",
+                partition,
+                ACTIVEMQ_PAGE,
+                self.destination,
+            )
+        if not self.renewable and self.taken >= self.size:
+            log.warning(
+                "partition %d stopped after %d messages of %r, the prefetch of its "
+                "subscription: the broker holds back more until they are acknowledged, at "
+                "the end of the task; raise 'prefetch' (at most %d) or 'numPartitions'",
+                partition,
+                self.taken,
+                self.destination,
+                MAX_PREFETCH,
+            )
+
+
 def drain(
     settings: ReadSettings,
     partition: int = 0,
@@ -467,85 +551,32 @@ def drain(
     (``browser:true``) leaves the queue as it was and marks the end with a
     ``browser:end`` message; one that does not gets every message back at disconnect.
     """
-    browse = settings.mode == "browse"
     cap = settings.max_messages_per_partition
+    stride = settings.num_partitions
     taken: list[Message] = []
     received: list[int] = []
     last: dict[str, Message] = {}  # the newest message of each subscription: what to ack
-    seq = 0
-
-    def batch() -> pa.RecordBatch:
-        nonlocal taken, received, seq
-        stride = settings.num_partitions
-        offsets = range(seq * stride + partition, (seq + len(taken)) * stride, stride)
-        result = message_batch(taken, received, offsets)
-        seq += len(taken)
-        taken, received = [], []
-        return result
-
+    seq = 0  # this task's rows yielded so far
     with settings.connection.connection(max_pending=10_000) as conn:
         for index, destination in enumerate(settings.destinations):
-            windows = _is_queue(destination) and not settings.durable_name and not browse
-            window = settings.batch_window if windows else (settings.prefetch or MAX_PREFETCH)
-            sub: Subscription | None = None
-            in_window = opened = 0
-            renew = False
-            first_window: int | None = None
+            windows = _Windows(conn, settings, destination, index)
             while cap is None or seq + len(taken) < cap:
-                if sub is None or renew or (windows and in_window == window):
-                    if opened == 1:
-                        first_window = in_window
-                    renew = False
-                    if sub is not None and settings.prefetch is None:
-                        window = min(2 * window, MAX_PREFETCH)
-                    sub_id, headers = settings.subscribe_args(window, destination, index)
-                    if browse:
-                        headers["browser"] = "true"
-                    sub = conn.subscribe(destination, ack="client", id=sub_id, headers=headers)
-                    in_window = 0
-                    opened += 1
-                # A window that took messages and then goes quiet may be held back by
-                # the broker short of its prefetch (ActiveMQ hands out a queue's
-                # messages a page of 200 at a time): a new window tells. Only a window
-                # that gets nothing for idleTimeout means the destination is drained.
-                quiet = windows and in_window > 0 and opened < MAX_WINDOWS
-                wait = min(QUIET, settings.idle_timeout) if quiet else settings.idle_timeout
-                message = sub.get(timeout=wait)
-                if message is None and quiet:
-                    renew = True
-                    continue
-                if message is None or (browse and message.headers.get("browser") == "end"):
+                message = windows.next()
+                if message is None:
                     break
-                in_window += 1
                 last[message.subscription] = message
                 taken.append(message)
                 received.append(now_us())
-                if len(taken) == BATCH_READ_ROWS:
-                    yield batch()
-            if first_window == ACTIVEMQ_PAGE < settings.batch_window and (
-                conn.server or ""
-            ).startswith("ActiveMQ"):
-                log.warning(
-                    "partition %d: ActiveMQ handed out %d messages of %r and held back the "
-                    "rest: a queue gives out at most maxPageSize (200 by default) messages "
-                    "that wait for an ACK, so this read may have stopped short; raise "
-                    "maxPageSize in activemq.xml (see the Spark page of stompy's docs)",
-                    partition,
-                    ACTIVEMQ_PAGE,
-                    destination,
-                )
-            if not windows and in_window >= window:
-                log.warning(
-                    "partition %d stopped after %d messages of %r, the prefetch of its "
-                    "subscription: the broker holds back more until they are acknowledged, "
-                    "at the end of the task; raise 'prefetch' (at most %d) or 'numPartitions'",
-                    partition,
-                    in_window,
-                    destination,
-                    MAX_PREFETCH,
-                )
+                if len(taken) == BATCH_READ_ROWS or (cap is not None and seq + len(taken) == cap):
+                    offsets = range(seq * stride + partition, (seq + len(taken)) * stride, stride)
+                    yield message_batch(taken, received, offsets)
+                    seq += len(taken)
+                    taken, received = [], []
+            windows.explain(partition)
         if taken:
-            yield batch()
+            offsets = range(seq * stride + partition, (seq + len(taken)) * stride, stride)
+            yield message_batch(taken, received, offsets)
+            seq += len(taken)
         if cap is not None and seq >= cap:
             log.warning(
                 "partition %d stopped at maxMessagesPerPartition=%d: %s may hold more",
@@ -553,7 +584,7 @@ def drain(
                 cap,
                 ", ".join(settings.destinations),
             )
-        if last and not browse:
+        if last and settings.mode != "browse":
             _ack_each_subscription(list(last.values()))
 
 

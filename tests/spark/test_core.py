@@ -700,3 +700,15 @@ def test_a_broker_gone_for_good_fails_the_stream_once_reconnecting_gave_up() -> 
                 time.sleep(0.1)
     finally:
         consumer.close()
+
+
+def test_a_read_held_back_at_activemqs_page_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    # ActiveMQ hands out at most 200 unacknowledged messages of a queue by default: a
+    # first window that got exactly that many, from a broker that says it is ActiveMQ,
+    # may have been held back, and the task says so.
+    with run_broker(server_name="ActiveMQ/5.17.2") as broker:
+        fill(broker.url, "/queue/in", 200)
+        settings = read_settings(broker.url, streaming=False, idleTimeout="0.3")
+        with caplog.at_level(logging.WARNING, logger="stompy.spark"):
+            assert len(rows(drain(settings))) == 200
+    assert "raise maxPageSize in activemq.xml" in caplog.text
