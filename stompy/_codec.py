@@ -63,9 +63,17 @@ class FrameLimits:
     max_headers: int = 1000
     #: Largest body in bytes.
     max_body: int = 64 * 1024 * 1024
+    #: Largest header block (command and header lines) in bytes: without it, a frame
+    #: could hold ``max_headers`` lines of ``max_header_line`` bytes each.
+    max_header_block: int = 96 * 1024
 
     def __post_init__(self) -> None:
-        if self.max_header_line < 16 or self.max_headers < 1 or self.max_body < 0:
+        if (
+            self.max_header_line < 16
+            or self.max_headers < 1
+            or self.max_body < 0
+            or self.max_header_block < self.max_header_line
+        ):
             raise ValueError(f"unusable frame limits: {self!r}")
 
 
@@ -205,18 +213,22 @@ class FrameParser:
 
         limits = self.limits
         size = stop - pos
-        # Size checks come first and work on bytes, so that a frame too large is
-        # reported the same way whether it arrived whole or in pieces.
-        if size > 2 * limits.max_headers:  # else it cannot hold too many lines
-            count = buf.count(b"\n", pos, stop)
-            if count > limits.max_headers:
-                raise self._fail(
-                    f"{count} headers, more than the limit of {limits.max_headers} headers",
-                    pos,
-                    too_large=True,
-                )
+        # Size checks come first and work on bytes. A block that crosses a limit is
+        # checked line by line, as one arriving in pieces is: the first problem in the
+        # stream wins, so the error does not depend on how the bytes were cut.
+        if size > limits.max_header_block or (
+            size > 2 * limits.max_headers  # else it cannot hold too many lines
+            and buf.count(b"\n", pos, stop) > limits.max_headers
+        ):
+            self._check_lines(stop + 1, complete=True)
+            raise self._fail(
+                f"header block over the limit of {limits.max_header_block} bytes or "
+                f"{limits.max_headers} headers",
+                pos,
+                too_large=True,
+            )
         if size > limits.max_header_line:  # else no line can be too long
-            self._check_line_lengths(pos, stop)
+            self._check_lines(stop + 1, complete=True)
         try:
             text = buf[pos:stop].decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -332,51 +344,75 @@ class FrameParser:
         limit = self.limits.max_header_line
         return self._fail(f"header line over the limit of {limit} bytes", start, too_large=True)
 
-    def _check_line_lengths(self, start: int, stop: int) -> None:
-        """Enforce ``max_header_line`` on the complete header block ``buf[start:stop]``."""
-        buf = self._buf
-        limit = self.limits.max_header_line
-        while True:
-            newline = buf.find(b"\n", start, stop)
-            end = stop if newline < 0 else newline
-            length = end - start
-            if length > limit and (length > limit + 1 or buf[end - 1] != 13):
-                raise self._line_too_long(start)
-            if newline < 0:
-                return
-            start = newline + 1
-
     def _check_partial_header(self, scan: int, end: int) -> None:
-        """Enforce the header limits on a header block that is not complete yet.
+        """Check a header block that is not complete yet, as far as it has arrived."""
+        self._check_lines(end, complete=False)
+        # Resume one byte back: the "\n" of a "\n\n" or "\n\r\n" may already be here.
+        self._scan = max(self._pos, end - 2)
 
-        The limits are the same as for a complete block (line length in bytes without
-        the EOL; lines after the command), checked as the bytes arrive.
+    def _check_lines(self, end: int, *, complete: bool) -> None:
+        """Check the header block's lines that end before ``end``, in stream order.
+
+        What can be judged of a line alone is judged as soon as its LF is here: its
+        length, the block's size and line count so far, and that the first line is a
+        command and every other one has a colon after a name. Garbage is refused within
+        a line, not after a whole block of it. Unless ``complete``, the line still
+        arriving is checked for what it already crossed. Raises the first problem.
         """
         buf = self._buf
         limits = self.limits
         limit = limits.max_header_line
+        last = self._pos + limits.max_header_block  # the last LF may stand here
         line_start = self._line_start
         lines = self._lines
-        newline = buf.find(b"\n", max(scan, line_start), end)
+        newline = buf.find(b"\n", line_start, end)
         while newline >= 0:
             length = newline - line_start
             if length > limit and (length > limit + 1 or buf[newline - 1] != 13):
                 raise self._line_too_long(line_start)
+            if newline > last:
+                raise self._block_too_large()
             lines += 1
+            if lines > limits.max_headers + 1:
+                raise self._fail(
+                    f"more than the limit of {limits.max_headers} headers",
+                    self._pos,
+                    too_large=True,
+                )
+            self._check_line(line_start, newline, lines == 1)
             line_start = newline + 1
             newline = buf.find(b"\n", line_start, end)
-        # The line still arriving may end in the CR of its CRLF: allow one byte for it.
-        length = end - line_start
-        if length > limit and (length > limit + 1 or buf[end - 1] != 13):
-            raise self._line_too_long(line_start)
-        if lines > limits.max_headers + 1:
-            raise self._fail(
-                f"more than the limit of {limits.max_headers} headers", self._pos, too_large=True
-            )
+        if not complete:
+            # The line still arriving may end in the CR of its CRLF: allow one byte for it.
+            length = end - line_start
+            if length > limit and (length > limit + 1 or buf[end - 1] != 13):
+                raise self._line_too_long(line_start)
+            # Its LF will stand at ``end`` or later (a lone CR may be the blank line's).
+            if length and end > last and not (length == 1 and buf[line_start] == 13):
+                raise self._block_too_large()
         self._line_start = line_start
         self._lines = lines
-        # Resume one byte back: the "\n" of a "\n\n" or "\n\r\n" may already be here.
-        self._scan = max(self._pos, end - 2)
+
+    def _check_line(self, start: int, newline: int, first: bool) -> None:
+        """Refuse a command line that is no command, a header line without a name."""
+        buf = self._buf
+        if first:
+            line = bytes(buf[start:newline])
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            command = line.decode("utf-8", "replace")
+            if command not in COMMANDS:
+                raise self._fail(f"unknown command {_shown(command)}", self._pos)
+        elif buf.find(b":", start, newline) <= start:
+            line = bytes(buf[start:newline]).decode("utf-8", "replace")
+            what = "with an empty name" if line.startswith(":") else "without a colon"
+            raise self._fail(f"header line {what}: {_shown(line)}", self._pos)
+
+    def _block_too_large(self) -> ProtocolError:
+        limit = self.limits.max_header_block
+        return self._fail(
+            f"header block over the limit of {limit} bytes", self._pos, too_large=True
+        )
 
     def _read_body(self) -> Frame | None:
         buf = self._buf

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode
-from stompy._frames import Frame
+from stompy._frames import V12, Frame
 from stompy.errors import FrameTooLarge, ProtocolError
 
 # -- helpers -------------------------------------------------------------------------
@@ -528,7 +529,6 @@ def test_frames_at_the_limits_pass(data: bytes) -> None:
         (b"MESSAGE\r\nk:" + b"v" * 31 + b"\r\n\r\n\x00", "header line over the limit"),
         (b"MESSAGE" + b"E" * 30 + b"\n\n\x00", "header line over the limit"),
         (b"MESSAGE\n" + b"a:1\n" * 5 + b"\n\x00", "limit of 4 headers"),
-        (b"MESSAGE\n" + b"a\n" * 5 + b"\n\x00", "limit of 4 headers"),
         (b"MESSAGE\n\n" + b"x" * 101 + b"\x00", "body over the limit of 100"),
         (b"MESSAGE\ncontent-length:101\n\n" + b"x" * 101 + b"\x00", "content-length '101'"),
     ],
@@ -537,6 +537,47 @@ def test_crossing_a_limit_is_frame_too_large(data: bytes, what: str) -> None:
     error = error_of(data, limits=SMALL)
     assert isinstance(error, FrameTooLarge)
     assert what in str(error)
+
+
+@pytest.mark.parametrize(
+    ("head", "what"),
+    [
+        (b"GARBAGE-NOT-A-COMMAND\n", "unknown command 'GARBAGE-NOT-A-COMMAND'"),
+        (b"GARBAGE\r\n", "unknown command 'GARBAGE'"),
+        (b"MESSAGE\nk:v\nno colon here\n", "header line without a colon: 'no colon here'"),
+        (b"MESSAGE\n:v\n", "header line with an empty name"),
+    ],
+)
+def test_garbage_is_refused_as_soon_as_its_line_ends(head: bytes, what: str) -> None:
+    # A server that never sends the blank line must not be buffered block after block:
+    # the line that cannot start a frame is refused when its LF arrives.
+    for cut in (len(head), len(head) - 1):
+        parser = FrameParser(V12)
+        parser.feed(head[:cut])
+        if cut < len(head):
+            assert parser.next_frame() is None  # the line is not over yet
+            parser.feed(head[cut:])
+        with pytest.raises(ProtocolError, match=re.escape(what)) as info:
+            parser.next_frame()
+        assert not isinstance(info.value, FrameTooLarge)
+
+
+def test_the_header_block_has_a_limit_of_its_own() -> None:
+    limits = FrameLimits(max_header_line=32, max_headers=1000, max_header_block=64)
+    line = b"k:" + b"v" * 20 + b"\n"  # 23 bytes: within the line limit
+    # Whole: refused when the blank line comes; in pieces: as soon as it is crossed.
+    error = error_of(b"MESSAGE\n" + line * 3 + b"\n\x00", limits=limits)
+    assert isinstance(error, FrameTooLarge)
+    assert "header block over the limit of 64 bytes" in str(error)
+    parser = FrameParser(V12, limits)
+    parser.feed(b"MESSAGE\n" + line * 2)
+    assert parser.next_frame() is None  # 55 bytes: fine so far
+    parser.feed(line[:15])
+    with pytest.raises(FrameTooLarge, match="header block"):
+        parser.next_frame()
+    assert FrameLimits().max_header_block == 96 * 1024
+    with pytest.raises(ValueError, match="unusable"):
+        FrameLimits(max_header_line=1024, max_header_block=512)
 
 
 def test_a_huge_content_length_is_frame_too_large_with_default_limits() -> None:

@@ -146,6 +146,8 @@ def test_one_byte_at_a_time_equals_the_whole_stream(version: str, data: st.DataO
 # -- hostile input -------------------------------------------------------------------
 
 SMALL = FrameLimits(max_header_line=24, max_headers=3, max_body=40)
+#: The same with a header block limit below what the line and header limits allow.
+SMALL_BLOCK = FrameLimits(max_header_line=24, max_headers=3, max_body=40, max_header_block=40)
 interesting = st.sampled_from(b"\n\r\x00:\\cnrtA\xff\xc3")
 
 
@@ -171,7 +173,7 @@ def mutated(draw: st.DrawFn, version: str) -> bytes:
 
 
 def check_hostile(stream: bytes, version: str, data: st.DataObject) -> None:
-    limits = data.draw(st.sampled_from([FrameLimits(), SMALL]))
+    limits = data.draw(st.sampled_from([FrameLimits(), SMALL, SMALL_BLOCK]))
     strict = data.draw(st.booleans())
     whole = run([stream], version, limits, strict=strict)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10))
@@ -209,6 +211,36 @@ def test_frame_shaped_noise_raises_only_protocol_error(
     version: str, pieces: list[bytes], data: st.DataObject
 ) -> None:
     check_hostile(b"".join(pieces), version, data)
+
+
+@given(
+    versions,
+    st.lists(
+        st.binary(min_size=1, max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b),
+        min_size=1,
+    ),
+    st.booleans(),
+)
+def test_garbage_is_refused_within_a_bounded_number_of_bytes(
+    version: str, lines: list[bytes], as_command: bool
+) -> None:
+    """Lines that never end a header block: refused by the time the block limit is crossed
+    (or its first line if that is no command), never buffered without end."""
+    limits = SMALL_BLOCK
+    head = b"SEND\n" if as_command else b""
+    stream = head + b"\n".join(lines * 40) + b"\n"
+    parser = FrameParser(version, limits)
+    bound = limits.max_header_block + 2
+    for index in range(len(stream)):
+        parser.feed(stream[index : index + 1])
+        try:
+            while parser.next_frame() is not None:
+                pass
+        except ProtocolError:
+            return
+        # No blank line, so no frame can end: all of it is one header block.
+        assert index < bound, f"{index + 1} bytes of garbage and no error"
+    raise AssertionError("the garbage was never refused")
 
 
 # -- encoder ---------------------------------------------------------------------------
