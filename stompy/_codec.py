@@ -404,9 +404,9 @@ class FrameParser:
             if command not in COMMANDS:
                 raise self._fail(f"unknown command {_shown(command)}", self._pos)
         elif buf.find(b":", start, newline) <= start:
-            line = bytes(buf[start:newline]).decode("utf-8", "replace")
-            what = "with an empty name" if line.startswith(":") else "without a colon"
-            raise self._fail(f"header line {what}: {_shown(line)}", self._pos)
+            text = bytes(buf[start:newline]).decode("utf-8", "replace")
+            what = "with an empty name" if text.startswith(":") else "without a colon"
+            raise self._fail(f"header line {what}: {_shown(text)}", self._pos)
 
     def _block_too_large(self) -> ProtocolError:
         limit = self.limits.max_header_block
