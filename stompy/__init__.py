@@ -23,6 +23,7 @@ from stompy._protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._sync import Connection, Message, Subscription, Transaction, send
 from stompy._urls import Endpoint, parse_url
 from stompy.errors import (
+    BodyNotText,
     ConfigurationError,
     ConnectFailed,
     ConnectionLost,
@@ -48,6 +49,7 @@ __all__ = (
     "AsyncMessage",
     "AsyncSubscription",
     "AsyncTransaction",
+    "BodyNotText",
     "ClientProtocol",
     "ConfigurationError",
     "ConnectFailed",

@@ -22,7 +22,14 @@ from stompy._events import Message as MessageEvent
 from stompy._frames import VERSIONS, Frame
 from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
-from stompy.errors import ConnectFailed, ConnectionLost, HeartbeatTimeout, ServerError, StompError
+from stompy.errors import (
+    BodyNotText,
+    ConnectFailed,
+    ConnectionLost,
+    HeartbeatTimeout,
+    ServerError,
+    StompError,
+)
 
 if TYPE_CHECKING:
     from stompy._websocket import WebSocket
@@ -326,8 +333,20 @@ class MessageBase:
 
     @property
     def text(self) -> str:
-        """The body decoded with the content-type's charset (UTF-8 by default)."""
-        return self.body.decode(_charset(self.content_type))
+        """The body decoded with the content-type's charset (UTF-8 by default).
+
+        Raises :class:`~stompy.errors.BodyNotText` naming the content type when the
+        body is not text in that charset (or the charset is unknown).
+        """
+        charset = _charset(self.content_type)
+        try:
+            return self.body.decode(charset)
+        except (UnicodeDecodeError, LookupError) as exc:
+            shown = self.content_type or f"none, so {charset}"
+            raise BodyNotText(
+                f"the body of message {self.message_id!r} is not text in its charset "
+                f"(content-type: {shown}): {exc}"
+            ) from None
 
     @property
     def headers(self) -> Mapping[str, str]:

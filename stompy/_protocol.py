@@ -658,6 +658,11 @@ class ClientProtocol:
     def _handle_message(self, frame: Frame) -> Message:
         if self.state not in (State.CONNECTED, State.DISCONNECTING):
             raise ProtocolError(f"MESSAGE frame in state {self.state.name}")
+        # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
+        # it will): without one the message could not be acknowledged, which would
+        # surface later as the caller's error. The peer's fault is reported as such.
+        if frame.get("message-id") is None:
+            raise ProtocolError("MESSAGE frame without the message-id header STOMP requires")
         sub_id = frame.get("subscription")
         if sub_id is None:
             if self.version != V10:

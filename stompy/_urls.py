@@ -3,11 +3,13 @@
 ``stomp://[login[:passcode]@]host[:port][/vhost]``. The path, when present, names the
 virtual host sent in the ``host`` header (``%2F`` for a ``/`` inside it). Several
 addresses are given as a sequence, or as one string separated by commas, and are
-tried in turn by the failover logic.
+tried in turn by the failover logic. Only a comma followed by a scheme (``stomp://``)
+separates two addresses, so a passcode may hold commas.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -18,6 +20,8 @@ __all__ = ("Endpoint", "parse_url", "parse_urls")
 DEFAULT_PORTS: Final = {"stomp": 61613, "stomp+ssl": 61614, "ws": 80, "wss": 443}
 TLS_SCHEMES: Final = frozenset({"stomp+ssl", "wss"})
 SCHEMES: Final = frozenset(DEFAULT_PORTS)
+#: Where a comma-separated list of URLs is cut: before each next scheme.
+_NEXT_URL: Final = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +88,9 @@ def parse_urls(urls: str | Endpoint | Sequence[str | Endpoint]) -> tuple[Endpoin
     if isinstance(urls, Endpoint):
         return (urls,)
     items: list[str | Endpoint] = (
-        [u for u in urls.split(",") if u.strip()] if isinstance(urls, str) else list(urls)
+        [u for u in _NEXT_URL.split(urls.strip().rstrip(",")) if u.strip()]
+        if isinstance(urls, str)
+        else list(urls)
     )
     if not items:
         raise ValueError("no broker URL given")

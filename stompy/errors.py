@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stompy._frames import Frame
 
 __all__ = (
+    "BodyNotText",
     "ConfigurationError",
     "ConnectFailed",
     "ConnectionLost",
@@ -34,6 +35,13 @@ __all__ = (
 
 class StompError(Exception):
     """Base class of every error stompy raises."""
+
+
+class BodyNotText(StompError, ValueError):
+    """A message's body is not text in the charset its ``content-type`` names.
+
+    Raised by ``Message.text``; ``Message.body`` still has the bytes.
+    """
 
 
 class ConfigurationError(StompError, ValueError):

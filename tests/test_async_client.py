@@ -304,3 +304,15 @@ async def test_send_with_receipt_is_repeated_after_a_reconnect() -> None:
                     await broker.drop_all_connections()
                     await conn.send(dest, "x", receipt=True)
                 assert broker.queue_depth(dest) >= 1
+
+
+async def test_text_of_a_body_that_is_not_text_names_the_content_type() -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            async with conn.subscribe(dest) as sub:
+                await conn.send(dest, b"\xff", content_type="text/plain", receipt=True)
+                message = await sub.get(timeout=5)
+                assert message is not None
+                with pytest.raises(stompy.BodyNotText, match="content-type: text/plain"):
+                    _ = message.text

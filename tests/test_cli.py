@@ -460,3 +460,14 @@ def test_in_process_send_and_subscribe(
     record = json.loads(capsysbinary.readouterr().out)
     assert record["body"] == "in process"
     assert record["headers"]["k"] == "v"
+
+
+def test_a_passcode_with_a_comma_is_one_url() -> None:
+    passcode = "Hunter2,Tail"
+    with run_broker(users={LOGIN: passcode}) as broker:
+        target = broker.url.replace("stomp://", f"stomp://{LOGIN}:{passcode}@")
+        queue = f"/queue/{uuid.uuid4().hex}"
+        got = stompy("send", target, queue, "with a comma")
+        assert got.returncode == 0, got.stderr
+        assert broker.queue_depth(queue) == 1
+        assert b"Hunter2" not in got.stderr + got.stdout

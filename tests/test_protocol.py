@@ -1056,7 +1056,9 @@ def test_receiving_is_strict_by_default() -> None:
 def test_lenient_receiving() -> None:
     proto = connected(strict=False)
     sub = proto.subscribe("/q")
-    proto.receive_data(b"MESSAGE\nsubscription:" + sub.encode() + b"\nk:a\\tb\n\n\x00")
+    proto.receive_data(
+        b"MESSAGE\nmessage-id:m1\nsubscription:" + sub.encode() + b"\nk:a\\tb\n\n\x00"
+    )
     event = proto.next_event()
     assert isinstance(event, Message)
     assert event.frame.get("k") == "a\\tb"
@@ -1158,7 +1160,8 @@ def test_only_temp_queue_reply_to_makes_an_implicit_subscription() -> None:
     # header entry SHOULD be used as the value of header entry."
     proto.send("/q", b"", headers=[("reply-to", "/queue/b"), ("reply-to", "/temp-queue/b")])
     assert proto.implicit_subscriptions == frozenset()
-    proto.receive_data(server_bytes("MESSAGE", (("subscription", "/temp-queue/a"),)))
+    message = (("subscription", "/temp-queue/a"), ("message-id", "m"))
+    proto.receive_data(server_bytes("MESSAGE", message))
     with pytest.raises(ProtocolError, match="never made"):
         proto.next_event()
 
@@ -1221,3 +1224,13 @@ def test_send_with_a_header_that_is_not_text_changes_nothing() -> None:
     assert proto.pending_receipts == frozenset()
     # The receipt id it took was given back: the next one is the first.
     assert proto.send("/q", "x", receipt=True) == "r-1"
+
+
+def test_a_message_without_message_id_is_the_servers_fault() -> None:
+    # Accepted, it could not be acknowledged later: the caller would get the blame.
+    proto = connected()
+    sub = proto.subscribe("/q", ack="client-individual")
+    proto.receive_data(server_bytes("MESSAGE", (("subscription", sub), ("ack", "a1"))))
+    with pytest.raises(ProtocolError, match="without the message-id header") as info:
+        proto.next_event()
+    assert not isinstance(info.value, LocalProtocolError)

@@ -402,3 +402,18 @@ def test_send_with_receipt_is_repeated_after_a_reconnect(fresh_broker: Broker) -
             fresh_broker.drop_all_connections()
             conn.send(dest, "x", receipt=True)
         assert fresh_broker.queue_depth(dest) >= 1
+
+
+def test_text_of_a_body_that_is_not_text_names_the_content_type(broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(url(broker)) as conn, conn.subscribe(dest) as sub:
+        conn.send(dest, b"\xff\xfe", content_type="text/plain;charset=utf-8", receipt=True)
+        conn.send(dest, b"x", content_type="text/plain;charset=nonesuch", receipt=True)
+        for charset in ("utf-8", "nonesuch"):
+            message = sub.get(timeout=5)
+            assert message is not None
+            with pytest.raises(
+                stompy.BodyNotText, match=f"content-type: text/plain;charset={charset}"
+            ):
+                _ = message.text
+            assert isinstance(message.body, bytes)  # the bytes are still there

@@ -65,3 +65,19 @@ def test_failover_lists() -> None:
     assert parse_urls(eps[0]) == (eps[0],)
     with pytest.raises(ValueError, match="no broker URL"):
         parse_urls([])
+
+
+def test_a_passcode_may_hold_commas() -> None:
+    # Legal in a URL's userinfo: only a comma before the next scheme separates URLs.
+    (one,) = parse_urls("stomp://app:Hunter2,Tail@host:1/")
+    assert (one.login, one.passcode, one.host, one.port) == ("app", "Hunter2,Tail", "host", 1)
+    first, second = parse_urls("stomp://app:a,b@h1:1,stomp+ssl://app:c,d@h2:2,")
+    assert (first.passcode, first.host, second.passcode, second.host) == ("a,b", "h1", "c,d", "h2")
+    assert second.tls
+
+
+def test_a_bad_list_never_echoes_a_passcode_with_a_comma() -> None:
+    with pytest.raises(ValueError, match="invalid port") as info:
+        parse_urls("stomp://app:Hunter2,Tail@host:notaport/")
+    assert "Hunter2" not in str(info.value)
+    assert "Tail" not in str(info.value)
