@@ -79,3 +79,16 @@ async def test_async_client_over_tls(
                     assert msg.text == "über"
             with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
                 await stompy.AsyncConnection(broker.url, connect_timeout=5).connect()
+
+
+def test_a_clean_disconnect_over_tls_is_no_internal_error(
+    server_context: ssl.SSLContext, client_context: ssl.SSLContext
+) -> None:
+    # A TLS stream cannot half-close (anyio's send_eof is not implemented there): the
+    # broker must end such a connection without counting a bug of its own.
+    with run_broker(ssl_context=server_context) as broker:
+        for _ in range(3):
+            with stompy.Connection(broker.url, ssl=client_context) as conn:
+                conn.send("/queue/tls-bye", "x", receipt=True)
+        broker.wait_until(lambda: not broker.connections, timeout=10)
+        assert broker.stats.internal_errors == 0

@@ -103,6 +103,10 @@ class _Connection:
                         await self.stream.send_eof()
                     except _STREAM_ERRORS:
                         self.eof = True
+                    except NotImplementedError:
+                        # A TLS stream cannot half-close: the client, which has what
+                        # it waited for, closes it (the timer task bounds the wait).
+                        pass
                 while not self.eof:  # lingering, bounded by the timer task
                     await self.wait()
                 tg.cancel_scope.cancel()
