@@ -339,14 +339,23 @@ class MessageBase:
         body is not text in that charset (or the charset is unknown).
         """
         charset = _charset(self.content_type)
+        body = self.body
         try:
-            return self.body.decode(charset)
-        except (UnicodeDecodeError, LookupError) as exc:
-            shown = self.content_type or f"none, so {charset}"
-            raise BodyNotText(
-                f"the body of message {self.message_id!r} is not text in its charset "
-                f"(content-type: {shown}): {exc}"
-            ) from None
+            return body.decode(charset)
+        except UnicodeDecodeError as exc:
+            start, end, reason = exc.start, exc.end, exc.reason
+        except LookupError:
+            start, end, reason = 0, len(body), f"unknown charset {charset!r}"
+        shown = self.content_type or f"none, so {charset}"
+        raise BodyNotText(
+            f"the body of message {self.message_id!r} is not text in its charset "
+            f"(content-type: {shown}): {reason} at byte {start}",
+            charset,
+            body,
+            start,
+            end,
+            reason,
+        )
 
     @property
     def headers(self) -> Mapping[str, str]:

@@ -37,11 +37,22 @@ class StompError(Exception):
     """Base class of every error stompy raises."""
 
 
-class BodyNotText(StompError, ValueError):
+class BodyNotText(StompError, UnicodeDecodeError):
     """A message's body is not text in the charset its ``content-type`` names.
 
-    Raised by ``Message.text``; ``Message.body`` still has the bytes.
+    Raised by ``Message.text``; ``Message.body`` still has the bytes. A
+    :class:`UnicodeDecodeError` too (the charset may be unknown: then ``reason`` says
+    so), so code written for the bare decoding error still catches it.
     """
+
+    def __init__(
+        self, message: str, encoding: str, body: bytes, start: int, end: int, reason: str
+    ) -> None:
+        UnicodeDecodeError.__init__(self, encoding, body, start, end, reason)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ConfigurationError(StompError, ValueError):
