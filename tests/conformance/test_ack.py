@@ -41,6 +41,28 @@ def test_client_ack_is_cumulative(connect: Connect, version: str, queue: str) ->
     assert again.poll(0.2) is None
 
 
+@pytest.mark.quirk(
+    "rabbitmq",
+    "a client ACK covers every earlier delivery of the connection, other subscriptions' "
+    "included (the spec: of the subscription)",
+)
+def test_a_client_ack_covers_its_own_subscription_only(connect: Connect, queue: str) -> None:
+    # "the acknowledgment operates on the message specified in the ACK frame and all
+    # messages sent to the subscription before the ACK'ed message" (1.2)
+    other = queue + "-other"
+    client = connect()
+    client.subscribe(other, ack="client")
+    client.send(other, "earlier, elsewhere")
+    assert client.receive().text == "earlier, elsewhere"  # delivered first, never acked
+    client.subscribe(queue, ack="client")
+    client.send(queue, "acked")
+    client.ack(client.receive())
+    client.close()
+    again = connect()
+    again.subscribe(other)
+    assert again.receive().text == "earlier, elsewhere"  # it comes back
+
+
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_client_individual_ack(connect: Connect, version: str, queue: str) -> None:
     client = connect(versions=(version,))
