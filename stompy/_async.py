@@ -50,6 +50,7 @@ from stompy._frames import VERSIONS
 from stompy._protocol import ClientProtocol, State
 from stompy._urls import Endpoint
 from stompy.errors import (
+    ConfigurationError,
     ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
@@ -195,6 +196,29 @@ class AsyncSubscription:
             if failure is not None and self._active:
                 raise failure from None
         return None
+
+    async def get_batch(
+        self, max_messages: int, timeout: float | None = None
+    ) -> list[AsyncMessage]:
+        """Up to ``max_messages`` messages, oldest first: waits up to ``timeout`` seconds
+        for the first (``None``: no limit), then takes what has already arrived.
+
+        Returns an empty list where :meth:`get` returns ``None``, and raises what it
+        raises. :class:`~stompy.errors.ConfigurationError` if ``max_messages < 1``.
+        """
+        if max_messages < 1:
+            raise ConfigurationError(f"max_messages must be at least 1, got {max_messages}")
+        first = await self.get(timeout)
+        if first is None:
+            return []
+        batch = [first]
+        receive = self._receive.receive_nowait
+        for _ in range(min(max_messages - 1, self.pending)):
+            try:
+                batch.append(receive())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        return batch
 
     def __aiter__(self) -> AsyncSubscription:
         return self

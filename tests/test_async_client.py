@@ -53,6 +53,30 @@ async def test_send_receive_ack_and_text() -> None:
             await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
 
 
+async def test_get_batch_takes_what_arrived_up_to_its_limit() -> None:
+    dest = queue()
+    with anyio.fail_after(20):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            async with conn.subscribe(dest, ack="client-individual", max_pending=10) as sub:
+                with pytest.raises(stompy.ConfigurationError, match="max_messages"):
+                    await sub.get_batch(0)
+                assert await sub.get_batch(5, timeout=0.05) == []
+                # No receipt wait: the reader stops at max_pending (issue 17).
+                messages = (stompy.Outgoing(dest, str(i)) for i in range(25))
+                await conn.send_many(messages)
+                got: list[str] = []
+                for _ in range(50):
+                    batch = await sub.get_batch(4, timeout=5)
+                    assert 1 <= len(batch) <= 4
+                    got += [m.text for m in batch]
+                    for m in batch:
+                        await m.ack()
+                    if len(got) == 25:
+                        break
+                assert got == [str(i) for i in range(25)]
+            assert await sub.get_batch(3, timeout=0) == []
+
+
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 async def test_versions(version: str) -> None:
     dest = queue()

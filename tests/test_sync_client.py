@@ -126,6 +126,29 @@ def test_get_times_out_with_none(broker: Broker) -> None:
         assert time.monotonic() - started >= 0.04
 
 
+def test_get_batch_takes_what_arrived_up_to_its_limit(broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(url(broker)) as conn:
+        with conn.subscribe(dest, ack="client-individual", max_pending=10) as sub:
+            with pytest.raises(stompy.ConfigurationError, match="max_messages"):
+                sub.get_batch(0)
+            assert sub.get_batch(5, timeout=0.05) == []
+            # 25 messages against room for 10: the I/O thread pauses, and resumes as
+            # batches make room, so nothing is lost or reordered.
+            conn.send_many(stompy.Outgoing(dest, str(i)) for i in range(25))
+            got: list[str] = []
+            for _ in range(50):
+                batch = sub.get_batch(4, timeout=5)
+                assert 1 <= len(batch) <= 4
+                got += [m.text for m in batch]
+                for m in batch:
+                    m.ack()
+                if len(got) == 25:
+                    break
+            assert got == [str(i) for i in range(25)]
+        assert sub.get_batch(3, timeout=0) == []  # ended: nothing left, no wait
+
+
 def test_on_message_callback_runs_in_its_own_thread(broker: Broker) -> None:
     dest = queue()
     got: list[str] = []

@@ -54,7 +54,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from typing import Any, Final, Generic, TypeVar
 
 import pyarrow as pa
@@ -166,6 +166,12 @@ class OffsetBook(Generic[H]):
         self.next += 1
         return self.next - 1
 
+    def add_many(self, handles: Sequence[H], received_us: int) -> None:
+        """Keep messages that arrived together, numbered in their order."""
+        self._handles.extend(handles)
+        self._received.extend(repeat(received_us, len(handles)))
+        self.next += len(handles)
+
     def unplanned(self) -> int:
         """Messages numbered but not yet handed to Spark."""
         return self.next - self.planned
@@ -217,9 +223,9 @@ class OffsetBook(Generic[H]):
         return released
 
 
-def _ack_each_subscription(messages: Sequence[Message]) -> None:
+def _ack_each_subscription(messages: Sequence[Message], *, receipt: bool = True) -> None:
     """Acknowledge ``messages`` (oldest first) with one cumulative ACK per subscription,
-    oldest subscription first, each with a receipt.
+    oldest subscription first, each with a receipt if ``receipt``.
 
     The order matters on RabbitMQ, where a ``client`` ACK covers every earlier
     delivery of the connection: acknowledging a message already covered is an error
@@ -229,35 +235,37 @@ def _ack_each_subscription(messages: Sequence[Message]) -> None:
     for position, message in enumerate(messages):
         last[message.subscription] = (position, message)
     for _, message in sorted(last.values(), key=lambda item: item[0]):
-        message.ack(receipt=True)
+        message.ack(receipt=receipt)
 
 
 class _Inbox:
-    """The next message from any of several subscriptions, each of them in turn."""
+    """Messages from any of several subscriptions, each of them in turn."""
 
     def __init__(self, subscriptions: Sequence[Subscription]) -> None:
         self.subscriptions = list(subscriptions)
         self._turn = 0
 
-    def get(self, timeout: float) -> Message | None:
+    def take(self, limit: int, timeout: float) -> list[Message]:
+        """Up to ``limit`` messages of one subscription, waiting up to ``timeout``
+        seconds for the first; one lock turn for them all (:meth:`Subscription.get_batch`)."""
         subs = self.subscriptions
         if len(subs) == 1:
-            return subs[0].get(timeout=timeout)
+            return subs[0].get_batch(limit, timeout)
         deadline = time.monotonic() + timeout
         while True:
             for step in range(len(subs)):
                 index = (self._turn + step) % len(subs)
                 if subs[index].pending:
                     self._turn = (index + 1) % len(subs)
-                    return subs[index].get(timeout=0)
+                    return subs[index].get_batch(limit, 0)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return None
+                return []
             sub = subs[self._turn]
             self._turn = (self._turn + 1) % len(subs)
-            message = sub.get(timeout=min(remaining, POLL))
-            if message is not None:
-                return message
+            got = sub.get_batch(limit, min(remaining, POLL))
+            if got:
+                return got
 
 
 class TriggerNotSupported(ConfigurationError):
@@ -353,34 +361,41 @@ class StreamConsumer:
         return self._inbox
 
     def _fill(self) -> None:
-        """Take what the subscriptions have, up to two batches held and not yet planned.
+        """Take what the subscriptions hold, up to one batch not yet planned.
 
-        Right after subscribing, and on every call under ``Trigger.AvailableNow``, this
-        waits up to ``idleTimeout`` for a first message and then takes messages while
+        The book takes no more than the next batch: the rest of the prefetch (two
+        batches) stays in the connection, whose I/O thread keeps receiving while
+        Spark runs a batch, so the next call finds its batch already there.
+
+        A batch is never waited for once it has rows. Only when there is none (right
+        after subscribing, and on every call under ``Trigger.AvailableNow``) does this
+        wait up to ``idleTimeout`` for a first message and then take messages while
         they keep coming (:data:`TRICKLE` apart at most): such a query ends once the
-        destination stays idle that long. Otherwise it takes only what is there.
+        destination stays idle that long.
         """
         book = self._ensure_book(None)
         inbox = self._subscriptions()
-        room = 2 * self.settings.max_messages_per_batch - book.unplanned()
-        patient = self._fresh or self._available_now
-        wait = self.settings.idle_timeout if patient else 0.0
-        trickle = min(TRICKLE, self.settings.idle_timeout) if patient else 0.0
+        room = self.settings.max_messages_per_batch - book.unplanned()
+        patient = (self._fresh or self._available_now) and book.unplanned() == 0
         self._fresh = False
-        add = book.add
+        wait = self.settings.idle_timeout if patient else 0.0
         while room > 0:
-            message = inbox.get(wait)
-            if message is None:
+            got = inbox.take(room, wait)
+            if not got:
                 return
-            add(message, _now_us())
-            room -= 1
-            wait = trickle
+            book.add_many(got, _now_us())
+            room -= len(got)
+            if patient:
+                wait = min(TRICKLE, self.settings.idle_timeout)
 
     def _release(self, upto: int) -> None:
         if self._book is not None:
             done = self._book.release(upto)
             if done:
-                _ack_each_subscription(done)
+                # No receipt to wait for: an ACK that never arrives only brings its
+                # messages back (at least once), and the DISCONNECT that ends the
+                # query is confirmed after every ACK before it.
+                _ack_each_subscription(done, receipt=False)
 
     # -- what the stream reader calls -----------------------------------------------------
 
@@ -475,6 +490,7 @@ class _Windows:
         self.taken = 0
         self.first: int | None = None
         self.opened = 0
+        self._ended = False
         self._sub = self._subscribe()
 
     def _subscribe(self) -> Subscription:
@@ -492,21 +508,29 @@ class _Windows:
             self.size = min(2 * self.size, MAX_PREFETCH)
         self._sub = self._subscribe()
 
-    def next(self) -> Message | None:
-        """The next message, or ``None`` once the destination is drained."""
+    def take(self, limit: int) -> list[Message]:
+        """Up to ``limit`` next messages of one window (at least one), or none once the
+        destination is drained."""
         idle = self.settings.idle_timeout
-        while True:
+        while not self._ended:
             if self.renewable and self.taken == self.size:
                 self._renew()
             quiet = self.renewable and self.taken > 0 and self.opened < MAX_WINDOWS
-            message = self._sub.get(timeout=min(QUIET, idle) if quiet else idle)
-            if message is None and quiet:
+            room = min(limit, self.size - self.taken) if self.renewable else limit
+            got = self._sub.get_batch(room, timeout=min(QUIET, idle) if quiet else idle)
+            if not got and quiet:
                 self._renew()
                 continue
-            if message is None or (self.browse and message.headers.get("browser") == "end"):
-                return None
-            self.taken += 1
-            return message
+            if self.browse:
+                for index, message in enumerate(got):
+                    if message.headers.get("browser") == "end":
+                        del got[index:]
+                        self._ended = True
+                        break
+            self.taken += len(got)
+            self._ended = self._ended or not got
+            return got
+        return []
 
     def explain(self, partition: int) -> None:
         """Say so when the read may have stopped short of what the destination holds."""
@@ -561,12 +585,15 @@ def drain(
         for index, destination in enumerate(settings.destinations):
             windows = _Windows(conn, settings, destination, index)
             while cap is None or seq + len(taken) < cap:
-                message = windows.next()
-                if message is None:
+                room = BATCH_READ_ROWS - len(taken)
+                if cap is not None:
+                    room = min(room, cap - seq - len(taken))
+                got = windows.take(room)
+                if not got:
                     break
-                last[message.subscription] = message
-                taken.append(message)
-                received.append(now_us())
+                last[got[-1].subscription] = got[-1]  # one take: one window's messages
+                taken += got
+                received += repeat(now_us(), len(got))
                 if len(taken) == BATCH_READ_ROWS or (cap is not None and seq + len(taken) == cap):
                     offsets = range(seq * stride + partition, (seq + len(taken)) * stride, stride)
                     yield message_batch(taken, received, offsets)

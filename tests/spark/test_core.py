@@ -151,10 +151,11 @@ def test_stream_consumer_acks_a_batch_once_the_next_is_planned(broker: Broker) -
         # PySpark 4.0 and 4.1 give no start: the last end is where the next batch begins.
         end2 = consumer.latest(None, 10)
         assert end2 == end + 10
-        assert broker.unacked_count("/queue/in") == 15  # the first batch is in the sink
+        # The first batch is in the sink: acknowledged.
+        broker.wait_until(lambda: broker.unacked_count("/queue/in") == 15)
         consumer.plan(end, end2)
         consumer.commit(end2)
-        assert broker.unacked_count("/queue/in") == 5
+        broker.wait_until(lambda: broker.unacked_count("/queue/in") == 5)
         end3 = consumer.latest(end2, None)
         assert end3 == end2 + 5
         assert consumer.latest(end3, None) == end3  # idle
@@ -184,7 +185,7 @@ def test_a_restarted_reader_gets_what_was_not_finished(broker: Broker) -> None:
         assert sorted(r["body"] for r in batch) == [str(i).encode() for i in range(6)]
         assert all(r["redelivered"] for r in batch)  # delivered before (prefetched)
         second.latest(new_end, None)
-        assert broker.unacked_count("/queue/in") == 0
+        broker.wait_until(lambda: broker.unacked_count("/queue/in") == 0)
     finally:
         second.close()
     assert broker.queue_depth("/queue/in") == 0
@@ -234,13 +235,22 @@ def test_trigger_once_is_refused_before_anything_is_read(broker: Broker) -> None
     assert broker.queue_depth("/queue/in") == 3
 
 
-def test_a_batch_never_outgrows_twice_the_limit(broker: Broker) -> None:
+def test_a_batch_never_outgrows_the_limit(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 50)
     consumer = StreamConsumer(read_settings(broker.url, maxMessagesPerBatch="5"))
     try:
         start = consumer.initial()
-        assert consumer.latest(start, None) == start + 10  # held at most 2 x 5
-        assert len(consumer.book) == 10
+        # Even asked for everything, the source holds one batch; the rest of the
+        # prefetch waits in the connection until that batch is planned.
+        end = consumer.latest(start, None)
+        assert end == start + 5
+        assert len(consumer.book) == 5
+        consumer.plan(start, end)
+        assert consumer.latest(end, None) == end + 5
+        # The first batch was acknowledged: 45 left, queued or delivered.
+        broker.wait_until(
+            lambda: broker.queue_depth("/queue/in") + broker.unacked_count("/queue/in") == 45
+        )
     finally:
         consumer.close()
 
@@ -281,8 +291,8 @@ def test_several_destinations_one_subscription_each(broker: Broker) -> None:
         # A connection each: RabbitMQ's cumulative ACK spans a whole connection.
         assert sum(1 for c in broker.connections if c.subscriptions) == 2
         consumer.latest(end, None)  # the batch is done: one ACK per subscription
-        assert broker.unacked_count("/queue/a") == 0
-        assert broker.unacked_count("/queue/b") == 0
+        broker.wait_until(lambda: broker.unacked_count("/queue/a") == 0)
+        broker.wait_until(lambda: broker.unacked_count("/queue/b") == 0)
     finally:
         consumer.close()
     assert broker.queue_depth("/queue/a") == broker.queue_depth("/queue/b") == 0
@@ -468,6 +478,18 @@ def test_browse_leaves_the_queue_as_it_was(broker: Broker) -> None:
     got = rows(drain(settings))
     assert [r["body"] for r in got] == [str(i).encode() for i in range(5)]
     assert broker.queue_depth("/queue/in") == 5  # this broker does not browse: given back
+
+
+def test_browse_stops_at_the_brokers_end_marker(broker: Broker) -> None:
+    # A browsing broker (ActiveMQ, Apollo) ends a browse with a ``browser:end`` message;
+    # played here by a message that carries the header.
+    fill(broker.url, "/queue/in", 3)
+    with stompy.Connection(broker.url) as conn:
+        conn.send("/queue/in", "", headers={"browser": "end"})
+    fill(broker.url, "/queue/in", 2, start=3)
+    settings = read_settings(broker.url, streaming=False, mode="browse")
+    got = rows(drain(settings))
+    assert [r["body"] for r in got] == [b"0", b"1", b"2"]  # neither the marker nor after
 
 
 # -- writing ------------------------------------------------------------------------------
