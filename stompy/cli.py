@@ -7,6 +7,9 @@
 * ``stompy broker`` runs the in-process test broker standalone, logging each
   connection to stderr; its first line on stdout is ``listening on stomp://host:port``
   so scripts started with ``--port 0`` can read the real port.
+* ``stompy proxy --target URL`` runs the fault-injection proxy in front of a broker
+  (optionally delaying or throttling what passes); its first line on stdout is
+  ``listening on URL``, the address to connect to instead of the broker's.
 
 Data goes to stdout and diagnostics to stderr, so the commands compose in pipelines.
 A failure is one line on stderr and a non-zero exit status (1: it did not work,
@@ -45,7 +48,14 @@ if TYPE_CHECKING:
     from stompy._client import MessageBase
     from stompy._sync import Connection
 
-__all__ = ("Progress", "build_parser", "main", "message_json", "run_broker_command")
+__all__ = (
+    "Progress",
+    "build_parser",
+    "main",
+    "message_json",
+    "run_broker_command",
+    "run_proxy_command",
+)
 
 #: Exit statuses.
 EXIT_OK: Final = 0
@@ -112,6 +122,16 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
 
     convert.__name__ = kind.__name__  # argparse names the type in its messages
     return convert
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"want a number of seconds >= 0, got {text!r}")
+    return value
 
 
 # -- the parser --------------------------------------------------------------------------
@@ -333,6 +353,35 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     broker.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     broker.set_defaults(handler=_broker_main)
+
+    proxy = commands.add_parser(
+        "proxy",
+        help="run a fault-injection proxy in front of a broker",
+        description="Forward connections to a broker through stompy's fault proxy, "
+        "optionally delayed or throttled, to try a client on a slow or narrow link.",
+    )
+    proxy.add_argument(
+        "--target",
+        required=True,
+        metavar="URL",
+        help="the broker to forward to, stomp://[login[:passcode]@]host[:port][/vhost]",
+    )
+    proxy.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    proxy.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default 0: a free one)"
+    )
+    proxy.add_argument(
+        "--delay", type=_seconds, metavar="S", help="delay everything S seconds, both ways"
+    )
+    proxy.add_argument(
+        "--throttle",
+        type=_positive(int),
+        metavar="BPS",
+        help="forward at most BPS bytes per second each way, per connection",
+    )
+    proxy.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    proxy.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    proxy.set_defaults(handler=_proxy_main)
     return parser
 
 
@@ -686,6 +735,67 @@ def _broker_main(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the proxy ---------------------------------------------------------------------------
+
+
+def _without_passcode(url: str) -> str:
+    """``url`` with the passcode taken out of it (the login stays)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    userinfo, at, place = parts.netloc.rpartition("@")
+    login = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{login}{at}{place}"))
+
+
+async def run_proxy_command(args: argparse.Namespace, out: TextIO) -> None:
+    """Proxy until cancelled (or, in the main thread, until SIGINT / SIGTERM).
+
+    The first line on ``out`` is ``listening on URL``, the passcode left out of it.
+    """
+    import anyio
+
+    from stompy.testing import fault_proxy
+
+    async with fault_proxy(args.target, args.host, args.port) as proxy:
+        if args.delay:
+            proxy.delay(args.delay)
+        if args.throttle is not None:
+            proxy.throttle(args.throttle)
+        print(f"listening on {_without_passcode(proxy.url)}", file=out, flush=True)
+        if threading.current_thread() is not threading.main_thread():
+            await anyio.sleep_forever()
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                logging.getLogger("stompy.testing").info(
+                    "stopping on %s", signal.Signals(signum).name
+                )
+                return
+
+
+def _proxy_main(args: argparse.Namespace) -> int:
+    import anyio
+
+    from stompy.errors import ConfigurationError
+
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        anyio.run(run_proxy_command, args, sys.stdout, backend=args.backend)
+    except ConfigurationError as exc:
+        print(f"stompy proxy: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"stompy proxy: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:  # pragma: no cover - the signal receiver handles SIGINT
+        pass
+    return EXIT_OK
+
+
 # -- main --------------------------------------------------------------------------------
 
 
@@ -767,7 +877,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    if args.command == "broker":
+    if args.command in ("broker", "proxy"):
         status: int = args.handler(args)
         return status
     return _run_client_command(args)

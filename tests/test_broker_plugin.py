@@ -97,7 +97,12 @@ def test_public_names_resolve() -> None:
     # Imported by pytest before coverage starts: import again to measure it.
     importlib.reload(stompy.testing)
     plugin = importlib.reload(importlib.import_module("stompy.testing.pytest_plugin"))
-    assert plugin.__all__ == ("stomp_broker", "stomp_broker_options")
+    assert plugin.__all__ == (
+        "stomp_broker",
+        "stomp_broker_options",
+        "stomp_fault_proxy",
+        "stomp_fault_proxy_options",
+    )
 
 
 def test_fixture_in_this_run(request: pytest.FixtureRequest) -> None:

@@ -11,11 +11,13 @@ import io
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -471,3 +473,78 @@ def test_a_passcode_with_a_comma_is_one_url() -> None:
         assert got.returncode == 0, got.stderr
         assert broker.queue_depth(queue) == 1
         assert b"Hunter2" not in got.stderr + got.stdout
+
+
+# -- stompy proxy ----------------------------------------------------------------------------
+
+
+def test_proxy_forwards_until_sigterm(broker: Broker, url: str, queue: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "proxy", "--target", url, "--delay", "0.01"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        readable, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
+        assert readable, "no line within the timeout"
+        first = proc.stdout.readline().decode()
+        prefix = f"listening on stomp://{LOGIN}@127.0.0.1:"
+        assert first.startswith(prefix), first
+        assert PASSCODE not in first
+        proxied = first.removeprefix("listening on ").strip()
+        # The printed URL has the login and not the passcode: give it separately.
+        got = stompy("send", proxied, queue, "through the proxy", "--passcode", PASSCODE)
+        assert got.returncode == 0, got.stderr
+        assert broker.queue_depth(queue) == 1
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    assert out == b""
+    assert PASSCODE.encode() not in err
+
+
+def test_proxy_usage_errors() -> None:
+    missing = stompy("proxy")
+    assert missing.returncode == 2
+    assert b"--target" in missing.stderr
+    bad = stompy("proxy", "--target", f"http://{LOGIN}:{PASSCODE}@127.0.0.1:1")
+    assert bad.returncode == 2
+    assert one_error_line(bad, "proxy").startswith("stompy proxy: bad target URL")
+    for argv in (["--delay", "-1"], ["--delay", "nan"], ["--throttle", "0"]):
+        assert stompy("proxy", "--target", "stomp://127.0.0.1:1", *argv).returncode == 2
+
+
+def test_proxy_port_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        got = stompy("proxy", "--target", "stomp://127.0.0.1:1", "--port", str(port), "-q")
+        assert got.returncode == 1
+        assert one_error_line(got, "proxy").startswith("stompy proxy: cannot listen on")
+
+
+def test_run_proxy_command_in_another_thread(url: str, queue: str, broker: Broker) -> None:
+    from anyio.from_thread import start_blocking_portal
+
+    out = io.StringIO()
+    args = cli.build_parser().parse_args(["proxy", "--target", url, "--throttle", "100000"])
+    with start_blocking_portal() as portal:
+        future = portal.start_task_soon(cli.run_proxy_command, args, out)
+        try:
+            for _ in range(100):  # up to 5 s
+                if out.getvalue():
+                    break
+                threading.Event().wait(0.05)
+            proxied = out.getvalue().removeprefix("listening on ").strip()
+            assert proxied.startswith(f"stomp://{LOGIN}@127.0.0.1:"), out.getvalue()
+            assert cli.main(["send", proxied, queue, "in process", "--passcode", PASSCODE]) == 0
+            assert broker.queue_depth(queue) == 1
+        finally:
+            future.cancel()

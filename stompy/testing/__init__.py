@@ -11,6 +11,13 @@ Built on the same codec as the client and on anyio::
 With the package installed, pytest gets a ``stomp_broker`` fixture (a running
 :class:`Broker`), and ``stompy broker`` runs one standalone.
 
+A fault-injection TCP proxy goes in front of any broker to cut, stall, delay,
+throttle, refuse and corrupt what passes (``stomp_fault_proxy`` in pytest,
+``stompy proxy`` on the command line)::
+
+    with stompy.testing.run_fault_proxy(broker.url) as proxy:
+        ... connect to proxy.url, then proxy.cut(), proxy.stall(0.5) ...
+
 Queues (``/queue/...`` and any other prefix) deliver each message to one subscriber,
 round-robin, and keep it while nobody subscribes; topics (``/topic/...``) deliver to
 every current subscriber. Storage is in memory and bounded (see
@@ -34,22 +41,36 @@ if TYPE_CHECKING:
         StoredMessage,
         SubscriberInfo,
     )
+    from stompy.testing._proxy import (
+        AsyncFaultProxy,
+        FaultProxy,
+        ProxyConnectionInfo,
+        ProxyStats,
+        fault_proxy,
+        run_fault_proxy,
+    )
     from stompy.testing._server import AsyncBroker, serve
     from stompy.testing._thread import Broker, run_broker
 
 __all__ = (
     "AsyncBroker",
+    "AsyncFaultProxy",
     "Broker",
     "BrokerConfig",
     "BrokerCore",
     "BrokerOptions",
     "BrokerStats",
     "ConnectionInfo",
+    "FaultProxy",
+    "ProxyConnectionInfo",
+    "ProxyStats",
     "ServerSession",
     "SessionState",
     "StoredMessage",
     "SubscriberInfo",
+    "fault_proxy",
     "run_broker",
+    "run_fault_proxy",
     "serve",
 )
 
@@ -60,6 +81,12 @@ _HOMES = {
     "serve": "_server",
     "Broker": "_thread",
     "run_broker": "_thread",
+    "AsyncFaultProxy": "_proxy",
+    "FaultProxy": "_proxy",
+    "ProxyConnectionInfo": "_proxy",
+    "ProxyStats": "_proxy",
+    "fault_proxy": "_proxy",
+    "run_fault_proxy": "_proxy",
 }
 
 
