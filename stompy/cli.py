@@ -679,9 +679,21 @@ def _broker_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+async def _until_stopped() -> None:
+    """Wait for SIGINT or SIGTERM (forever when not in the main thread: tests run the
+    commands in a thread, where signals cannot be received)."""
+    import anyio
+
+    if threading.current_thread() is not threading.main_thread():
+        await anyio.sleep_forever()
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logging.getLogger("stompy.testing").info("stopping on %s", signal.Signals(signum).name)
+            return
+
+
 async def run_broker_command(args: argparse.Namespace, out: TextIO) -> None:
     """Serve until cancelled (or, in the main thread, until SIGINT / SIGTERM)."""
-    import anyio
 
     from stompy.testing import serve
 
@@ -696,14 +708,7 @@ async def run_broker_command(args: argparse.Namespace, out: TextIO) -> None:
         print(f"listening on {broker.url}", file=out, flush=True)
         if broker.ws_url is not None:
             print(f"listening on {broker.ws_url}", file=out, flush=True)
-        if threading.current_thread() is not threading.main_thread():
-            await anyio.sleep_forever()
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                logging.getLogger("stompy.testing").info(
-                    "stopping on %s", signal.Signals(signum).name
-                )
-                return
+        await _until_stopped()
 
 
 def _broker_main(args: argparse.Namespace) -> int:
@@ -753,7 +758,6 @@ async def run_proxy_command(args: argparse.Namespace, out: TextIO) -> None:
 
     The first line on ``out`` is ``listening on URL``, the passcode left out of it.
     """
-    import anyio
 
     from stompy.testing import fault_proxy
 
@@ -763,14 +767,7 @@ async def run_proxy_command(args: argparse.Namespace, out: TextIO) -> None:
         if args.throttle is not None:
             proxy.throttle(args.throttle)
         print(f"listening on {_without_passcode(proxy.url)}", file=out, flush=True)
-        if threading.current_thread() is not threading.main_thread():
-            await anyio.sleep_forever()
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                logging.getLogger("stompy.testing").info(
-                    "stopping on %s", signal.Signals(signum).name
-                )
-                return
+        await _until_stopped()
 
 
 def _proxy_main(args: argparse.Namespace) -> int:
