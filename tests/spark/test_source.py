@@ -208,8 +208,8 @@ def test_stream_reader_in_process(broker: Broker) -> None:
         end2 = reader.latestOffset()  # the PySpark 4.0 call
         assert end2["seq"] == end["seq"] + 2
         reader.partitions(end, end2)
-        reader.commit(end2)
-        assert broker.unacked_count("/queue/in") == 0
+        reader.commit(end2)  # acknowledged, without waiting for a receipt
+        broker.wait_until(lambda: broker.unacked_count("/queue/in") == 0)
     finally:
         reader.stop()
 
