@@ -9,8 +9,9 @@ import nox
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
-# interop installs and starts RabbitMQ and ActiveMQ (root and apt needed the first time).
-nox.options.sessions = ["lint", "typecheck", "tests", "compiled", "spark40", "interop"]
+# interop and soak install and start RabbitMQ and ActiveMQ (root and apt needed the first
+# time); soak takes about 2 minutes.
+nox.options.sessions = ["lint", "typecheck", "tests", "compiled", "spark40", "interop", "soak"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -167,6 +168,31 @@ def interop(session: nox.Session) -> None:
         session.run("bash", "ci/brokers/stop.sh", external=True)
     if failed:
         session.error(f"interop tests failed against: {', '.join(failed)}")
+
+
+#: Seconds of faults per flavour x broker in ``soak``: nine runs of about this long.
+SOAK_DURATION = "10"
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The soak run (tests/soak): blocking, asyncio and trio clients through a fault proxy
+    to RabbitMQ, ActiveMQ and the in-process broker; fails on a lost message, a call
+    past its bound or a leak.
+
+    Starts the brokers like ``interop``. Extra arguments go to the soak, e.g.
+    ``nox -s soak -- --duration 60`` or ``-- --seed 123 --brokers stompy``.
+    """
+    session.install("-e", ".", *group("test"))
+    session.run("bash", "ci/brokers/install.sh", external=True)
+    try:
+        session.run("bash", "ci/brokers/start.sh", "all", external=True)
+        # A fixed seed by default, so that a failure in CI can be replayed; --seed in the
+        # extra arguments (the last one wins) picks another.
+        args = ("--duration", SOAK_DURATION, "--seed", "7", *session.posargs)
+        session.run("python", "-m", "tests.soak", *args)
+    finally:
+        session.run("bash", "ci/brokers/stop.sh", external=True)
 
 
 @nox.session

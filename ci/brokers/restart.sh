@@ -4,6 +4,7 @@
 # The reliability tests (tests/interop/test_reliability.py) run it mid-stream.
 #
 #   restart.sh rabbitmq|activemq
+#   STOMPY_BROKER_KILL=1 restart.sh rabbitmq    # SIGKILL instead of a clean stop
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 case "${1:-}" in

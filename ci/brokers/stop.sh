@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stop the brokers start.sh started (by their pid files, never by name), gracefully
 # with SIGTERM, then SIGKILL after a grace period. Idempotent: nothing running is fine.
+# STOMPY_BROKER_KILL=1 kills RabbitMQ's node with SIGKILL at once (a crash).
 #
 #   stop.sh [rabbitmq|activemq|all]
 set -euo pipefail
@@ -28,9 +29,15 @@ stop_rabbitmq() {
     else
         local pid
         pid=$(head -n1 "$RABBIT_PIDFILE" | tr -dc '0-9')
-        say "rabbitmq: stopping pid $pid (SIGTERM)"
-        # The Erlang VM (OTP 23+) turns SIGTERM into an orderly init:stop().
-        kill -TERM "$pid" 2>/dev/null || true
+        if [ "${STOMPY_BROKER_KILL:-0}" = 1 ]; then
+            # A crash, as the reliability tests want it: no orderly shutdown at all.
+            say "rabbitmq: killing pid $pid (SIGKILL)"
+            kill -KILL "$pid" 2>/dev/null || true
+        else
+            say "rabbitmq: stopping pid $pid (SIGTERM)"
+            # The Erlang VM (OTP 23+) turns SIGTERM into an orderly init:stop().
+            kill -TERM "$pid" 2>/dev/null || true
+        fi
         if ! wait_gone "$GRACE" kill -0 "$pid" 2>/dev/null; then
             say "rabbitmq: still alive after ${GRACE} s: SIGKILL"
             kill -KILL "$pid" 2>/dev/null || true

@@ -395,10 +395,13 @@ class CuttableProxy:
             self._sockets.clear()
 
 
-def restart_broker(kind: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+def restart_broker(
+    kind: str, timeout: float = 180.0, *, kill: bool = False
+) -> subprocess.CompletedProcess[str]:
     """Stop the broker of ``kind`` and start it again, its queues and messages kept.
 
-    Runs ``ci/brokers/restart.sh`` (SIGTERM, wait, start, wait for CONNECTED).
+    Runs ``ci/brokers/restart.sh`` (SIGTERM, wait, start, wait for CONNECTED); with
+    ``kill``, the broker is killed with SIGKILL instead of stopped (RabbitMQ only).
     """
     return subprocess.run(
         ["bash", str(BROKERS_DIR / "restart.sh"), kind],
@@ -406,4 +409,5 @@ def restart_broker(kind: str, timeout: float = 180.0) -> subprocess.CompletedPro
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, "STOMPY_BROKER_KILL": "1" if kill else "0"},
     )
