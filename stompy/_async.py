@@ -346,6 +346,12 @@ class AsyncConnection:
     ``async with AsyncConnection(url) as conn:`` connects and starts the reader, writer
     and heart-beat tasks; leaving the block disconnects gracefully and stops them.
     ``ws://`` and ``wss://`` URLs speak STOMP over WebSocket.
+
+    ``connect()`` and ``close()`` may also be awaited by hand, by one task at one level:
+    ``connect()`` opens the task group of the connection's tasks where it is called, and
+    anyio and trio let only that task close it, outside any cancel scope entered since
+    (``async with`` guarantees both). ``close()`` needs no ``move_on_after``: its waits
+    are bounded by ``receipt_timeout``.
     """
 
     def __init__(
@@ -407,6 +413,7 @@ class AsyncConnection:
         self._reader_alive = False
         self._write_lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._host_task: int | None = None  # the task that entered _task_group
         self._epoch_scope: anyio.CancelScope | None = None
         self._lost: StompError | None = None
 
@@ -483,11 +490,23 @@ class AsyncConnection:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._host_task = anyio.get_current_task().id
         task_group.start_soon(self._supervise)
 
     async def close(self) -> None:
-        """Disconnect gracefully and stop every task; safe to call more than once."""
+        """Disconnect gracefully and stop every task; safe to call more than once.
+
+        Raises :class:`~stompy.errors.LocalProtocolError`, and changes nothing, when
+        awaited by another task than the one that called ``connect()``.
+        """
         task_group = self._task_group
+        if task_group is not None and anyio.get_current_task().id != self._host_task:
+            # Checked first: closing the task group from here would corrupt the
+            # cancel scopes of the task that opened it.
+            raise LocalProtocolError(
+                "close() must be awaited by the task that called connect(); "
+                "use `async with AsyncConnection(...)` or close it from that task"
+            )
         proto, stream = self._proto, self._stream
         if (
             self._status == _CONNECTED
@@ -567,8 +586,11 @@ class AsyncConnection:
         policy = self._options.reconnect
         give_up = anyio.current_time() + (policy.send_timeout if policy is not None else 0.0)
         while True:
-            proto = await self._ready()
+            proto = await self._ready(give_up)
             epoch = self._epoch
+            # As in Connection.send: receipt_timeout per attempt for buffer room and
+            # receipt together, so the call ends within send_timeout + receipt_timeout.
+            until = anyio.current_time() + self._options.receipt_timeout
             rid = proto.send(
                 destination,
                 body,
@@ -577,11 +599,11 @@ class AsyncConnection:
                 transaction=tx,
                 receipt=receipt,
             )
-            await self._flush()
+            await self._flush(until)
             if rid is None:
                 return
             try:
-                await self._wait_receipt(rid, epoch)
+                await self._wait_receipt(rid, epoch, until=until)
                 return
             except ConnectionLost:
                 # As in Connection.send: with reconnect on, send again (at least once).
@@ -721,7 +743,9 @@ class AsyncConnection:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    async def _ready(self) -> ClientProtocol:
+    async def _ready(self, give_up: float | None = None) -> ClientProtocol:
+        """The protocol, once connected; waits out a reconnect until ``send_timeout``
+        has passed, or until ``give_up`` (a repeated send's time left)."""
         proto = self._proto
         if (
             self._status == _CONNECTED
@@ -736,7 +760,8 @@ class AsyncConnection:
         if self._status == _RECONNECTING:
             policy = self._options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
-            with anyio.move_on_after(timeout):
+            deadline = anyio.current_time() + timeout if give_up is None else give_up
+            with anyio.CancelScope(deadline=deadline):
                 while self._status == _RECONNECTING:
                     await self._changed.wait()
             if self._status == _RECONNECTING:
@@ -747,8 +772,11 @@ class AsyncConnection:
             raise LocalProtocolError(f"the connection is {self._status}")
         return self._proto
 
-    async def _flush(self) -> None:
-        """Hand the core's bytes to the writer; wait (bounded) if it is far behind."""
+    async def _flush(self, until: float | None = None) -> None:
+        """Hand the core's bytes to the writer; wait (bounded) if it is far behind.
+
+        A full buffer is waited out until ``until`` (default: ``receipt_timeout``).
+        """
         proto = self._proto
         if proto is None:
             return
@@ -760,7 +788,9 @@ class AsyncConnection:
             # Receipts may arrive while we wait here: make sure they are kept.
             self._expected |= proto.pending_receipts
             epoch = self._epoch
-            with anyio.move_on_after(self._options.receipt_timeout):
+            if until is None:
+                until = anyio.current_time() + self._options.receipt_timeout
+            with anyio.CancelScope(deadline=until):
                 while len(self._out) > MAX_OUTGOING and self._epoch == epoch:
                     if self._failure is not None:
                         raise self._failure
@@ -775,10 +805,13 @@ class AsyncConnection:
         *,
         lost: type[StompError] = ConnectionLost,
         allow_closing: bool = False,
+        until: float | None = None,
     ) -> None:
         self._expected.add(rid)
+        if until is None:
+            until = anyio.current_time() + self._options.receipt_timeout
         try:
-            with anyio.move_on_after(self._options.receipt_timeout):
+            with anyio.CancelScope(deadline=until):
                 while rid not in self._received:
                     # _lost is set the moment the reader sees the end, before the
                     # supervisor decides between reconnecting and failing.

@@ -553,6 +553,8 @@ class Connection:
         the receipt came is sent again on the next connection (until
         ``Reconnect.send_timeout``): the broker may then hold it twice, never zero
         times. A send inside a transaction is not repeated (the transaction is lost).
+        Repeats included, the call returns or raises within ``send_timeout +
+        receipt_timeout``.
         """
         if transaction is None and receipt is False:
             # The common case, kept short: nothing to wait for on a connection that is up.
@@ -573,8 +575,12 @@ class Connection:
         give_up = time.monotonic() + (policy.send_timeout if policy is not None else 0.0)
         with self._cond:
             while True:
-                proto = self._ready_locked()
+                proto = self._ready_locked(give_up)
                 epoch = self._epoch
+                # The broker gets receipt_timeout per attempt, for buffer room and
+                # receipt together: with the wait for a reconnect ending at give_up,
+                # the call ends within send_timeout + receipt_timeout.
+                until = time.monotonic() + self._options.receipt_timeout
                 rid = proto.send(
                     destination,
                     body,
@@ -583,11 +589,11 @@ class Connection:
                     transaction=tx,
                     receipt=receipt,
                 )
-                self._flush_locked()
+                self._flush_locked(until)
                 if rid is None:
                     return
                 try:
-                    self._wait_receipt_locked(rid, epoch)
+                    self._wait_receipt_locked(rid, epoch, until=until)
                     return
                 except ConnectionLost:
                     if policy is None or tx is not None or time.monotonic() >= give_up:
@@ -733,8 +739,12 @@ class Connection:
 
     # -- plumbing under the lock ---------------------------------------------------------
 
-    def _ready_locked(self) -> ClientProtocol:
-        """The protocol, once connected; waits out a reconnect (bounded)."""
+    def _ready_locked(self, give_up: float | None = None) -> ClientProtocol:
+        """The protocol, once connected; waits out a reconnect (bounded).
+
+        The wait for a reconnect ends after ``send_timeout``, or at ``give_up`` when
+        a repeated send has less time left than that.
+        """
         proto = self._proto
         if self._status == _CONNECTED and proto is not None and proto.state is State.CLOSED:
             # The core saw the end (an ERROR, say) and the I/O thread is about to
@@ -748,7 +758,7 @@ class Connection:
         if self._status == _RECONNECTING:
             policy = self._options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + timeout if give_up is None else give_up
             while self._status == _RECONNECTING:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -760,8 +770,11 @@ class Connection:
             raise LocalProtocolError(f"the connection is {self._status}")
         return self._proto
 
-    def _flush_locked(self) -> None:
-        """Move the core's bytes to the outgoing buffer and wake the I/O thread."""
+    def _flush_locked(self, until: float | None = None) -> None:
+        """Move the core's bytes to the outgoing buffer and wake the I/O thread.
+
+        A full buffer is waited out until ``until`` (default: ``receipt_timeout``).
+        """
         proto = self._proto
         if proto is None:
             return
@@ -782,7 +795,7 @@ class Connection:
         if len(self._out) > MAX_OUTGOING and threading.current_thread() is not self._thread:
             # Receipts may arrive while we wait here: make sure they are kept.
             self._waiting |= proto.pending_receipts
-            deadline = time.monotonic() + self._options.receipt_timeout
+            deadline = time.monotonic() + self._options.receipt_timeout if until is None else until
             epoch = self._epoch
             while len(self._out) > MAX_OUTGOING and self._epoch == epoch:
                 if self._failure is not None:
@@ -805,9 +818,10 @@ class Connection:
         *,
         lost: type[StompError] = ConnectionLost,
         allow_closing: bool = False,
+        until: float | None = None,
     ) -> None:
         self._waiting.add(rid)
-        deadline = time.monotonic() + self._options.receipt_timeout
+        deadline = time.monotonic() + self._options.receipt_timeout if until is None else until
         try:
             while rid not in self._receipts:
                 if self._failure is not None:

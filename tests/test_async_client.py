@@ -340,3 +340,33 @@ async def test_text_of_a_body_that_is_not_text_names_the_content_type() -> None:
                 assert message is not None
                 with pytest.raises(stompy.BodyNotText, match="content-type: text/plain"):
                     _ = message.text
+
+
+async def test_close_from_another_task_is_refused_and_changes_nothing() -> None:
+    """connect() opened the task group in this task: only this task may close it."""
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            conn = stompy.AsyncConnection(broker.url)
+            await conn.connect()
+            refused: list[BaseException] = []
+
+            async def close_elsewhere() -> None:
+                try:
+                    await conn.close()
+                except LocalProtocolError as exc:
+                    refused.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(close_elsewhere)
+            assert len(refused) == 1
+            assert "task that called connect()" in str(refused[0])
+            # Nothing changed: the connection still works, and its own task closes it.
+            assert conn.connected
+            sub = await conn.subscribe(dest)
+            await conn.send(dest, "still here", receipt=True)
+            message = await sub.get(timeout=5)
+            assert message is not None
+            assert message.text == "still here"
+            await conn.close()
+            assert not conn.connected

@@ -462,6 +462,56 @@ async def test_async_reconnects_after_a_scheduled_cut_and_a_refusal() -> None:
             assert stats.connections_accepted >= 3
 
 
+# -- bounds: a send with a receipt ends within send_timeout + receipt_timeout -------------
+
+#: A first outage of 1 s, then a second one that starts while the repeated send waits for
+#: its receipt and lasts past send_timeout. The repeat must wait for the connection only
+#: until send_timeout has passed since the call began, not send_timeout again.
+BOUND_POLICY = stompy.Reconnect(initial_delay=0.05, max_delay=0.05, jitter=0.0, send_timeout=2.0)
+BOUND_RECEIPT = 1.0
+BOUND = BOUND_POLICY.send_timeout + BOUND_RECEIPT
+
+
+def _two_outages(proxy: FaultProxy) -> None:
+    proxy.delay(0.5, "downstream")  # the receipt of the repeated send is still due at the cut
+    proxy.refuse(1.0)
+    proxy.refuse(3.0, after=1.8)
+    proxy.cut(after=1.8)
+
+
+def test_send_with_receipt_ends_within_its_bound(proxy: FaultProxy) -> None:
+    with stompy.Connection(
+        proxy.url, reconnect=BOUND_POLICY, receipt_timeout=BOUND_RECEIPT
+    ) as conn:
+        _two_outages(proxy)
+        proxy.cut()
+        started = time.monotonic()
+        with pytest.raises(ConnectionLost):
+            conn.send(queue(), "x", receipt=True)
+        took = time.monotonic() - started
+    # Before the fix the repeat waited send_timeout afresh: about 3.8 s here.
+    assert took < BOUND + 0.5, f"send blocked {took:.2f} s, past its {BOUND} s bound"
+
+
+@pytest.mark.anyio
+async def test_async_send_with_receipt_ends_within_its_bound() -> None:
+    with anyio.fail_after(20):
+        async with serve() as broker, fault_proxy(broker.url) as proxy:
+            async with stompy.AsyncConnection(
+                proxy.url, reconnect=BOUND_POLICY, receipt_timeout=BOUND_RECEIPT
+            ) as conn:
+                proxy.delay(0.5, "downstream")
+                proxy.refuse(1.0)
+                proxy.refuse(3.0, after=1.8)
+                await proxy.cut(after=1.8)
+                await proxy.cut()
+                started = anyio.current_time()
+                with pytest.raises(ConnectionLost):
+                    await conn.send(queue(), "x", receipt=True)
+                took = anyio.current_time() - started
+    assert took < BOUND + 0.5, f"send blocked {took:.2f} s, past its {BOUND} s bound"
+
+
 @pytest.mark.anyio
 async def test_async_stall_is_a_heartbeat_timeout() -> None:
     with anyio.fail_after(15):

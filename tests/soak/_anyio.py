@@ -89,9 +89,9 @@ async def _connect(url: str, settings: Settings, tally: Tally) -> stompy.AsyncCo
 
 async def _close(conn: stompy.AsyncConnection, tally: Tally) -> None:
     # Not inside move_on_after like the other calls: close() exits the task group that
-    # connect() entered, which anyio and trio allow only in the very cancel scope
-    # connect() ran in (another scope raises "cancel scope stack corrupted").
-    # close() bounds its own waits.
+    # connect() opened, which anyio and trio allow only in the task and cancel scope
+    # connect() ran in (see AsyncConnection's docstring). close() bounds its own waits,
+    # and the tally checks that bound.
     try:
         with tally.timed("close"):
             await conn.close()
