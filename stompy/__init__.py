@@ -15,7 +15,7 @@ from stompy._async import (
     AsyncTransaction,
     send_async,
 )
-from stompy._client import Outgoing, Reconnect
+from stompy._client import ConnectionOptions, Outgoing, Reconnect
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
 from stompy._frames import VERSIONS, Frame
@@ -33,6 +33,7 @@ from stompy.errors import (
     NetworkError,
     ProtocolError,
     ReceiptTimeout,
+    RemoteProtocolError,
     ServerError,
     StompError,
     StompTimeout,
@@ -55,6 +56,7 @@ __all__ = (
     "ConnectFailed",
     "Connection",
     "ConnectionLost",
+    "ConnectionOptions",
     "Endpoint",
     "Frame",
     "FrameLimits",
@@ -68,6 +70,7 @@ __all__ = (
     "ProtocolError",
     "ReceiptTimeout",
     "Reconnect",
+    "RemoteProtocolError",
     "ServerError",
     "State",
     "StompError",

@@ -56,6 +56,7 @@ from stompy.errors import (
     LocalProtocolError,
     ProtocolError,
     ReceiptTimeout,
+    RemoteProtocolError,
     ServerError,
     StompError,
     StompTimeout,
@@ -481,7 +482,7 @@ class AsyncConnection:
             try:
                 established = await self._establish()
                 break
-            except (ConnectFailed, ProtocolError) as exc:
+            except (ConnectFailed, RemoteProtocolError) as exc:
                 last = exc
         if established is None:
             assert last is not None
@@ -846,7 +847,7 @@ class AsyncConnection:
                 return await self._establish_one(endpoint)
             except ServerError:
                 raise
-            except (ConnectFailed, ProtocolError) as exc:
+            except (ConnectFailed, RemoteProtocolError) as exc:
                 errors.append(str(exc))  # each names its address
                 log.info("could not connect to %s: %s", endpoint, exc)
         raise ConnectFailed("; ".join(errors))

@@ -11,10 +11,10 @@ import logging
 import random
 import re
 import ssl as _ssl
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypedDict
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import AckMode, ConnectionClosed, Error, Event, HeartbeatTimedOut
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "SEND_CHUNK",
+    "ConnectionOptions",
     "split_for_sending",
     "ClientOptions",
     "MessageBase",
@@ -129,8 +130,9 @@ class Reconnect:
         if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
 
-    def delays(self) -> Iterator[float]:
-        """The delay before each attempt: 0 for the first, then growing with jitter."""
+    def delays(self, uniform: Callable[[float, float], float] = random.uniform) -> Iterator[float]:
+        """The delay before each attempt: 0 for the first, then growing with jitter
+        (``uniform(a, b)``, a random number between ``a`` and ``b``)."""
         delay = self.initial_delay
         attempt = 0
         while self.max_attempts is None or attempt < self.max_attempts:
@@ -138,7 +140,7 @@ class Reconnect:
                 yield 0.0
             else:
                 spread = delay * self.jitter
-                yield max(0.0, delay + random.uniform(-spread, spread))
+                yield max(0.0, delay + uniform(-spread, spread))
                 delay = min(self.max_delay, delay * self.multiplier)
             attempt += 1
 
@@ -173,6 +175,31 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
 
 
 SslArg = bool | _ssl.SSLContext | None
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """The keyword arguments of ``Connection`` and ``AsyncConnection``, listed once.
+
+    Defaults and meanings are :class:`ClientOptions`'; both constructors take them as
+    ``**options: Unpack[ConnectionOptions]``, so type checkers and IDEs still know
+    every name and type.
+    """
+
+    login: str | None
+    passcode: str | None
+    host: str | None
+    versions: Sequence[str]
+    heartbeats: tuple[int, int]
+    heartbeat_tolerance: float
+    ssl: SslArg
+    connect_timeout: float
+    receipt_timeout: float
+    reconnect: Reconnect | None
+    headers: Mapping[str, str] | None
+    limits: FrameLimits
+    max_pending: int
+    strict: bool
+    ws_headers: Mapping[str, str] | None
 
 
 class ClientOptions:
@@ -221,7 +248,8 @@ class ClientOptions:
         self.ws_headers = dict(ws_headers or {})
         for name, value in self.ws_headers.items():
             _check_http_header(name, value)
-        self.new_protocol()  # validate versions and heart-beats now, not at connect time
+        # Versions, heart-beats and the CONNECT headers checked now, not at connect time.
+        self.start(self.endpoints[0])
 
     def __repr__(self) -> str:
         urls = ", ".join(str(e) for e in self.endpoints)

@@ -31,7 +31,7 @@ from stompy._frames import (
     escape,
     unescape,
 )
-from stompy.errors import FrameTooLarge, ProtocolError
+from stompy.errors import FrameTooLarge, ProtocolError, RemoteProtocolError
 
 __all__ = ("FrameLimits", "FrameParser", "encode", "encode_frame")
 
@@ -87,7 +87,7 @@ class FrameParser:
     ``None`` when more bytes are needed. ``parse(data)`` does both and returns every
     complete frame. EOLs between frames (heart-beats) are counted in ``heartbeats``.
 
-    Every problem with the input raises :class:`ProtocolError` (or
+    Every problem with the input raises :class:`RemoteProtocolError` (or
     :class:`FrameTooLarge`) naming what was wrong and at which byte offset of the
     stream; after that the parser is unusable and raises the same error again. The
     outcome never depends on how the stream was cut into chunks.
@@ -182,9 +182,9 @@ class FrameParser:
             self._error = exc
             raise
 
-    def _fail(self, message: str, at: int, *, too_large: bool = False) -> ProtocolError:
+    def _fail(self, message: str, at: int, *, too_large: bool = False) -> RemoteProtocolError:
         where = f" (at byte {self._offset + at} of the stream)"
-        cls = FrameTooLarge if too_large else ProtocolError
+        cls = FrameTooLarge if too_large else RemoteProtocolError
         return cls(message + where)
 
     def _read_headers(self) -> bool:
@@ -340,7 +340,7 @@ class FrameParser:
                 return length
         return -1
 
-    def _line_too_long(self, start: int) -> ProtocolError:
+    def _line_too_long(self, start: int) -> RemoteProtocolError:
         limit = self.limits.max_header_line
         return self._fail(f"header line over the limit of {limit} bytes", start, too_large=True)
 
@@ -408,7 +408,7 @@ class FrameParser:
             what = "with an empty name" if text.startswith(":") else "without a colon"
             raise self._fail(f"header line {what}: {_shown(text)}", self._pos)
 
-    def _block_too_large(self) -> ProtocolError:
+    def _block_too_large(self) -> RemoteProtocolError:
         limit = self.limits.max_header_block
         return self._fail(
             f"header block over the limit of {limit} bytes", self._pos, too_large=True

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from stompy.errors import ProtocolError
+from stompy.errors import RemoteProtocolError
 
 Version = Literal["1.0", "1.1", "1.2"]
 Headers = tuple[tuple[str, str], ...]
@@ -144,8 +144,8 @@ def unescape(text: str, version: str, *, strict: bool = True) -> str:
 
     "Undefined escape sequences such as \\t (octet 92 and 116) MUST be treated as a
     fatal protocol error" (1.2, Value Encoding): with ``strict`` they raise
-    :class:`ProtocolError`; without, they are kept literally for brokers that send
-    them anyway.
+    :class:`RemoteProtocolError`; without, they are kept literally for brokers that
+    send them anyway.
     """
     if version == V10 or "\\" not in text:
         return text
@@ -161,7 +161,7 @@ def unescape(text: str, version: str, *, strict: bool = True) -> str:
         undefined = "\\" in result
     if undefined and strict:
         shown = text if len(text) <= 40 else text[:40] + "..."
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"undefined escape sequence {_undefined_sequence(text, version)!r} "
             f"in header {shown!r} (STOMP {version})"
         )

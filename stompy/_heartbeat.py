@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from stompy.errors import ProtocolError
+from stompy.errors import RemoteProtocolError
 
 __all__ = ("MAX_INTERVAL", "Heartbeat", "format_heartbeat", "negotiate", "parse_heartbeat")
 
@@ -32,15 +32,15 @@ def parse_heartbeat(value: str | None) -> tuple[int, int]:
 
     "A missing heart-beat header MUST be treated the same way as a heart-beat:0,0
     header" (1.2, Heart-beating). Anything but two non-negative integers separated by
-    a comma raises :class:`ProtocolError`; intervals above :data:`MAX_INTERVAL` are
-    cut down to it.
+    a comma raises :class:`RemoteProtocolError`; intervals above :data:`MAX_INTERVAL`
+    are cut down to it.
     """
     if value is None:
         return (0, 0)
     match = _HEADER.fullmatch(value)
     if match is None:
         shown = value if len(value) <= 40 else value[:40] + "..."
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"invalid heart-beat header {shown!r}: want two integers like '10000,10000'"
         )
     return (_interval(match.group(1)), _interval(match.group(2)))

@@ -52,7 +52,7 @@ from stompy._events import (
 )
 from stompy._frames import V10, V11, V12, VERSIONS, Frame, make_headers
 from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
-from stompy.errors import LocalProtocolError, ProtocolError
+from stompy.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 __all__ = ("ACK_MODES", "ClientProtocol", "State", "SubscriptionInfo")
 
@@ -588,7 +588,7 @@ class ClientProtocol:
     def next_event(self) -> Event | None:
         """Return the next event, or ``None`` until more data arrives.
 
-        Raises :class:`ProtocolError` when the peer broke the protocol; the state is
+        Raises :class:`RemoteProtocolError` when the peer broke the protocol; the state is
         then CLOSED.
         """
         if self._events:
@@ -633,16 +633,16 @@ class ClientProtocol:
             return Error(message, receipt_id, frame)
         if command == "CONNECTED":
             return self._handle_connected(frame)
-        raise ProtocolError(f"the server sent a {command} frame, which only clients send")
+        raise RemoteProtocolError(f"the server sent a {command} frame, which only clients send")
 
     def _handle_connected(self, frame: Frame) -> Connected:
         if self.state is not State.CONNECTING:
-            raise ProtocolError(f"unexpected CONNECTED frame in state {self.state.name}")
+            raise RemoteProtocolError(f"unexpected CONNECTED frame in state {self.state.name}")
         # "If the accept-version header is missing, it means that the client only
         # supports version 1.0": such servers answer without a version header too.
         version = frame.get("version", V10) or V10
         if version not in self.versions:
-            raise ProtocolError(
+            raise RemoteProtocolError(
                 f"the server chose STOMP {version}, "
                 f"which we did not offer ({','.join(self.versions)})"
             )
@@ -657,16 +657,16 @@ class ClientProtocol:
 
     def _handle_message(self, frame: Frame) -> Message:
         if self.state not in (State.CONNECTED, State.DISCONNECTING):
-            raise ProtocolError(f"MESSAGE frame in state {self.state.name}")
+            raise RemoteProtocolError(f"MESSAGE frame in state {self.state.name}")
         # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
         # it will): without one the message could not be acknowledged, which would
         # surface later as the caller's error. The peer's fault is reported as such.
         if frame.get("message-id") is None:
-            raise ProtocolError("MESSAGE frame without the message-id header STOMP requires")
+            raise RemoteProtocolError("MESSAGE frame without the message-id header STOMP requires")
         sub_id = frame.get("subscription")
         if sub_id is None:
             if self.version != V10:
-                raise ProtocolError("MESSAGE frame without the subscription header")
+                raise RemoteProtocolError("MESSAGE frame without the subscription header")
             return self._route_v10(frame)
         info = self._subscriptions.get(sub_id)
         if info is None:
@@ -676,7 +676,7 @@ class ClientProtocol:
             if sub_id in self._temp_queues:
                 # A reply through a temp queue we named in reply-to (RabbitMQ).
                 return Message(frame, sub_id, "auto")
-            raise ProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
+            raise RemoteProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
         return Message(frame, sub_id, info.ack)
 
     def _route_v10(self, frame: Frame) -> Message:
@@ -696,19 +696,19 @@ class ClientProtocol:
         if len(self._subscriptions) == 1:
             info = next(iter(self._subscriptions.values()))
             return Message(frame, info.id, info.ack)
-        raise ProtocolError(
+        raise RemoteProtocolError(
             f"MESSAGE for {destination!r} without a subscription header matches none of "
             f"{len(self._subscriptions)} subscriptions"
         )
 
     def _handle_receipt(self, frame: Frame) -> Receipt:
         if self.state not in (State.CONNECTED, State.DISCONNECTING):
-            raise ProtocolError(f"RECEIPT frame in state {self.state.name}")
+            raise RemoteProtocolError(f"RECEIPT frame in state {self.state.name}")
         receipt_id = frame.get("receipt-id")
         if receipt_id is None:
-            raise ProtocolError("RECEIPT frame without a receipt-id header")
+            raise RemoteProtocolError("RECEIPT frame without a receipt-id header")
         if self._receipts.pop(receipt_id, None) is None:
-            raise ProtocolError(f"RECEIPT for {receipt_id!r}, which we never asked for")
+            raise RemoteProtocolError(f"RECEIPT for {receipt_id!r}, which we never asked for")
         if receipt_id == self._disconnect_receipt:
             self._close()
         return Receipt(receipt_id, frame)

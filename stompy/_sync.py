@@ -30,62 +30,47 @@ import socket
 import ssl as _ssl
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final
+
+from typing_extensions import Unpack
 
 from stompy._client import (
     ClientOptions,
+    ConnectionOptions,
     MessageBase,
     Outgoing,
-    Reconnect,
     SslArg,
-    error_for_event,
     log,
     log_sent,
     split_for_sending,
-    take_output,
 )
-from stompy._codec import DEFAULT_LIMITS, FrameLimits
-from stompy._events import AckMode, Connected, Receipt
+from stompy._events import AckMode
 from stompy._events import Message as MessageEvent
-from stompy._frames import VERSIONS
 from stompy._protocol import ClientProtocol, State
+from stompy._session import Handshake, Inbox, Session
+from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint
 from stompy.errors import (
     ConfigurationError,
     ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
-    ProtocolError,
     ReceiptTimeout,
+    RemoteProtocolError,
     ServerError,
     StompError,
     StompTimeout,
     TransactionLost,
 )
 
-if TYPE_CHECKING:
-    from stompy._websocket import WebSocket
-
 __all__ = ("Connection", "Message", "Subscription", "Transaction", "send")
-
-T = TypeVar("T")
-
-_Established = tuple[socket.socket, ClientProtocol, Connected, Endpoint, "WebSocket | None"]
 
 #: Past this many unwritten bytes, senders wait for the I/O thread to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 _RECV_SIZE: Final = 256 * 1024
 _SEND_CHUNK: Final = 1024 * 1024
-
-# Connection statuses.
-_NEW: Final = "new"
-_CONNECTED: Final = "connected"
-_RECONNECTING: Final = "reconnecting"
-_CLOSING: Final = "closing"
-_CLOSED: Final = "closed"
 
 
 class Message(MessageBase):
@@ -121,23 +106,14 @@ class Subscription:
     stops reading from the broker until the consumer catches up.
     """
 
-    def __init__(
-        self,
-        conn: Connection,
-        id: str,
-        destination: str,
-        ack: AckMode,
-        headers: Mapping[str, str],
-        max_pending: int,
-    ) -> None:
-        self.id = id
-        self.destination = destination
-        self.ack = ack
-        self.headers = dict(headers)
-        self.max_pending = max_pending
+    def __init__(self, conn: Connection, inbox: Inbox[Message]) -> None:
+        self.id = inbox.id
+        self.destination = inbox.destination
+        self.ack = inbox.ack
+        self.headers = dict(inbox.headers)
+        self.max_pending = inbox.max_pending
         self._conn = conn
-        self._items: deque[Message] = deque()
-        self._active = True
+        self._inbox = inbox
         self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
@@ -145,12 +121,12 @@ class Subscription:
 
     @property
     def active(self) -> bool:
-        return self._active
+        return self._inbox.active
 
     @property
     def pending(self) -> int:
         """How many received messages wait to be taken."""
-        return len(self._items)
+        return len(self._inbox.items)
 
     def get(self, timeout: float | None = None) -> Message | None:
         """Return the next message, waiting up to ``timeout`` seconds (``None``: no limit).
@@ -160,21 +136,23 @@ class Subscription:
         message received before is handed out.
         """
         conn = self._conn
+        inbox = self._inbox
+        items = inbox.items
         with conn._lock:  # the condition's lock, entered at C speed
-            if not self._items:
+            if not items:
                 deadline = None if timeout is None else time.monotonic() + timeout
-                while not self._items:
-                    if not self._active:
+                while not items:
+                    if not inbox.active:
                         return None
-                    failure = conn._failure
+                    failure = conn._session.failure
                     if failure is not None:
                         raise failure
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return None
                     conn._cond.wait(remaining)
-            message = self._items.popleft()
-            if conn._backlog and len(self._items) <= self.max_pending // 2:
+            message = items.popleft()
+            if conn._session.backlog and len(items) <= inbox.max_pending // 2:
                 # The I/O thread waits for room: wake it once half is free, not at every
                 # message, or each get() would cost it a wake-up to move one message.
                 conn._wake()
@@ -197,10 +175,10 @@ class Subscription:
         batch = [first]
         conn = self._conn
         with conn._lock:
-            items = self._items
+            items = self._inbox.items
             take = min(max_messages - 1, len(items))
             batch += [items.popleft() for _ in range(take)]
-            if take and conn._backlog and len(items) <= self.max_pending // 2:
+            if take and conn._session.wants_resume(self._inbox):
                 conn._wake()
         return batch
 
@@ -216,17 +194,15 @@ class Subscription:
         """Stop the subscription; messages already received stay available."""
         conn = self._conn
         with conn._cond:
-            if not self._active:
+            if not self._inbox.active:
                 return
-            self._active = False
+            session = conn._session
+            epoch = session.epoch
             conn._subs.pop(self.id, None)
-            if conn._status == _CONNECTED and conn._proto is not None:
-                proto = conn._proto
-                if self.id in proto.subscriptions:
-                    rid = proto.unsubscribe(self.id, receipt=receipt)
-                    conn._flush_locked()
-                    if rid is not None:
-                        conn._wait_receipt_locked(rid, conn._epoch)
+            rid = session.unsubscribe(self._inbox, receipt)
+            conn._flush_locked()
+            if rid is not None:
+                conn._wait_receipt_locked(rid, epoch)
             conn._cond.notify_all()
         self._join_dispatcher()
 
@@ -244,10 +220,10 @@ class Subscription:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._conn._status in (_CONNECTED, _RECONNECTING):
+        if self._conn._session.status in (Status.CONNECTED, Status.RECONNECTING):
             self.unsubscribe()
         else:
-            self._active = False
+            self._inbox.active = False
 
     def _dispatch(self, callback: Callable[[Message], object]) -> None:
         """Run ``callback`` for each message, in its own thread (see ``on_message``)."""
@@ -279,7 +255,7 @@ class Transaction:
     def _check(self) -> None:
         if self._done:
             raise LocalProtocolError(f"transaction {self.id!r} is already finished")
-        if self._epoch != self._conn._epoch:
+        if self._conn._session.is_stale(self._epoch):
             raise TransactionLost(
                 f"transaction {self.id!r} was lost with its connection; nothing in it took effect"
             )
@@ -322,7 +298,7 @@ class Transaction:
         if self._done:
             return
         self._done = True
-        if self._epoch != self._conn._epoch:
+        if self._conn._session.is_stale(self._epoch):
             return  # the broker aborted it when the connection ended
         self._conn._transaction_end("ABORT", self, receipt)
 
@@ -350,62 +326,21 @@ class Connection:
     address or several (tried in turn). Entering the ``with`` block connects; leaving
     it disconnects gracefully (DISCONNECT with a receipt, then close), also when the
     block raised. ``ws_headers`` are extra HTTP headers for a WebSocket handshake.
+    The keyword options are :class:`~stompy.ConnectionOptions`, the same for
+    :class:`~stompy.AsyncConnection`.
     """
 
     def __init__(
         self,
         url_or_urls: str | Endpoint | Sequence[str | Endpoint],
-        *,
-        login: str | None = None,
-        passcode: str | None = None,
-        host: str | None = None,
-        versions: Sequence[str] = VERSIONS,
-        heartbeats: tuple[int, int] = (0, 0),
-        heartbeat_tolerance: float = 2.0,
-        ssl: SslArg = None,
-        connect_timeout: float = 10.0,
-        receipt_timeout: float = 10.0,
-        reconnect: Reconnect | None = None,
-        headers: Mapping[str, str] | None = None,
-        limits: FrameLimits = DEFAULT_LIMITS,
-        max_pending: int = 1000,
-        strict: bool = True,
-        ws_headers: Mapping[str, str] | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
-        self._options = ClientOptions(
-            url_or_urls,
-            login=login,
-            passcode=passcode,
-            host=host,
-            versions=versions,
-            heartbeats=heartbeats,
-            heartbeat_tolerance=heartbeat_tolerance,
-            ssl=ssl,
-            connect_timeout=connect_timeout,
-            receipt_timeout=receipt_timeout,
-            reconnect=reconnect,
-            headers=headers,
-            limits=limits,
-            max_pending=max_pending,
-            strict=strict,
-            ws_headers=ws_headers,
-        )
+        self._options = ClientOptions(url_or_urls, **options)
+        self._session: Session[Message] = Session(self._options, self._message)
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._status = _NEW
-        self._failure: StompError | None = None
-        self._proto: ClientProtocol | None = None
         self._sock: socket.socket | None = None
-        #: The WebSocket framing of the current socket (``None`` for plain STOMP).
-        self._ws: WebSocket | None = None
-        self._endpoint: Endpoint | None = None
-        self._connected: Connected | None = None
-        self._epoch = 0
-        self._out = bytearray()
         self._subs: dict[str, Subscription] = {}
-        self._backlog: deque[MessageEvent] = deque()
-        self._receipts: set[str] = set()  # received, waited for
-        self._waiting: set[str] = set()  # asked for, someone waits
         self._thread: threading.Thread | None = None
         # Made at connect(): a user thread writes a byte to wake the I/O thread.
         self._wake_r: socket.socket | None = None
@@ -413,38 +348,46 @@ class Connection:
         self._wake_sent = False
         self._io_done = False
 
+    def _message(self, event: MessageEvent, epoch: int) -> Message:
+        return Message(event, epoch, self)
+
     def __repr__(self) -> str:
-        where = self._endpoint or self._options.endpoints[0]
-        return f"<Connection {where} {self._status}>"
+        session = self._session
+        where = session.endpoint or self._options.endpoints[0]
+        return f"<Connection {where} {session.status}>"
 
     # -- properties --------------------------------------------------------------------
 
     @property
     def connected(self) -> bool:
-        return self._status == _CONNECTED
+        return self._session.status is Status.CONNECTED
 
     @property
     def failure(self) -> StompError | None:
         """The error that ended the connection, or ``None`` while it is fine or closed by us."""
-        return self._failure
+        return self._session.failure
 
     @property
     def version(self) -> str | None:
         """The negotiated STOMP version (``None`` before connecting)."""
-        return self._connected.version if self._connected else None
+        connected = self._session.connected
+        return connected.version if connected else None
 
     @property
     def server(self) -> str | None:
-        return self._connected.server if self._connected else None
+        connected = self._session.connected
+        return connected.server if connected else None
 
     @property
     def session(self) -> str | None:
-        return self._connected.session if self._connected else None
+        connected = self._session.connected
+        return connected.session if connected else None
 
     @property
     def heartbeats(self) -> tuple[int, int]:
         """The negotiated ``(outgoing, incoming)`` heart-beat intervals in ms."""
-        return self._connected.heartbeats if self._connected else (0, 0)
+        connected = self._session.connected
+        return connected.heartbeats if connected else (0, 0)
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -466,18 +409,17 @@ class Connection:
         Raises :class:`ConnectFailed` when no address can be reached,
         :class:`ServerError` when the broker refuses (for example a wrong passcode).
         """
+        session = self._session
         with self._cond:
-            if self._status != _NEW:
-                raise LocalProtocolError(f"connect() on a connection that is {self._status}")
-        policy = self._options.reconnect
-        delays = policy.delays() if policy is not None else iter([0.0])
+            if session.status is not Status.NEW:
+                raise LocalProtocolError(f"connect() on a connection that is {session.status}")
         last: StompError | None = None
-        for delay in delays:
+        for delay in session.connect_delays():
             if delay:
                 time.sleep(delay)
             try:
                 established = self._establish()
-            except (ConnectFailed, ProtocolError) as exc:
+            except (ConnectFailed, RemoteProtocolError) as exc:
                 last = exc
                 continue
             break
@@ -497,25 +439,23 @@ class Connection:
 
         Safe to call more than once and after the connection was lost.
         """
+        session = self._session
         with self._cond:
-            if self._status == _NEW:
-                self._status = _CLOSED
-            if self._status in (_CONNECTED, _RECONNECTING) and self._failure is None:
-                epoch = self._epoch
-                rid = None
-                proto = self._proto
-                if self._status == _CONNECTED and proto is not None:
-                    with contextlib.suppress(StompError):
-                        rid = proto.disconnect(receipt=True)
-                        self._flush_locked()
-                self._status = _CLOSING
+            if session.status is Status.NEW:
+                session.closed()
+            if (
+                session.status in (Status.CONNECTED, Status.RECONNECTING)
+                and session.failure is None
+            ):
+                epoch = session.epoch
+                rid = session.begin_close()
+                with contextlib.suppress(StompError):
+                    self._flush_locked()
                 self._cond.notify_all()
                 if rid is not None:
                     with contextlib.suppress(StompError):
                         self._wait_receipt_locked(rid, epoch, allow_closing=True)
-            self._status = _CLOSED
-            for sub in self._subs.values():
-                sub._active = False
+            session.closed()
             self._cond.notify_all()
             self._wake()
         thread = self._thread
@@ -559,9 +499,10 @@ class Connection:
         if transaction is None and receipt is False:
             # The common case, kept short: nothing to wait for on a connection that is up.
             with self._lock:
-                proto = self._proto
+                session = self._session
+                proto = session.proto
                 if (
-                    self._status == _CONNECTED
+                    session.status is Status.CONNECTED
                     and proto is not None
                     and proto.state is State.CONNECTED
                 ):
@@ -576,7 +517,7 @@ class Connection:
         with self._cond:
             while True:
                 proto = self._ready_locked(give_up)
-                epoch = self._epoch
+                epoch = self._session.epoch
                 # The broker gets receipt_timeout per attempt, for buffer room and
                 # receipt together: with the wait for a reconnect ending at give_up,
                 # the call ends within send_timeout + receipt_timeout.
@@ -598,7 +539,11 @@ class Connection:
                 except ConnectionLost:
                     if policy is None or tx is not None or time.monotonic() >= give_up:
                         raise
-                    if self._failure is not None or self._status in (_CLOSING, _CLOSED):
+                    session = self._session
+                    if session.failure is not None or session.status in (
+                        Status.CLOSING,
+                        Status.CLOSED,
+                    ):
                         raise
                     log.info("sending again to %s after the connection was lost", destination)
 
@@ -640,8 +585,13 @@ class Connection:
         if isinstance(transaction, Transaction):
             transaction._check()
         with self._lock:
-            proto = self._proto
-            if self._status == _CONNECTED and proto is not None and proto.state is State.CONNECTED:
+            session = self._session
+            proto = session.proto
+            if (
+                session.status is Status.CONNECTED
+                and proto is not None
+                and proto.state is State.CONNECTED
+            ):
                 try:
                     for m in chunk:
                         proto.send(
@@ -680,15 +630,16 @@ class Connection:
         the subscription's own (so a slow callback never delays heart-beats).
         """
         with self._cond:
-            proto = self._ready_locked()
-            before = proto.pending_receipts
-            sub_id = proto.subscribe(destination, ack=ack, id=id, headers=headers, receipt=receipt)
-            pending = max_pending if max_pending is not None else self._options.max_pending
-            sub = Subscription(self, sub_id, destination, ack, headers or {}, pending)
+            self._ready_locked()
+            session = self._session
+            epoch = session.epoch
+            made = session.subscribe(destination, ack, id, headers, max_pending, receipt)
+            sub = Subscription(self, made.inbox)
+            sub_id = sub.id
             self._subs[sub_id] = sub
             self._flush_locked()
-            for rid in proto.pending_receipts - before:
-                self._wait_receipt_locked(rid, self._epoch)
+            if made.receipt is not None:
+                self._wait_receipt_locked(made.receipt, epoch)
         if on_message is not None:
             thread = threading.Thread(
                 target=sub._dispatch, args=(on_message,), name=f"stompy-sub-{sub_id}", daemon=True
@@ -703,19 +654,17 @@ class Connection:
             proto = self._ready_locked()
             tx_id = proto.begin()
             self._flush_locked()
-            return Transaction(self, tx_id, self._epoch)
+            return Transaction(self, tx_id, self._session.epoch)
 
     def _transaction_end(self, command: str, tx: Transaction, receipt: bool) -> None:
         with self._cond:
-            if tx._epoch != self._epoch:
+            session = self._session
+            if session.is_stale(tx._epoch):
                 if command == "COMMIT":
                     raise TransactionLost(f"transaction {tx.id!r} was lost with its connection")
                 return
-            proto = self._ready_locked()
-            if command == "COMMIT":
-                rid = proto.commit(tx.id, receipt=receipt)
-            else:
-                rid = proto.abort(tx.id, receipt=receipt)
+            self._ready_locked()
+            rid = session.end_transaction(command, tx.id, receipt)
             self._flush_locked()
             if rid is not None:
                 self._wait_receipt_locked(rid, tx._epoch, lost=TransactionLost)
@@ -725,17 +674,16 @@ class Connection:
     ) -> None:
         tx = transaction.id if isinstance(transaction, Transaction) else transaction
         with self._cond:
-            if message._epoch != self._epoch:
+            session = self._session
+            if session.is_stale(message._epoch):
                 log.debug("not answering %r from an earlier connection: it is redelivered", message)
                 return
-            proto = self._ready_locked()
-            if command == "ACK":
-                rid = proto.ack(message.event, transaction=tx, receipt=receipt)
-            else:
-                rid = proto.nack(message.event, transaction=tx, receipt=receipt)
+            self._ready_locked()
+            epoch = session.epoch
+            rid = session.acknowledge(command, message.event, tx, receipt)
             self._flush_locked()
             if rid is not None:
-                self._wait_receipt_locked(rid, self._epoch)
+                self._wait_receipt_locked(rid, epoch)
 
     # -- plumbing under the lock ---------------------------------------------------------
 
@@ -745,61 +693,60 @@ class Connection:
         The wait for a reconnect ends after ``send_timeout``, or at ``give_up`` when
         a repeated send has less time left than that.
         """
-        proto = self._proto
-        if self._status == _CONNECTED and proto is not None and proto.state is State.CLOSED:
+        session = self._session
+        proto = session.proto
+        if session.settling:
             # The core saw the end (an ERROR, say) and the I/O thread is about to
             # reconnect or fail: wait for its verdict rather than misuse a dead core.
             deadline = time.monotonic() + self._options.receipt_timeout
-            while self._status == _CONNECTED and self._proto is proto and not self._io_done:
+            while session.status is Status.CONNECTED and session.proto is proto:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._io_done:
                     break
                 self._cond.wait(remaining)
-        if self._status == _RECONNECTING:
+        if session.status is Status.RECONNECTING:
             policy = self._options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
             deadline = time.monotonic() + timeout if give_up is None else give_up
-            while self._status == _RECONNECTING:
+            while session.status is Status.RECONNECTING:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ConnectionLost(f"not reconnected within {timeout} s")
                 self._cond.wait(remaining)
-        if self._failure is not None:
-            raise self._failure
-        if self._status != _CONNECTED or self._proto is None:
-            raise LocalProtocolError(f"the connection is {self._status}")
-        return self._proto
+        return session.ready()
 
     def _flush_locked(self, until: float | None = None) -> None:
         """Move the core's bytes to the outgoing buffer and wake the I/O thread.
 
         A full buffer is waited out until ``until`` (default: ``receipt_timeout``).
         """
-        proto = self._proto
+        session = self._session
+        proto = session.proto
         if proto is None:
             return
-        if self._ws is None:  # take_output, inlined: this runs for every frame sent
+        out = session.outgoing
+        if session.ws is None:  # Session.flush, inlined: this runs for every frame sent
             data = proto.data_to_send(time.monotonic())
-            if data and log.isEnabledFor(logging.DEBUG):
-                log_sent(data, self._endpoint)
-        else:
-            data = take_output(proto, self._ws, time.monotonic(), self._endpoint)
-        if not data:
+            if not data:
+                return
+            if log.isEnabledFor(logging.DEBUG):
+                log_sent(data, session.endpoint)
+            # Queued for the I/O thread, which writes whatever accumulated in one send:
+            # measured faster than writing from the caller's thread, which costs a
+            # system call per frame.
+            out += data
+        elif not session.flush(time.monotonic()):
             return
-        # Queued for the I/O thread, which writes whatever accumulated in one send:
-        # measured faster than writing from the caller's thread, which costs a
-        # system call per frame.
-        self._out += data
         if not self._wake_sent:
             self._wake()
-        if len(self._out) > MAX_OUTGOING and threading.current_thread() is not self._thread:
+        if len(out) > MAX_OUTGOING and threading.current_thread() is not self._thread:
             # Receipts may arrive while we wait here: make sure they are kept.
-            self._waiting |= proto.pending_receipts
+            session.expect_pending()
             deadline = time.monotonic() + self._options.receipt_timeout if until is None else until
-            epoch = self._epoch
-            while len(self._out) > MAX_OUTGOING and self._epoch == epoch:
-                if self._failure is not None:
-                    raise self._failure
+            epoch = session.epoch
+            while len(session.outgoing) > MAX_OUTGOING and session.epoch == epoch:
+                if session.failure is not None:
+                    raise session.failure
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StompTimeout("the broker is not reading: the outgoing buffer stays full")
@@ -820,18 +767,20 @@ class Connection:
         allow_closing: bool = False,
         until: float | None = None,
     ) -> None:
-        self._waiting.add(rid)
+        session = self._session
+        session.expect(rid)
         deadline = time.monotonic() + self._options.receipt_timeout if until is None else until
         try:
-            while rid not in self._receipts:
-                if self._failure is not None:
-                    raise self._failure
-                if self._io_done:
-                    raise lost(f"the connection ended before the receipt {rid!r} arrived")
-                if self._epoch != epoch or (
-                    self._status not in (_CONNECTED, _CLOSING)
-                    or (self._status == _CLOSING and not allow_closing)
-                ):
+            while True:
+                state = session.receipt_state(
+                    rid, epoch, reading=not self._io_done, allow_closing=allow_closing
+                )
+                if state is ReceiptState.ARRIVED:
+                    return
+                if state is ReceiptState.FAILED:
+                    assert session.failure is not None
+                    raise session.failure
+                if state is ReceiptState.LOST:
                     raise lost(f"the connection was lost before the receipt {rid!r} arrived")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -840,12 +789,11 @@ class Connection:
                     )
                 self._cond.wait(remaining)
         finally:
-            self._waiting.discard(rid)
-            self._receipts.discard(rid)
+            session.forget(rid)
 
     # -- establishing ---------------------------------------------------------------------
 
-    def _establish(self) -> _Established:
+    def _establish(self) -> tuple[socket.socket, Handshake]:
         """Try each address once; return the first that completes CONNECT."""
         errors: list[str] = []
         for endpoint in self._options.endpoints:
@@ -853,23 +801,19 @@ class Connection:
                 return self._establish_one(endpoint)
             except ServerError:
                 raise
-            except (ConnectFailed, ProtocolError) as exc:
+            except (ConnectFailed, RemoteProtocolError) as exc:
                 errors.append(str(exc))  # each names its address
                 log.info("could not connect to %s: %s", endpoint, exc)
         raise ConnectFailed("; ".join(errors))
 
-    def _establish_one(self, endpoint: Endpoint) -> _Established:
+    def _establish_one(self, endpoint: Endpoint) -> tuple[socket.socket, Handshake]:
         options = self._options
         deadline = time.monotonic() + options.connect_timeout
         try:
             context = options.ssl_context(endpoint)
         except ValueError as exc:
             raise ConnectFailed(str(exc)) from None
-        proto = options.start(endpoint)
-        ws: WebSocket | None = None
-        request = b""
-        if endpoint.websocket:
-            ws, request = options.websocket(endpoint)
+        handshake = self._session.handshake(endpoint)
         sock: socket.socket | None = None
         try:
             sock = socket.create_connection(
@@ -878,47 +822,17 @@ class Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if context is not None:
                 sock = context.wrap_socket(sock, server_hostname=endpoint.host)
-            # Over WebSocket, CONNECT goes once the server accepted the upgrade.
-            sock.sendall(request or take_output(proto, None, None, endpoint))
-            while True:
+            sock.sendall(handshake.first)
+            while handshake.connected is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ConnectFailed(f"no CONNECTED from {endpoint} within the connect timeout")
                 sock.settimeout(remaining)
-                data = sock.recv(_RECV_SIZE)
-                now = time.monotonic()
-                ended: StompError | None = None
-                if not data:
-                    proto.receive_eof()
-                elif ws is None:
-                    proto.receive_data(data, now)
-                else:
-                    was_open = ws.open
-                    got = ws.receive(data)
-                    reply = got.reply
-                    if ws.open and not was_open:
-                        reply += take_output(proto, ws, None, endpoint)
-                    if reply:
-                        sock.sendall(reply)
-                    proto.receive_data(got.data, now)
-                    ended = got.ended
-                event = proto.next_event()
-                while event is not None:
-                    if isinstance(event, Connected):
-                        proto.start_heartbeats(now)
-                        sock.setblocking(False)
-                        log.info("connected to %s (STOMP %s)", endpoint, event.version)
-                        return sock, proto, event, endpoint, ws
-                    failure = error_for_event(event)
-                    if isinstance(failure, ServerError):
-                        raise failure
-                    if failure is not None:
-                        raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
-                    event = proto.next_event()
-                if ended is not None:
-                    if isinstance(ended, ConnectionLost):
-                        raise ConnectFailed(f"{ended} during CONNECT")
-                    raise ended
+                reply = handshake.receive(sock.recv(_RECV_SIZE), time.monotonic())
+                if reply:
+                    sock.sendall(reply)
+            sock.setblocking(False)
+            return sock, handshake
         except (OSError, _ssl.SSLError) as exc:
             if sock is not None:
                 sock.close()
@@ -928,36 +842,20 @@ class Connection:
                 sock.close()
             raise
 
-    def _install(
-        self,
-        sock: socket.socket,
-        proto: ClientProtocol,
-        connected: Connected,
-        endpoint: Endpoint,
-        ws: WebSocket | None,
-    ) -> None:
+    def _install(self, sock: socket.socket, handshake: Handshake) -> None:
         with self._cond:
             self._sock = sock
-            self._ws = ws
-            self._proto = proto
-            self._connected = connected
-            self._endpoint = endpoint
-            self._out = bytearray()
-            self._backlog.clear()
-            self._epoch += 1
-            self._status = _CONNECTED
-            # After a reconnect every subscription is made again with the same id.
-            for sub in self._subs.values():
-                proto.subscribe(sub.destination, ack=sub.ack, id=sub.id, headers=sub.headers)
-            self._flush_locked()
+            self._session.install(handshake, time.monotonic())
+            if self._session.outgoing:
+                self._wake()
             self._cond.notify_all()
 
     def _close_socket(self) -> None:
         sock = self._sock
         self._sock = None
         if sock is not None:
-            ws = self._ws
-            if ws is not None and not self._out:
+            ws = self._session.ws
+            if ws is not None and not self._session.outgoing:
                 # Say goodbye the WebSocket way; best effort, the socket is closing.
                 with contextlib.suppress(OSError):
                     sock.send(ws.close())
@@ -977,7 +875,9 @@ class Connection:
         except BaseException:  # a bug: never leave waiters hanging
             log.exception("stompy I/O thread failed")
             with self._cond:
-                self._fail_locked(ConnectionLost("the I/O thread failed"))
+                self._session.fail(ConnectionLost("the I/O thread failed"))
+                self._close_socket()
+                self._cond.notify_all()
             raise
         finally:
             with self._cond:
@@ -986,18 +886,20 @@ class Connection:
 
     def _serve(self) -> StompError | None:
         """Pump one socket until it ends; return why it ended (``None``: closed by us)."""
+        session = self._session
         while True:
             with self._cond:
-                if self._status == _CLOSED:
+                if session.status is Status.CLOSED:
                     return None
-                sock, proto, ws = self._sock, self._proto, self._ws
+                sock, proto = self._sock, session.proto
                 assert sock is not None
                 assert proto is not None
                 # Room a consumer made since the last pump: its wake-up may have been
                 # folded into one that was already read, so look now, under the lock.
-                self._drain_backlog_locked()
-                paused = bool(self._backlog)
-                want_write = bool(self._out)
+                if session.drain_backlog():
+                    self._cond.notify_all()
+                paused = session.paused
+                want_write = bool(session.outgoing)
                 deadline = proto.next_deadline()
                 self._wake_sent = False
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -1023,40 +925,33 @@ class Connection:
                 alive = paused and bool(select.select([sock], [], [], 0)[0])
             except (OSError, _ssl.SSLError) as exc:
                 with self._cond:
-                    if self._status in (_CLOSING, _CLOSED):
+                    if session.status in (Status.CLOSING, Status.CLOSED):
                         return None
-                return ConnectionLost(f"connection to {self._endpoint} failed: {exc}")
+                return ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
             now = time.monotonic()
             with self._cond:
-                if self._status == _CLOSED:
+                status: Status = session.status  # a local: another thread changes it
+                if status is Status.CLOSED:
                     return None
-                ended: StompError | None = None
-                if data is not None:
-                    if not data:
-                        proto.receive_eof()
-                    elif ws is None:
-                        proto.receive_data(data, now)
-                    else:
-                        got = ws.receive(data)
-                        self._out += got.reply
-                        proto.receive_data(got.data, now)
-                        alive = alive or not got.data  # a ping, a pong: the peer is there
-                        ended = got.ended
+                ended = None if data is None else session.receive(data, now)
                 if alive:
                     proto.note_alive(now)
                 proto.handle_timer(now)
-                failure = self._pump_locked(proto, now)
+                pumped = session.pump(now)
+                if pumped.woke:
+                    self._cond.notify_all()
+                failure = pumped.failure
                 if failure is None and ended is not None:
                     # Frames that came before the close were handled; answer it.
                     with contextlib.suppress(OSError):
                         self._send(sock)
                     failure = ended
                 if failure is not None:
-                    if self._status == _CLOSING:
+                    if session.status is Status.CLOSING:
                         return None
                     return failure
-                if proto.state is State.CLOSED and not self._out:
-                    return None if self._status == _CLOSING else ConnectionLost("closed")
+                if proto.state is State.CLOSED and not session.outgoing:
+                    return None if session.status is Status.CLOSING else ConnectionLost("closed")
 
     def _recv(self, sock: socket.socket) -> bytes | None:
         try:
@@ -1066,109 +961,35 @@ class Connection:
 
     def _send(self, sock: socket.socket) -> None:
         with self._cond:
-            chunk = bytes(self._out[:_SEND_CHUNK])
+            chunk = bytes(self._session.outgoing[:_SEND_CHUNK])
         try:
             sent = sock.send(chunk)
         except (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError):
             return
         with self._cond:
-            del self._out[:sent]
-            if len(self._out) <= MAX_OUTGOING:
+            out = self._session.outgoing
+            del out[:sent]
+            if len(out) <= MAX_OUTGOING:
                 self._cond.notify_all()
-
-    def _pump_locked(self, proto: ClientProtocol, now: float) -> StompError | None:
-        """Take every event the core has and route it; return a connection-ending error."""
-        failure: StompError | None = None
-        delivered = False
-        self._drain_backlog_locked()
-        debug = log.isEnabledFor(logging.DEBUG)
-        try:
-            event = proto.next_event()
-            while event is not None:
-                if debug:
-                    log.debug("received %r", event)
-                if isinstance(event, MessageEvent):
-                    self._deliver_locked(event)
-                    delivered = True
-                elif isinstance(event, Receipt):
-                    if event.receipt_id in self._waiting:
-                        self._receipts.add(event.receipt_id)
-                    delivered = True
-                else:
-                    failure = error_for_event(event)
-                    if failure is not None:
-                        break
-                event = proto.next_event()
-        except ProtocolError as exc:
-            failure = exc
-        out = take_output(proto, self._ws, now)
-        if out:
-            self._out += out
-        if delivered or failure is not None:
-            self._cond.notify_all()
-        return failure
-
-    def _deliver_locked(self, event: MessageEvent) -> None:
-        if self._backlog:
-            self._backlog.append(event)
-            return
-        sub = self._subs.get(event.subscription)
-        if sub is None:
-            log.debug("dropping a message for closed subscription %r", event.subscription)
-            return
-        if len(sub._items) >= sub.max_pending:
-            self._backlog.append(event)
-            return
-        sub._items.append(Message(event, self._epoch, self))
-
-    def _drain_backlog_locked(self) -> None:
-        backlog = self._backlog
-        moved = False
-        while backlog:
-            event = backlog[0]
-            sub = self._subs.get(event.subscription)
-            if sub is not None:
-                if len(sub._items) >= sub.max_pending:
-                    break
-                sub._items.append(Message(event, self._epoch, self))
-                moved = True
-            backlog.popleft()
-        if moved:
-            self._cond.notify_all()
-
-    def _fail_locked(self, failure: StompError) -> None:
-        self._failure = failure
-        self._status = _CLOSED
-        self._close_socket()
-        self._cond.notify_all()
 
     def _reconnect(self, lost: StompError) -> bool:
         """After a loss: reconnect if the policy says so; return whether to go on."""
-        policy = self._options.reconnect
+        session = self._session
         with self._cond:
             self._close_socket()
-            if self._status in (_CLOSING, _CLOSED):
-                return False
-            # Messages still set aside belong to the old connection; the broker will
-            # redeliver the unacked ones, but auto-acked ones must not be dropped.
-            self._drain_backlog_all_locked()
-            if policy is None:
-                log.warning("connection to %s lost: %s", self._endpoint, lost)
-                self._fail_locked(lost)
-                return False
-            log.warning("connection to %s lost (%s); reconnecting", self._endpoint, lost)
-            self._status = _RECONNECTING
-            self._epoch += 1  # unanswered receipts and open transactions are lost
+            delays = session.lost(lost)
             self._cond.notify_all()
+            if delays is None:
+                return False
         last: StompError = lost
-        for delay in policy.delays():
+        for delay in delays:
             if delay:
                 with self._cond:
-                    if self._status != _RECONNECTING:
+                    if session.status is not Status.RECONNECTING:
                         return False
                     self._cond.wait(delay)
             with self._cond:
-                if self._status != _RECONNECTING:
+                if session.status is not Status.RECONNECTING:
                     return False
             try:
                 established = self._establish()
@@ -1176,22 +997,17 @@ class Connection:
                 last = exc
                 continue
             with self._cond:
-                if self._status != _RECONNECTING:
+                status: Status = session.status  # a local: another thread changes it
+                if status is not Status.RECONNECTING:
                     established[0].close()
                     return False
             self._install(*established)
             return True
         with self._cond:
-            self._fail_locked(ConnectionLost(f"could not reconnect: {last}"))
+            session.give_up(last)
+            self._close_socket()
+            self._cond.notify_all()
         return False
-
-    def _drain_backlog_all_locked(self) -> None:
-        while self._backlog:
-            event = self._backlog.popleft()
-            sub = self._subs.get(event.subscription)
-            if sub is not None:
-                sub._items.append(Message(event, self._epoch, self))
-        self._cond.notify_all()
 
 
 def send(

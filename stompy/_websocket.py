@@ -35,7 +35,7 @@ import anyio.abc
 from stompy._frames import V10, V11, V12
 from stompy.errors import (
     ConnectFailed,
-    ProtocolError,
+    RemoteProtocolError,
     StompError,
     WebSocketClosed,
 )
@@ -121,8 +121,9 @@ class Received:
     #: Bytes to write to the peer now: handshake answer, pongs, reply to a close.
     reply: bytes = b""
     #: Why the WebSocket ended, if it did: :class:`WebSocketClosed` for a close from
-    #: the peer, :class:`ProtocolError` for bad WebSocket data, :class:`ConnectFailed`
-    #: for a refused handshake. Raise it once :attr:`data` has been handled.
+    #: the peer, :class:`RemoteProtocolError` for bad WebSocket data,
+    #: :class:`ConnectFailed` for a refused handshake. Raise it once :attr:`data` has
+    #: been handled.
     ended: StompError | None = None
 
 
@@ -251,7 +252,7 @@ class WebSocket:
         if event.code == _INVALID_PAYLOAD:
             # "the endpoint MUST _Fail the WebSocket Connection_" (RFC 6455, 8.1)
             reason += _TEXT_HINT
-        return ProtocolError(f"bad WebSocket data from {self._peer}: {reason}")
+        return RemoteProtocolError(f"bad WebSocket data from {self._peer}: {reason}")
 
     def _accept(self, event: Request) -> bytes:
         self.request = Handshake(
@@ -276,7 +277,7 @@ class WebSocket:
                 reply = self._conn.send(exc.event_hint)
             except (_WsLocalError, _WsRemoteError):
                 reply = b""
-        return Received(b"", reply, ProtocolError(f"bad WebSocket handshake: {exc}"))
+        return Received(b"", reply, RemoteProtocolError(f"bad WebSocket handshake: {exc}"))
 
     # -- sending -----------------------------------------------------------------------
 
@@ -341,7 +342,7 @@ class WebSocketStream(anyio.abc.ByteStream):
     ) -> WebSocketStream:
         """Run the server side of the handshake on ``stream`` (bound it with a timeout).
 
-        Raises :class:`ProtocolError` for a bad request and the stream's own errors
+        Raises :class:`RemoteProtocolError` for a bad request and the stream's own errors
         (``anyio.EndOfStream``...) when the client goes away first.
         """
         ws = WebSocket.server(subprotocols)

@@ -1,18 +1,17 @@
 """The one error hierarchy of stompy.
 
-Everything stompy raises on purpose derives from :class:`StompError`. Split the h11
-way: :class:`LocalProtocolError` means *you* asked for something the protocol or the
-current state forbids; :class:`ProtocolError` means the *peer* broke the protocol.
-Network failures, timeouts and ERROR frames from the server each have their own
-branch, so that ``except stompy.errors.StompError`` is the only clause a user needs.
+Everything stompy raises on purpose derives from :class:`StompError`. Protocol errors
+are split the h11 way under :class:`ProtocolError`: :class:`LocalProtocolError` means
+*you* asked for something the protocol or the current state forbids (nothing was sent);
+:class:`RemoteProtocolError` means the *peer* broke the protocol (the connection is
+done). ``except ProtocolError`` catches both. Network failures, timeouts and ERROR
+frames from the server each have their own branch, so that
+``except stompy.errors.StompError`` is the only clause a user needs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from stompy._frames import Frame
+from typing import Protocol
 
 __all__ = (
     "BodyNotText",
@@ -25,6 +24,7 @@ __all__ = (
     "NetworkError",
     "ProtocolError",
     "ReceiptTimeout",
+    "RemoteProtocolError",
     "ServerError",
     "StompError",
     "StompTimeout",
@@ -64,6 +64,20 @@ class ConfigurationError(StompError, ValueError):
 
 
 class ProtocolError(StompError):
+    """The STOMP protocol was broken, by either side; catch this for both kinds.
+
+    stompy raises one of its two subclasses, which says whose fault it was.
+    """
+
+
+class LocalProtocolError(ProtocolError):
+    """The caller asked for something the protocol or the current state forbids.
+
+    Nothing was sent and the state did not change: the connection is still usable.
+    """
+
+
+class RemoteProtocolError(ProtocolError):
     """The peer sent something the STOMP specification does not allow.
 
     Raised by the parser for malformed bytes and by the state machine for frames
@@ -72,18 +86,28 @@ class ProtocolError(StompError):
     """
 
 
-class FrameTooLarge(ProtocolError):
-    """A frame crossed one of the configured :class:`~stompy.FrameLimits`.
+class FrameTooLarge(RemoteProtocolError):
+    """A frame from the peer crossed one of the configured :class:`~stompy.FrameLimits`.
 
     Raised as soon as the limit is crossed, before the rest of the frame is buffered.
     """
 
 
-class LocalProtocolError(StompError):
-    """The caller asked for something the protocol or the current state forbids.
+class _Frame(Protocol):
+    """What :attr:`ServerError.frame` offers: a :class:`~stompy.Frame`, read-only.
 
-    Nothing was sent and the state did not change: the connection is still usable.
+    Described here rather than imported, so that this module depends on nothing.
     """
+
+    @property
+    def command(self) -> str: ...
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def body(self) -> bytes: ...
+    def get(self, name: str, default: str | None = None) -> str | None: ...
+    def header_map(self) -> dict[str, str]: ...
+    def __contains__(self, name: object) -> bool: ...
 
 
 class ServerError(StompError):
@@ -93,7 +117,7 @@ class ServerError(StompError):
     when the header is missing).
     """
 
-    def __init__(self, message: str, frame: Frame | None = None) -> None:
+    def __init__(self, message: str, frame: _Frame | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.frame = frame

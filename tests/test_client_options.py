@@ -6,12 +6,19 @@ import ssl
 
 import pytest
 
+import stompy
 from stompy import Frame, Reconnect
 from stompy._client import ClientOptions, MessageBase, error_for_event
 from stompy._events import ConnectionClosed, Error, HeartbeatTimedOut, Receipt
 from stompy._events import Message as MessageEvent
 from stompy._urls import parse_url
-from stompy.errors import ConnectionLost, HeartbeatTimeout, ServerError
+from stompy.errors import (
+    ConnectionLost,
+    HeartbeatTimeout,
+    LocalProtocolError,
+    ProtocolError,
+    ServerError,
+)
 
 
 def test_vhost_rule() -> None:
@@ -116,3 +123,13 @@ def test_message_headers_first_entry_wins_and_read_only() -> None:
     with pytest.raises(TypeError):
         msg.headers["foo"] = "x"  # type: ignore[index]
     assert "m1" in repr(msg)
+
+
+@pytest.mark.parametrize("headers", [{"host": "other"}, {"login": "x"}, {"bad": "line\nbreak"}])
+def test_connect_headers_are_checked_by_the_constructors(headers: dict[str, str]) -> None:
+    """A CONNECT header stompy sets, or one that cannot be sent, is the caller's mistake:
+    ``LocalProtocolError`` from the constructor, never a connect attempt's error."""
+    for make in (ClientOptions, stompy.Connection, stompy.AsyncConnection):
+        with pytest.raises(LocalProtocolError) as caught:
+            make("stomp://127.0.0.1:1", headers=headers)
+        assert isinstance(caught.value, ProtocolError)

@@ -9,7 +9,7 @@ import pytest
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode
 from stompy._frames import V12, Frame
-from stompy.errors import FrameTooLarge, ProtocolError
+from stompy.errors import FrameTooLarge, RemoteProtocolError
 
 # -- helpers -------------------------------------------------------------------------
 
@@ -47,11 +47,11 @@ def both(data: bytes, version: str = "1.2", **kwargs: object) -> tuple[list[Fram
     return result
 
 
-def error_of(data: bytes, version: str = "1.2", **kwargs: object) -> ProtocolError:
+def error_of(data: bytes, version: str = "1.2", **kwargs: object) -> RemoteProtocolError:
     """The error parsing ``data`` raises, the same whole and one byte at a time."""
-    with pytest.raises(ProtocolError) as whole_error:
+    with pytest.raises(RemoteProtocolError) as whole_error:
         whole(data, version, **kwargs)
-    with pytest.raises(ProtocolError) as bytewise_error:
+    with pytest.raises(RemoteProtocolError) as bytewise_error:
         bytewise(data, version, **kwargs)
     assert type(whole_error.value) is type(bytewise_error.value)
     return whole_error.value
@@ -90,7 +90,7 @@ def test_content_length_zero() -> None:
 def test_body_without_content_length_ends_at_the_first_nul() -> None:
     frames, _ = both(b"SEND\ndestination:/q\n\nab\x00cd\x00")
     # The second "frame" starts with "cd": not a command, so only the first is whole.
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         whole(b"SEND\n\nab\x00cd\n\n\x00")
     assert frames[0].body == b"ab"
 
@@ -175,7 +175,7 @@ def test_a_lone_cr_that_never_completes_is_not_a_frame() -> None:
     parser = FrameParser("1.2")
     assert parser.parse(b"\r") == []
     assert parser.buffered == 1
-    with pytest.raises(ProtocolError, match="carriage return"):
+    with pytest.raises(RemoteProtocolError, match="carriage return"):
         parser.parse(b"\r")
 
 
@@ -289,7 +289,7 @@ def test_a_line_read_without_unescaping_is_unescaped_later() -> None:
     frames = parser.parse(b"CONNECTED\nk:a\\cb\n\n\x00MESSAGE\nk:a\\cb\n\n\x00")
     assert [f.headers for f in frames] == [(("k", "a\\cb"),), (("k", "a:b"),)]
     parser.parse(b"CONNECTED\nk:a\\tb\n\n\x00")
-    with pytest.raises(ProtocolError, match="undefined escape"):
+    with pytest.raises(RemoteProtocolError, match="undefined escape"):
         parser.parse(b"MESSAGE\nk:a\\tb\n\n\x00")
 
 
@@ -332,7 +332,7 @@ def test_the_pairs_kept_are_bounded() -> None:
 )
 def test_malformed_frames(data: bytes, what: str) -> None:
     error = error_of(data)
-    assert type(error) is ProtocolError
+    assert type(error) is RemoteProtocolError
     assert what in str(error)
     assert "of the stream" in str(error)
 
@@ -363,29 +363,29 @@ def test_error_position_survives_buffer_compaction() -> None:
         parser.feed(b"MESSAGE\n\nx\x00")
         assert drain(parser) == [Frame("MESSAGE", (), b"x")]
     parser.feed(b"BAD\n\n\x00")
-    with pytest.raises(ProtocolError, match="at byte 33 "):
+    with pytest.raises(RemoteProtocolError, match="at byte 33 "):
         parser.next_frame()
 
 
 def test_the_error_is_sticky() -> None:
     parser = FrameParser("1.2")
     parser.feed(b"BAD\n\n\x00")
-    with pytest.raises(ProtocolError) as first:
+    with pytest.raises(RemoteProtocolError) as first:
         parser.next_frame()
     parser.feed(b"MESSAGE\n\n\x00")
-    with pytest.raises(ProtocolError) as second:
+    with pytest.raises(RemoteProtocolError) as second:
         parser.next_frame()
     assert second.value is first.value
 
 
 def test_parse_raises_the_same_sticky_error() -> None:
     parser = FrameParser("1.2")
-    with pytest.raises(ProtocolError, match="unknown command") as first:
+    with pytest.raises(RemoteProtocolError, match="unknown command") as first:
         parser.parse(b"MESSAGE\n\n\x00BAD\n\n\x00")
-    with pytest.raises(ProtocolError) as second:
+    with pytest.raises(RemoteProtocolError) as second:
         parser.parse(b"MESSAGE\n\n\x00")
     assert second.value is first.value
-    with pytest.raises(ProtocolError) as third:
+    with pytest.raises(RemoteProtocolError) as third:
         parser.next_frame()
     assert third.value is first.value
 
@@ -394,7 +394,7 @@ def test_frames_before_an_error_are_handed_out() -> None:
     parser = FrameParser("1.2")
     parser.feed(b"MESSAGE\n\n\x00BAD\n\n\x00")
     assert parser.next_frame() == Frame("MESSAGE")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         parser.next_frame()
 
 
@@ -557,7 +557,7 @@ def test_garbage_is_refused_as_soon_as_its_line_ends(head: bytes, what: str) -> 
         if cut < len(head):
             assert parser.next_frame() is None  # the line is not over yet
             parser.feed(head[cut:])
-        with pytest.raises(ProtocolError, match=re.escape(what)) as info:
+        with pytest.raises(RemoteProtocolError, match=re.escape(what)) as info:
             parser.next_frame()
         assert not isinstance(info.value, FrameTooLarge)
 

@@ -1,4 +1,4 @@
-"""Hypothesis: the codec round-trips every frame and fails only with ProtocolError."""
+"""Hypothesis: the codec round-trips every frame and fails only with RemoteProtocolError."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._frames import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
-from stompy.errors import ProtocolError
+from stompy.errors import RemoteProtocolError
 
-Outcome = tuple[list[Frame], int, type[ProtocolError] | None]
+Outcome = tuple[list[Frame], int, type[RemoteProtocolError] | None]
 
 # -- strategies ----------------------------------------------------------------------
 
@@ -81,7 +81,7 @@ def run(
                 frames_out.append(frame)
             else:
                 raise AssertionError("next_frame() kept returning frames")
-    except ProtocolError as exc:
+    except RemoteProtocolError as exc:
         return frames_out, parser.heartbeats, type(exc)
     return frames_out, parser.heartbeats, None
 
@@ -102,7 +102,7 @@ def run_parse(
     try:
         for chunk in chunks:
             frames_out += parser.parse(chunk)
-    except ProtocolError as exc:
+    except RemoteProtocolError as exc:
         return frames_out, parser.heartbeats, type(exc)
     return frames_out, parser.heartbeats, None
 
@@ -236,7 +236,7 @@ def test_garbage_is_refused_within_a_bounded_number_of_bytes(
         try:
             while parser.next_frame() is not None:
                 pass
-        except ProtocolError:
+        except RemoteProtocolError:
             return
         # No blank line, so no frame can end: all of it is one header block.
         assert index < bound, f"{index + 1} bytes of garbage and no error"

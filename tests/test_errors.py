@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+
 import pytest
 
+import stompy
 from stompy import errors
+from stompy._codec import FrameLimits, FrameParser
 from stompy._frames import Frame
+from stompy._protocol import ClientProtocol, State
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,
@@ -15,6 +21,7 @@ from stompy.errors import (
     NetworkError,
     ProtocolError,
     ReceiptTimeout,
+    RemoteProtocolError,
     ServerError,
     StompError,
     StompTimeout,
@@ -25,8 +32,9 @@ from stompy.errors import (
 PARENTS: dict[type[Exception], tuple[type[BaseException], ...]] = {
     StompError: (Exception,),
     ProtocolError: (StompError,),
-    FrameTooLarge: (ProtocolError,),
-    LocalProtocolError: (StompError,),
+    LocalProtocolError: (ProtocolError,),
+    RemoteProtocolError: (ProtocolError,),
+    FrameTooLarge: (RemoteProtocolError,),
     ServerError: (StompError,),
     NetworkError: (StompError,),
     ConnectFailed: (NetworkError,),
@@ -53,10 +61,85 @@ def test_every_error_is_a_stomp_error() -> None:
         assert issubclass(getattr(errors, name), StompError)
 
 
-def test_local_and_remote_protocol_errors_are_distinct() -> None:
-    # h11's split: the caller's mistake is never confused with the peer's.
-    assert not issubclass(LocalProtocolError, ProtocolError)
-    assert not issubclass(ProtocolError, LocalProtocolError)
+def test_protocol_error_is_the_base_of_both_kinds() -> None:
+    # h11's split: one base to catch both, and the caller's mistake is never
+    # confused with the peer's.
+    assert issubclass(LocalProtocolError, ProtocolError)
+    assert issubclass(RemoteProtocolError, ProtocolError)
+    assert issubclass(FrameTooLarge, RemoteProtocolError)
+    assert not issubclass(LocalProtocolError, RemoteProtocolError)
+    assert not issubclass(RemoteProtocolError, LocalProtocolError)
+    assert not issubclass(FrameTooLarge, LocalProtocolError)
+
+
+def test_a_malformed_frame_from_the_peer_is_a_remote_protocol_error() -> None:
+    parser = FrameParser("1.2")
+    with pytest.raises(ProtocolError) as info:
+        parser.parse(b"SEND\nno-colon-here\n\nx\x00")
+    assert type(info.value) is RemoteProtocolError
+    assert "without a colon" in str(info.value)
+
+
+def test_a_frame_over_the_limits_is_a_remote_protocol_error() -> None:
+    parser = FrameParser("1.2", FrameLimits(max_body=4))
+    with pytest.raises(RemoteProtocolError) as info:
+        parser.parse(b"SEND\ncontent-length:5\n\n")
+    assert type(info.value) is FrameTooLarge
+
+
+def test_a_frame_the_state_forbids_is_a_remote_protocol_error() -> None:
+    proto = ClientProtocol()
+    proto.connect("/")
+    proto.receive_data(b"CONNECTED\nversion:1.2\n\n\x00RECEIPT\nreceipt-id:never\n\n\x00", 0.0)
+    proto.next_event()
+    try:
+        proto.next_event()
+    except ProtocolError as exc:
+        caught: ProtocolError = exc
+    else:
+        pytest.fail("a RECEIPT nobody asked for was accepted")
+    assert type(caught) is RemoteProtocolError
+    assert "never asked for" in str(caught)
+    assert proto.state is State.CLOSED
+
+
+def test_a_local_misuse_is_a_local_protocol_error_caught_as_protocol_error() -> None:
+    proto = ClientProtocol()
+    try:
+        proto.send("/queue/a", b"too early")
+    except ProtocolError as exc:
+        caught: ProtocolError = exc
+    else:
+        pytest.fail("send() before connect() was accepted")
+    assert type(caught) is LocalProtocolError
+    assert not isinstance(caught, RemoteProtocolError)
+    assert proto.state is State.IDLE
+    assert proto.data_to_send() == b""
+
+
+def test_both_kinds_are_exported_at_the_top() -> None:
+    assert stompy.ProtocolError is ProtocolError
+    assert stompy.LocalProtocolError is LocalProtocolError
+    assert stompy.RemoteProtocolError is RemoteProtocolError
+    assert "RemoteProtocolError" in errors.__all__
+
+
+def test_errors_imports_no_other_stompy_module() -> None:
+    # The base of every module's errors depends on none of them: no import circle,
+    # not even one under TYPE_CHECKING.
+    tree = ast.parse(inspect.getsource(errors))
+    imported = [
+        name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or "." * node.level]
+        )
+    ]
+    assert imported
+    assert [name for name in imported if name.startswith((".", "stompy"))] == []
 
 
 def test_timeouts_are_builtin_timeouts() -> None:

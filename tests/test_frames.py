@@ -20,7 +20,7 @@ from stompy._frames import (
     make_headers,
     unescape,
 )
-from stompy.errors import ProtocolError
+from stompy.errors import RemoteProtocolError
 
 # -- Frame ---------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ def test_unescape_reads_left_to_right(version: str, escaped: str, text: str) -> 
 )
 def test_undefined_escapes_are_fatal_when_strict(version: str, escaped: str) -> None:
     # "Undefined escape sequences such as \t ... MUST be treated as a fatal protocol error"
-    with pytest.raises(ProtocolError, match="undefined escape"):
+    with pytest.raises(RemoteProtocolError, match="undefined escape"):
         unescape(escaped, version)
 
 
@@ -171,7 +171,7 @@ def test_undefined_escapes_are_kept_literally_when_lenient(
     ],
 )
 def test_the_undefined_sequence_is_named(escaped: str, sequence: str) -> None:
-    with pytest.raises(ProtocolError, match=f"sequence {re.escape(repr(sequence))} in"):
+    with pytest.raises(RemoteProtocolError, match=f"sequence {re.escape(repr(sequence))} in"):
         unescape(escaped, "1.2")
 
 
@@ -192,7 +192,7 @@ def plain_unescape(text: str, version: str, strict: bool) -> str:
         if follower in table and follower:
             out.append(table[follower])
         elif strict:
-            raise ProtocolError(f"undefined {text[i : i + 2]!r}")
+            raise RemoteProtocolError(f"undefined {text[i : i + 2]!r}")
         else:
             out.append(text[i : i + 2])
         i += 2
@@ -207,9 +207,9 @@ escapy_text = st.text(st.sampled_from("\\ncrt:x\n\r"), max_size=16)
 def test_unescape_reads_like_a_plain_scanner(text: str, version: str, strict: bool) -> None:
     try:
         expected = plain_unescape(text, version, strict)
-    except ProtocolError as exc:
+    except RemoteProtocolError as exc:
         sequence = re.escape(str(exc).removeprefix("undefined "))
-        with pytest.raises(ProtocolError, match=f"undefined escape sequence {sequence} "):
+        with pytest.raises(RemoteProtocolError, match=f"undefined escape sequence {sequence} "):
             unescape(text, version, strict=strict)
     else:
         assert unescape(text, version, strict=strict) == expected

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from stompy._events import HeartbeatTimedOut
 from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
 from stompy._protocol import ClientProtocol, State
-from stompy.errors import ProtocolError
+from stompy.errors import RemoteProtocolError
 from tests.test_protocol import connected, events, server_bytes
 
 # -- the header ----------------------------------------------------------------------
@@ -34,7 +34,7 @@ def test_parse_heartbeat(value: str | None, expected: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("value", ["", "x,0", "0,x", "10", "1,2,3", "-1,0", "1.5,2", "1;2", ","])
 def test_parse_heartbeat_refuses_garbage(value: str) -> None:
-    with pytest.raises(ProtocolError, match="invalid heart-beat"):
+    with pytest.raises(RemoteProtocolError, match="invalid heart-beat"):
         parse_heartbeat(value)
 
 
@@ -188,7 +188,7 @@ def test_invalid_server_heartbeat_is_a_protocol_error() -> None:
     proto = ClientProtocol(heartbeats=(1000, 1000))
     proto.connect("/")
     proto.receive_data(server_bytes("CONNECTED", (("version", "1.2"), ("heart-beat", "x,0"))))
-    with pytest.raises(ProtocolError, match="invalid heart-beat"):
+    with pytest.raises(RemoteProtocolError, match="invalid heart-beat"):
         proto.next_event()
     assert proto.state is State.CLOSED
     assert proto.next_deadline() is None

@@ -18,7 +18,7 @@ from stompy._events import (
 )
 from stompy._frames import Frame
 from stompy._protocol import ClientProtocol, State, SubscriptionInfo
-from stompy.errors import FrameTooLarge, LocalProtocolError, ProtocolError
+from stompy.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 
 # -- helpers (also used by the other protocol test modules) ---------------------------
 
@@ -237,7 +237,7 @@ def test_a_version_we_did_not_offer_is_a_protocol_error(
     proto = ClientProtocol(versions=offered)
     proto.connect("/")
     proto.receive_data(reply)
-    with pytest.raises(ProtocolError, match="did not offer"):
+    with pytest.raises(RemoteProtocolError, match="did not offer"):
         proto.next_event()
     assert proto.state is State.CLOSED
     assert proto.next_event() is None
@@ -283,7 +283,7 @@ def test_crlf_error_answering_connect() -> None:
 def test_a_second_connected_is_a_protocol_error() -> None:
     proto = connected()
     proto.receive_data(server_bytes("CONNECTED", (("version", "1.2"),)))
-    with pytest.raises(ProtocolError, match="unexpected CONNECTED"):
+    with pytest.raises(RemoteProtocolError, match="unexpected CONNECTED"):
         proto.next_event()
     assert proto.state is State.CLOSED
 
@@ -291,7 +291,7 @@ def test_a_second_connected_is_a_protocol_error() -> None:
 def test_frames_before_connect_are_protocol_errors() -> None:
     proto = ClientProtocol()
     proto.receive_data(b"CONNECTED\nversion:1.2\n\n\x00")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         proto.next_event()
     assert proto.state is State.CLOSED
 
@@ -314,7 +314,7 @@ def test_frames_while_connecting_are_protocol_errors(frame: bytes) -> None:
     proto = ClientProtocol()
     proto.connect("/")
     proto.receive_data(frame)
-    with pytest.raises(ProtocolError, match="in state CONNECTING"):
+    with pytest.raises(RemoteProtocolError, match="in state CONNECTING"):
         proto.next_event()
 
 
@@ -322,7 +322,7 @@ def test_frames_while_connecting_are_protocol_errors(frame: bytes) -> None:
 def test_client_commands_from_the_server_are_protocol_errors(command: str) -> None:
     proto = connected()
     proto.receive_data(server_bytes(command))
-    with pytest.raises(ProtocolError, match="only clients send"):
+    with pytest.raises(RemoteProtocolError, match="only clients send"):
         proto.next_event()
     assert proto.state is State.CLOSED
 
@@ -330,7 +330,7 @@ def test_client_commands_from_the_server_are_protocol_errors(command: str) -> No
 def test_garbage_is_a_protocol_error_and_closes() -> None:
     proto = connected()
     proto.receive_data(b"HELLO\n\n\x00")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RemoteProtocolError):
         proto.next_event()
     assert proto.state is State.CLOSED
     proto.receive_data(b"MESSAGE\n\n\x00")
@@ -566,7 +566,7 @@ def test_closed_subscriptions_are_remembered_within_a_bound() -> None:
         proto.unsubscribe(proto.subscribe("/q"))
     assert len(proto._closed_subscriptions) == 1024
     proto.receive_data(server_bytes("MESSAGE", (("subscription", first), ("message-id", "1"))))
-    with pytest.raises(ProtocolError, match="never made"):
+    with pytest.raises(RemoteProtocolError, match="never made"):
         proto.next_event()
 
 
@@ -597,11 +597,11 @@ def test_message_without_a_known_subscription_is_a_protocol_error(version: str) 
     proto = connected(version)
     proto.subscribe("/q")
     proto.receive_data(server_bytes("MESSAGE", (("destination", "/q"), ("message-id", "1"))))
-    with pytest.raises(ProtocolError, match="without the subscription header"):
+    with pytest.raises(RemoteProtocolError, match="without the subscription header"):
         proto.next_event()
     proto = connected(version)
     proto.receive_data(server_bytes("MESSAGE", (("subscription", "9"), ("message-id", "1"))))
-    with pytest.raises(ProtocolError, match="never made"):
+    with pytest.raises(RemoteProtocolError, match="never made"):
         proto.next_event()
     assert proto.state is State.CLOSED
 
@@ -665,7 +665,7 @@ def test_10_unroutable_message_is_a_protocol_error(subscriptions: int) -> None:
     for i in range(subscriptions):
         proto.subscribe(f"/{i}")
     proto.receive_data(server_bytes("MESSAGE", (("destination", "/x"), ("message-id", "1"))))
-    with pytest.raises(ProtocolError, match="matches none"):
+    with pytest.raises(RemoteProtocolError, match="matches none"):
         proto.next_event()
 
 
@@ -833,7 +833,7 @@ def test_open_transactions_end_with_the_connection(ending: str) -> None:
         proto.close()
     else:
         proto.receive_data(b"BAD\n\n\x00")
-        with pytest.raises(ProtocolError):
+        with pytest.raises(RemoteProtocolError):
             proto.next_event()
     assert proto.transactions == frozenset()
 
@@ -930,7 +930,7 @@ def test_receipts_on_every_frame() -> None:
 def test_bad_receipts_are_protocol_errors(headers: tuple[tuple[str, str], ...], what: str) -> None:
     proto = connected()
     proto.receive_data(server_bytes("RECEIPT", headers))
-    with pytest.raises(ProtocolError, match=what):
+    with pytest.raises(RemoteProtocolError, match=what):
         proto.next_event()
     assert proto.state is State.CLOSED
 
@@ -940,7 +940,7 @@ def test_a_receipt_is_matched_only_once() -> None:
     proto.send("/q", b"", receipt="once")
     assert isinstance(deliver(proto, "RECEIPT", ("receipt-id", "once")), Receipt)
     proto.receive_data(server_bytes("RECEIPT", (("receipt-id", "once"),)))
-    with pytest.raises(ProtocolError, match="never asked for"):
+    with pytest.raises(RemoteProtocolError, match="never asked for"):
         proto.next_event()
 
 
@@ -1049,7 +1049,7 @@ def test_receiving_is_strict_by_default() -> None:
     proto = connected()
     sub = proto.subscribe("/q")
     proto.receive_data(b"MESSAGE\nsubscription:" + sub.encode() + b"\nk:a\\tb\n\n\x00")
-    with pytest.raises(ProtocolError, match="undefined escape"):
+    with pytest.raises(RemoteProtocolError, match="undefined escape"):
         proto.next_event()
 
 
@@ -1162,7 +1162,7 @@ def test_only_temp_queue_reply_to_makes_an_implicit_subscription() -> None:
     assert proto.implicit_subscriptions == frozenset()
     message = (("subscription", "/temp-queue/a"), ("message-id", "m"))
     proto.receive_data(server_bytes("MESSAGE", message))
-    with pytest.raises(ProtocolError, match="never made"):
+    with pytest.raises(RemoteProtocolError, match="never made"):
         proto.next_event()
 
 
@@ -1231,6 +1231,6 @@ def test_a_message_without_message_id_is_the_servers_fault() -> None:
     proto = connected()
     sub = proto.subscribe("/q", ack="client-individual")
     proto.receive_data(server_bytes("MESSAGE", (("subscription", sub), ("ack", "a1"))))
-    with pytest.raises(ProtocolError, match="without the message-id header") as info:
+    with pytest.raises(RemoteProtocolError, match="without the message-id header") as info:
         proto.next_event()
     assert not isinstance(info.value, LocalProtocolError)

@@ -40,7 +40,7 @@ from stompy._events import (
 )
 from stompy._frames import VERSIONS, Frame
 from stompy._protocol import ClientProtocol, State
-from stompy.errors import LocalProtocolError, ProtocolError
+from stompy.errors import LocalProtocolError, RemoteProtocolError
 from tests.test_protocol import snapshot
 
 T = TypeVar("T")
@@ -325,8 +325,8 @@ class ClientMachine(RuleBasedStateMachine):
         for _ in range(100):
             try:
                 event = self.proto.next_event()
-            except ProtocolError:
-                statistic(f"ProtocolError in {self.model.name}")
+            except RemoteProtocolError:
+                statistic(f"RemoteProtocolError in {self.model.name}")
                 assert expect_error
                 self.model = State.CLOSED
                 self.txs.clear()
@@ -605,5 +605,5 @@ def test_the_receive_path_raises_only_protocol_error(
         proto.handle_timer(100.0)
         while proto.next_event() is not None:
             pass
-    except ProtocolError:
+    except RemoteProtocolError:
         assert proto.state is State.CLOSED

@@ -39,7 +39,7 @@ from stompy._websocket import (
     WebSocketClosed,
     subprotocols_for,
 )
-from stompy.errors import ConnectFailed, ConnectionLost, FrameTooLarge, ProtocolError
+from stompy.errors import ConnectFailed, ConnectionLost, FrameTooLarge, RemoteProtocolError
 
 TIMEOUT = 5.0
 ALL = ["v12.stomp", "v11.stomp", "v10.stomp"]
@@ -171,7 +171,7 @@ def test_our_close_and_its_answer() -> None:
 def test_bad_websocket_data_is_a_protocol_error(wire: bytes, code: int) -> None:
     ws, server = open_pair()
     got = ws.receive(wire)
-    assert isinstance(got.ended, ProtocolError)
+    assert isinstance(got.ended, RemoteProtocolError)
     (event,) = server_events(server, got.reply)
     assert isinstance(event, CloseConnection)
     assert event.code == code
@@ -200,7 +200,7 @@ def test_a_subprotocol_we_did_not_offer_is_refused() -> None:
         b"Sec-WebSocket-Accept: x\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n"
     )
     got = ws.receive(response)
-    assert isinstance(got.ended, ProtocolError)
+    assert isinstance(got.ended, RemoteProtocolError)
     assert not ws.open
 
 
@@ -241,10 +241,10 @@ def test_server_side_accepts_a_client_offering_no_subprotocol() -> None:
 def test_server_side_refuses_a_bad_request_with_400() -> None:
     server = WebSocket.server()
     got = server.receive(b"POST /ws HTTP/1.1\r\nHost: h\r\n\r\n")
-    assert isinstance(got.ended, ProtocolError)
+    assert isinstance(got.ended, RemoteProtocolError)
     assert got.reply.startswith(b"HTTP/1.1 400 ")
     got = WebSocket.server().receive(b"\x00\x01 not http at all\r\n\r\n")
-    assert isinstance(got.ended, ProtocolError)
+    assert isinstance(got.ended, RemoteProtocolError)
 
 
 # -- a scripted WebSocket server for the clients -----------------------------------------
@@ -506,7 +506,7 @@ def test_bad_websocket_data_from_the_server_is_a_protocol_error() -> None:
 
     with scripted(script) as url, stompy.Connection(url) as conn:
         sub = conn.subscribe("/queue/a")
-        with pytest.raises(ProtocolError, match="WebSocket"):
+        with pytest.raises(RemoteProtocolError, match="WebSocket"):
             sub.get(timeout=TIMEOUT)
 
 

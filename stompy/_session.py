@@ -1,0 +1,509 @@
+"""The session engine: every decision of a client connection that is not moving bytes
+or waiting.
+
+:class:`ClientProtocol` knows one STOMP connection. A client lives longer: it
+reconnects, replays its subscriptions, keeps received messages for slow consumers,
+matches receipts to the calls that wait for them, and says goodbye. :class:`Session`
+holds that state and makes those decisions for both transports, which only move
+bytes, wait, and wake the user's waits. Like the core, it does no I/O and reads no
+clock: time and randomness come in as arguments.
+
+Each established connection is an *epoch*. What belongs to an epoch (unanswered
+receipts, open transactions, unacked messages) is void in the next: an ACK for a
+message from an earlier epoch is a no-op, since the broker has put it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
+
+from stompy._client import ClientOptions, error_for_event, take_output
+from stompy._events import AckMode, Connected, Receipt
+from stompy._events import Message as MessageEvent
+from stompy._protocol import ClientProtocol, State
+from stompy._state import ReceiptState, Status
+from stompy._urls import Endpoint
+from stompy.errors import (
+    ConnectFailed,
+    ConnectionLost,
+    LocalProtocolError,
+    ProtocolError,
+    ServerError,
+    StompError,
+)
+
+if TYPE_CHECKING:
+    from stompy._websocket import WebSocket
+
+__all__ = ("Handshake", "Inbox", "Pumped", "Session", "Subscribed")
+
+log: Final = logging.getLogger("stompy")
+
+#: What a transport's message class is built from: the core's event and its epoch.
+M = TypeVar("M")
+
+
+class Inbox(Generic[M]):
+    """One subscription as the session keeps it: what to replay, and the messages
+    received for it that the consumer has not taken yet (at most ``max_pending``)."""
+
+    __slots__ = ("ack", "active", "destination", "headers", "id", "items", "max_pending")
+
+    def __init__(
+        self,
+        id: str,
+        destination: str,
+        ack: AckMode,
+        headers: Mapping[str, str],
+        max_pending: int,
+    ) -> None:
+        self.id = id
+        self.destination = destination
+        self.ack: AckMode = ack
+        self.headers = dict(headers)
+        self.max_pending = max_pending
+        self.items: deque[M] = deque()
+        self.active = True
+
+
+class Handshake:
+    """Establishing one connection: the WebSocket upgrade (if any), CONNECT, CONNECTED.
+
+    The transport writes :attr:`first`, then hands every chunk it reads to
+    :meth:`receive` and writes what it returns, until :attr:`connected` is set.
+    """
+
+    def __init__(self, options: ClientOptions, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.proto = options.start(endpoint)
+        self.ws: WebSocket | None = None
+        request = b""
+        if endpoint.websocket:
+            self.ws, request = options.websocket(endpoint)
+        #: The first bytes to write: CONNECT, or over WebSocket the upgrade request
+        #: (CONNECT then goes once the server accepted it).
+        self.first = request or take_output(self.proto, None, None, endpoint)
+        self.connected: Connected | None = None
+
+    def receive(self, data: bytes, now: float) -> bytes:
+        """Feed what was read (``b""`` at end of stream); return the bytes to write.
+
+        Raises :class:`ServerError` when the broker refuses, :class:`ConnectFailed` when
+        the connection ends first, and the parser's :class:`ProtocolError`.
+        """
+        proto, ws, endpoint = self.proto, self.ws, self.endpoint
+        reply = b""
+        ended: StompError | None = None
+        if not data:
+            proto.receive_eof()
+        elif ws is None:
+            proto.receive_data(data, now)
+        else:
+            was_open = ws.open
+            got = ws.receive(data)
+            reply = got.reply
+            if ws.open and not was_open:
+                reply += take_output(proto, ws, None, endpoint)
+            proto.receive_data(got.data, now)
+            ended = got.ended
+        event = proto.next_event()
+        while event is not None:
+            if isinstance(event, Connected):
+                proto.start_heartbeats(now)
+                log.info("connected to %s (STOMP %s)", endpoint, event.version)
+                self.connected = event
+                return reply
+            failure = error_for_event(event)
+            if isinstance(failure, ServerError):
+                raise failure
+            if failure is not None:
+                raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
+            event = proto.next_event()
+        if ended is not None:
+            if isinstance(ended, ConnectionLost):
+                raise ConnectFailed(f"{ended} during CONNECT")
+            raise ended
+        return reply
+
+
+class Subscribed(Generic[M]):
+    """What :meth:`Session.subscribe` made: the inbox, and the receipt id to wait for."""
+
+    __slots__ = ("inbox", "receipt")
+
+    def __init__(self, inbox: Inbox[M], receipt: str | None) -> None:
+        self.inbox = inbox
+        self.receipt = receipt
+
+
+class Pumped:
+    """What one :meth:`Session.pump` did: whether anyone should be woken, and why the
+    connection ended, if it did."""
+
+    __slots__ = ("failure", "woke")
+
+    def __init__(self, woke: bool, failure: StompError | None) -> None:
+        self.woke = woke
+        self.failure = failure
+
+
+class Session(Generic[M]):
+    """A client connection's state across reconnects, and the rules that change it.
+
+    ``wrap(event, epoch)`` makes the transport's message object for a received
+    MESSAGE; ``uniform(a, b)`` is the randomness of the reconnect jitter.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        wrap: Callable[[MessageEvent, int], M],
+        *,
+        uniform: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.options = options
+        self.status = Status.NEW
+        #: The error that ended the session for good, or ``None``.
+        self.failure: StompError | None = None
+        self.epoch = 0
+        self.proto: ClientProtocol | None = None
+        #: The WebSocket framing of the current connection (``None`` for plain STOMP).
+        self.ws: WebSocket | None = None
+        self.endpoint: Endpoint | None = None
+        self.connected: Connected | None = None
+        #: Encoded bytes not yet written, in order.
+        self.outgoing = bytearray()
+        self.inboxes: dict[str, Inbox[M]] = {}
+        #: Messages that arrived while their inbox (or an earlier message's) was full.
+        #: While any wait here the transport stops reading: TCP pushes back on the broker.
+        self.backlog: deque[MessageEvent] = deque()
+        self._wrap = wrap
+        self._uniform = uniform
+        self._expected: set[str] = set()  # receipt ids somebody waits for
+        self._arrived: set[str] = set()  # ... of which these came
+
+    def __repr__(self) -> str:
+        return f"<Session {self.endpoint} {self.status} epoch={self.epoch}>"
+
+    # -- establishing --------------------------------------------------------------------
+
+    def handshake(self, endpoint: Endpoint) -> Handshake:
+        return Handshake(self.options, endpoint)
+
+    def connect_delays(self) -> Iterator[float]:
+        """The delay before each round of :meth:`connect`'s attempts."""
+        policy = self.options.reconnect
+        return policy.delays(self._uniform) if policy is not None else iter((0.0,))
+
+    def install(self, handshake: Handshake, now: float) -> None:
+        """Make an established connection the current one: a new epoch, in which every
+        subscription is made again with the same id."""
+        assert handshake.connected is not None
+        proto = handshake.proto
+        self.proto = proto
+        self.ws = handshake.ws
+        self.endpoint = handshake.endpoint
+        self.connected = handshake.connected
+        self.outgoing = bytearray()
+        self.backlog.clear()
+        self.epoch += 1
+        self.status = Status.CONNECTED
+        for inbox in self.inboxes.values():
+            proto.subscribe(inbox.destination, ack=inbox.ack, id=inbox.id, headers=inbox.headers)
+        self.flush(now)
+
+    # -- intents ---------------------------------------------------------------------------
+
+    @property
+    def settling(self) -> bool:
+        """The core saw its connection end (an ERROR, say), and the transport has not yet
+        decided between reconnecting and failing: an intent waits for that verdict."""
+        proto = self.proto
+        return self.status is Status.CONNECTED and proto is not None and proto.state is State.CLOSED
+
+    def ready(self) -> ClientProtocol:
+        """The core to run an intent on; raises why there is none (once no wait helps)."""
+        if self.failure is not None:
+            raise self.failure
+        proto = self.proto
+        if self.status is not Status.CONNECTED or proto is None:
+            raise LocalProtocolError(f"the connection is {self.status}")
+        return proto
+
+    def flush(self, now: float | None) -> bool:
+        """Move the core's encoded frames to :attr:`outgoing`; whether there were any."""
+        proto = self.proto
+        if proto is None:
+            return False
+        data = take_output(proto, self.ws, now, self.endpoint)
+        if data:
+            self.outgoing += data
+            return True
+        return False
+
+    def subscribe(
+        self,
+        destination: str,
+        ack: AckMode,
+        id: str | None,
+        headers: Mapping[str, str] | None,
+        max_pending: int | None,
+        receipt: bool,
+    ) -> Subscribed[M]:
+        """SUBSCRIBE on the current connection; the inbox and the receipt id to wait for."""
+        proto = self.ready()
+        before = proto.pending_receipts
+        sub_id = proto.subscribe(destination, ack=ack, id=id, headers=headers, receipt=receipt)
+        pending = max_pending if max_pending is not None else self.options.max_pending
+        inbox: Inbox[M] = Inbox(sub_id, destination, ack, headers or {}, pending)
+        self.inboxes[sub_id] = inbox
+        rid = next(iter(proto.pending_receipts - before), None)
+        if rid is not None:
+            self.expect(rid)
+        return Subscribed(inbox, rid)
+
+    def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> str | None:
+        """End a subscription; UNSUBSCRIBE if its connection is up. The receipt id, if any.
+
+        Messages already received stay in the inbox for the consumer.
+        """
+        inbox.active = False
+        self.inboxes.pop(inbox.id, None)
+        proto = self.proto
+        if (
+            self.status is Status.CONNECTED
+            and proto is not None
+            and inbox.id in proto.subscriptions
+        ):
+            rid = proto.unsubscribe(inbox.id, receipt=receipt)
+            if rid is not None:
+                self.expect(rid)
+            return rid
+        return None
+
+    def is_stale(self, epoch: int) -> bool:
+        """Whether something of ``epoch`` (a message, a transaction) is from an earlier
+        connection: its broker state is gone, so answering it would be wrong."""
+        return epoch != self.epoch
+
+    def acknowledge(
+        self, command: str, event: MessageEvent, transaction: str | None, receipt: bool
+    ) -> str | None:
+        """ACK or NACK ``event`` on the current connection; the receipt id, if any."""
+        proto = self.ready()
+        if command == "ACK":
+            rid = proto.ack(event, transaction=transaction, receipt=receipt)
+        else:
+            rid = proto.nack(event, transaction=transaction, receipt=receipt)
+        if rid is not None:
+            self.expect(rid)
+        return rid
+
+    def end_transaction(self, command: str, transaction: str, receipt: bool) -> str | None:
+        """COMMIT or ABORT on the current connection; the receipt id, if any."""
+        proto = self.ready()
+        if command == "COMMIT":
+            rid = proto.commit(transaction, receipt=receipt)
+        else:
+            rid = proto.abort(transaction, receipt=receipt)
+        if rid is not None:
+            self.expect(rid)
+        return rid
+
+    # -- receipts --------------------------------------------------------------------------
+
+    def expect(self, rid: str) -> None:
+        """Keep the RECEIPT ``rid`` when it comes: somebody will wait for it."""
+        self._expected.add(rid)
+
+    def expect_pending(self) -> None:
+        """Keep every receipt the core waits for (a wait is about to let them arrive)."""
+        proto = self.proto
+        if proto is not None:
+            self._expected |= proto.pending_receipts
+
+    def receipt_state(
+        self, rid: str, epoch: int, *, reading: bool, allow_closing: bool = False
+    ) -> ReceiptState:
+        """How the wait for ``rid``, asked in ``epoch``, stands. ``reading`` says whether
+        the transport still reads that connection; ``allow_closing`` is for the
+        DISCONNECT receipt, which is waited for while closing."""
+        if rid in self._arrived:
+            return ReceiptState.ARRIVED
+        if self.failure is not None:
+            return ReceiptState.FAILED
+        status = self.status
+        if (
+            not reading
+            or epoch != self.epoch
+            or not (status is Status.CONNECTED or (allow_closing and status is Status.CLOSING))
+        ):
+            return ReceiptState.LOST
+        return ReceiptState.PENDING
+
+    def forget(self, rid: str) -> None:
+        """The wait for ``rid`` is over, however it ended."""
+        self._expected.discard(rid)
+        self._arrived.discard(rid)
+
+    # -- what the broker sent -----------------------------------------------------------
+
+    def receive(self, data: bytes, now: float) -> StompError | None:
+        """Feed bytes read from the connection (``b""``: end of stream) to the core.
+
+        Returns the error a WebSocket close stands for: the transport reports it after
+        the frames before it were handled (see :meth:`pump`).
+        """
+        proto = self.proto
+        assert proto is not None
+        if not data:
+            proto.receive_eof()
+            return None
+        ws = self.ws
+        if ws is None:
+            proto.receive_data(data, now)
+            return None
+        got = ws.receive(data)
+        if got.reply:
+            self.outgoing += got.reply
+        if got.data:
+            proto.receive_data(got.data, now)
+        else:
+            proto.note_alive(now)  # a ping, a pong: the peer is there
+        return got.ended
+
+    def pump(self, now: float | None) -> Pumped:
+        """Route every event the core has: a MESSAGE to its inbox (or the backlog), a
+        RECEIPT to its waiter, an ERROR or an end as the connection's failure."""
+        proto = self.proto
+        assert proto is not None
+        failure: StompError | None = None
+        woke = self.drain_backlog()
+        deliver = self._deliver
+        expected = self._expected
+        debug = log.isEnabledFor(logging.DEBUG)
+        try:
+            event = proto.next_event()
+            while event is not None:
+                if debug:
+                    log.debug("received %r", event)
+                if isinstance(event, MessageEvent):
+                    deliver(event)
+                    woke = True
+                elif isinstance(event, Receipt):
+                    if event.receipt_id in expected:
+                        self._arrived.add(event.receipt_id)
+                    woke = True
+                else:
+                    failure = error_for_event(event)
+                    if failure is not None:
+                        break
+                event = proto.next_event()
+        except ProtocolError as exc:
+            failure = exc
+        self.flush(now)
+        return Pumped(woke or failure is not None, failure)
+
+    def _deliver(self, event: MessageEvent) -> None:
+        if self.backlog:
+            self.backlog.append(event)  # keep the order behind what already waits
+            return
+        inbox = self.inboxes.get(event.subscription)
+        if inbox is None:
+            log.debug("dropping a message for closed subscription %r", event.subscription)
+            return
+        if len(inbox.items) >= inbox.max_pending:
+            self.backlog.append(event)
+            return
+        inbox.items.append(self._wrap(event, self.epoch))
+
+    @property
+    def paused(self) -> bool:
+        """Whether the transport should stop reading until a consumer makes room."""
+        return bool(self.backlog)
+
+    def wants_resume(self, inbox: Inbox[M]) -> bool:
+        """After a consumer took from ``inbox``: is it time to move the backlog?
+
+        Half empty, not at every message, or each take would cost the transport a
+        wake-up to move one message.
+        """
+        return bool(self.backlog) and len(inbox.items) <= inbox.max_pending // 2
+
+    def drain_backlog(self) -> bool:
+        """Move what now fits from the backlog to the inboxes; whether any moved."""
+        backlog = self.backlog
+        moved = False
+        while backlog:
+            event = backlog[0]
+            inbox = self.inboxes.get(event.subscription)
+            if inbox is not None:
+                if len(inbox.items) >= inbox.max_pending:
+                    break
+                inbox.items.append(self._wrap(event, self.epoch))
+                moved = True
+            backlog.popleft()
+        return moved
+
+    # -- the end of a connection, and of the session ------------------------------------
+
+    def lost(self, error: StompError) -> Iterator[float] | None:
+        """The current connection ended with ``error``.
+
+        Returns the delays of the reconnect attempts, or ``None`` when the session is
+        over: closed by the user, or failed (no reconnect policy).
+        """
+        if self.status in (Status.CLOSING, Status.CLOSED):
+            return None
+        # Messages still set aside belong to the old connection: the broker redelivers
+        # the unacked ones, but auto-acked ones must not be dropped.
+        while self.backlog:
+            event = self.backlog.popleft()
+            inbox = self.inboxes.get(event.subscription)
+            if inbox is not None:
+                inbox.items.append(self._wrap(event, self.epoch))
+        policy = self.options.reconnect
+        if policy is None:
+            log.warning("connection to %s lost: %s", self.endpoint, error)
+            self.fail(error)
+            return None
+        log.warning("connection to %s lost (%s); reconnecting", self.endpoint, error)
+        self.status = Status.RECONNECTING
+        self.epoch += 1  # unanswered receipts and open transactions are lost
+        return policy.delays(self._uniform)
+
+    def give_up(self, last: StompError) -> None:
+        """Every reconnect attempt failed; ``last`` is the last one's error."""
+        self.fail(ConnectionLost(f"could not reconnect: {last}"))
+
+    def fail(self, failure: StompError) -> None:
+        self.failure = failure
+        self.status = Status.CLOSED
+
+    def begin_close(self) -> str | None:
+        """Start the goodbye: DISCONNECT with a receipt if the connection is up.
+
+        Returns the receipt id to wait for (``None``: nothing to wait for).
+        """
+        rid = None
+        proto = self.proto
+        if self.status is Status.CONNECTED and self.failure is None and proto is not None:
+            try:
+                rid = proto.disconnect(receipt=True)
+            except StompError:
+                rid = None
+            if rid is not None:
+                self.expect(rid)
+        if self.status in (Status.CONNECTED, Status.RECONNECTING):
+            self.status = Status.CLOSING
+        return rid
+
+    def closed(self) -> None:
+        """The session is over: every subscription ends."""
+        self.status = Status.CLOSED
+        for inbox in self.inboxes.values():
+            inbox.active = False

@@ -1,0 +1,35 @@
+"""The statuses a client connection goes through, and the answers the session gives.
+
+Plain enums, shared by the session engine and both transports, so that a status is
+spelled once and a comparison is by identity, not by string.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.Enum):
+    """Where a client connection is in its life."""
+
+    NEW = "new"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ReceiptState(enum.Enum):
+    """How a wait for one RECEIPT stands."""
+
+    #: The receipt came.
+    ARRIVED = "arrived"
+    #: Not yet; the connection it was asked on is still up.
+    PENDING = "pending"
+    #: The connection it was asked on ended first: whether the frame took effect is unknown.
+    LOST = "lost"
+    #: The connection failed for good (:attr:`Session.failure` says why).
+    FAILED = "failed"

@@ -1,0 +1,317 @@
+"""The session engine alone: no sockets, no threads, a fake clock and fixed randomness.
+
+Every decision both clients take from it is shown here once: the handshake, the replay
+of subscriptions after a reconnect, the backoff, where a MESSAGE goes (inbox or
+backlog) and when reading resumes, how a receipt wait ends, the ack-epoch rule and the
+close sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stompy
+from stompy import Frame, encode
+from stompy._client import ClientOptions
+from stompy._events import Connected
+from stompy._events import Message as MessageEvent
+from stompy._session import Handshake, Session
+from stompy._state import ReceiptState, Status
+from stompy.errors import (
+    ConnectFailed,
+    ConnectionLost,
+    HeartbeatTimeout,
+    LocalProtocolError,
+    RemoteProtocolError,
+    ServerError,
+)
+
+URL = "stomp://guest:secret@127.0.0.1:61613/vhost"
+T0 = 1000.0  # the fake clock's start
+
+
+@dataclass
+class Delivered:
+    """What the test's "transport" makes of a received MESSAGE."""
+
+    event: MessageEvent
+    epoch: int
+
+
+def make_session(**options: object) -> Session[Delivered]:
+    return Session(ClientOptions(URL, **options), Delivered, uniform=lambda a, b: b)  # type: ignore[arg-type]
+
+
+def status_of(session: Session[Delivered]) -> Status:
+    """Read afresh: mypy would otherwise keep the narrowing of an earlier check."""
+    return session.status
+
+
+def connected_of(handshake: Handshake) -> Connected | None:
+    return handshake.connected
+
+
+def connected(heartbeats: str = "0,0") -> bytes:
+    return encode(Frame("CONNECTED", (("version", "1.2"), ("heart-beat", heartbeats))))
+
+
+def message(sub: str, n: int) -> bytes:
+    headers = (("destination", "/queue/a"), ("message-id", f"m-{n}"), ("subscription", sub))
+    return encode(Frame("MESSAGE", headers, f"body {n}".encode()))
+
+
+def receipt(rid: str) -> bytes:
+    return encode(Frame("RECEIPT", (("receipt-id", rid),)))
+
+
+def establish(session: Session[Delivered], now: float = T0) -> Handshake:
+    handshake = session.handshake(session.options.endpoints[0])
+    assert handshake.first.startswith(b"CONNECT\n")
+    assert handshake.receive(connected(), now) == b""
+    session.install(handshake, now)
+    return handshake
+
+
+def test_handshake_sends_connect_with_the_url_credentials_and_vhost() -> None:
+    session = make_session()
+    handshake = session.handshake(session.options.endpoints[0])
+    assert b"login:guest\n" in handshake.first
+    assert b"passcode:secret\n" in handshake.first
+    assert b"host:vhost\n" in handshake.first
+    assert connected_of(handshake) is None
+    handshake.receive(connected()[:5], T0)
+    assert connected_of(handshake) is None  # half a frame: not yet
+    handshake.receive(connected()[5:], T0)
+    reply = connected_of(handshake)
+    assert reply is not None
+    assert reply.version == "1.2"
+
+
+def test_handshake_failures_are_typed() -> None:
+    session = make_session()
+    endpoint = session.options.endpoints[0]
+    refused = encode(Frame("ERROR", (("message", "bad passcode"),)))
+    with pytest.raises(ServerError, match="bad passcode"):
+        session.handshake(endpoint).receive(refused, T0)
+    with pytest.raises(ConnectFailed, match="closed the connection during CONNECT"):
+        session.handshake(endpoint).receive(b"", T0)
+    with pytest.raises(RemoteProtocolError):
+        session.handshake(endpoint).receive(b"NONSENSE\n\n\x00", T0)
+
+
+def test_install_starts_an_epoch_and_replays_subscriptions() -> None:
+    session = make_session()
+    assert status_of(session) is Status.NEW
+    establish(session)
+    assert status_of(session) is Status.CONNECTED
+    assert session.epoch == 1
+    made = session.subscribe("/queue/a", "client-individual", None, {"x": "1"}, None, True)
+    assert made.receipt is not None
+    assert made.inbox.max_pending == 1000
+    assert session.flush(T0)
+    first = bytes(session.outgoing)
+    assert first.startswith(b"SUBSCRIBE\n")
+    assert b"receipt:" in first
+    # The connection ends; reconnect is on; the next connection subscribes again, same id.
+    delays = session.lost(ConnectionLost("cut"))
+    assert delays is None  # no reconnect policy: the session failed
+    assert status_of(session) is Status.CLOSED
+    assert isinstance(session.failure, ConnectionLost)
+
+    session = make_session(reconnect=stompy.Reconnect(initial_delay=0.5, jitter=0.2))
+    establish(session)
+    made = session.subscribe("/queue/a", "client", "mine", None, 5, False)
+    assert made.receipt is None
+    delays = session.lost(ConnectionLost("cut"))
+    assert delays is not None
+    assert status_of(session) is Status.RECONNECTING
+    assert session.epoch == 2
+    assert [next(delays), next(delays), next(delays)] == [0.0, 0.6, 1.2]  # uniform: the top
+    establish(session, T0 + 1)
+    assert session.epoch == 3
+    replayed = bytes(session.outgoing)
+    assert replayed.startswith(b"SUBSCRIBE\n")
+    assert b"id:mine\n" in replayed
+    assert b"ack:client\n" in replayed
+
+
+def test_reconnect_attempts_are_bounded_and_giving_up_fails() -> None:
+    session = make_session(reconnect=stompy.Reconnect(max_attempts=3, jitter=0.0))
+    establish(session)
+    delays = session.lost(HeartbeatTimeout("silence"))
+    assert delays is not None
+    assert len(list(delays)) == 3
+    session.give_up(ConnectFailed("refused"))
+    assert status_of(session) is Status.CLOSED
+    assert isinstance(session.failure, ConnectionLost)
+    assert "could not reconnect: refused" in str(session.failure)
+    with pytest.raises(ConnectionLost):
+        session.ready()
+
+
+def test_messages_go_to_inboxes_then_the_backlog_and_resume_at_half() -> None:
+    session = make_session()
+    establish(session)
+    inbox = session.subscribe("/queue/a", "auto", "s", None, 4, False).inbox
+    session.outgoing.clear()
+    for n in range(10):
+        session.receive(message("s", n), T0)
+    pumped = session.pump(T0)
+    assert pumped.woke
+    assert pumped.failure is None
+    assert [d.event.message_id for d in inbox.items] == ["m-0", "m-1", "m-2", "m-3"]
+    assert len(session.backlog) == 6
+    assert session.paused  # the transport stops reading now
+    inbox.items.popleft()
+    assert not session.wants_resume(inbox)  # 3 of 4: not half empty yet
+    inbox.items.popleft()
+    assert session.wants_resume(inbox)
+    assert session.drain_backlog()
+    assert [d.event.message_id for d in inbox.items] == ["m-2", "m-3", "m-4", "m-5"]
+    assert all(d.epoch == 1 for d in inbox.items)
+    assert session.paused
+
+
+def test_a_lost_connection_hands_the_backlog_to_the_consumer() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    establish(session)
+    inbox = session.subscribe("/queue/a", "auto", "s", None, 2, False).inbox
+    for n in range(5):
+        session.receive(message("s", n), T0)
+    session.pump(T0)
+    assert session.lost(ConnectionLost("cut")) is not None
+    # Auto-acked messages are the consumer's now: nothing is dropped with the connection.
+    assert [d.event.message_id for d in inbox.items] == [f"m-{n}" for n in range(5)]
+    assert not session.paused
+
+
+def test_a_message_for_a_closed_subscription_is_dropped() -> None:
+    session = make_session()
+    establish(session)
+    inbox = session.subscribe("/queue/a", "auto", "s", None, 2, False).inbox
+    assert session.unsubscribe(inbox, receipt=False) is None
+    assert not inbox.active
+    session.receive(message("s", 1), T0)
+    assert session.pump(T0).failure is None
+    assert not inbox.items
+    assert not session.paused
+
+
+def test_receipt_waits_end_in_each_way() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    establish(session)
+    proto = session.ready()
+    rid = proto.send("/queue/a", b"x", receipt=True)
+    assert rid is not None
+    session.expect(rid)
+    assert session.receipt_state(rid, 1, reading=True) is ReceiptState.PENDING
+    assert session.receipt_state(rid, 1, reading=False) is ReceiptState.LOST
+    session.receive(receipt(rid), T0)
+    assert session.pump(T0).woke
+    assert session.receipt_state(rid, 1, reading=True) is ReceiptState.ARRIVED
+    session.forget(rid)
+    # A receipt of an earlier epoch never comes: the wait is lost.
+    other = proto.send("/queue/a", b"y", receipt=True)
+    assert other is not None
+    session.expect(other)
+    session.lost(ConnectionLost("cut"))
+    assert session.receipt_state(other, 1, reading=True) is ReceiptState.LOST
+    session.fail(ConnectionLost("for good"))
+    assert session.receipt_state(other, 1, reading=True) is ReceiptState.FAILED
+
+
+def test_an_error_frame_is_the_connections_failure() -> None:
+    session = make_session()
+    establish(session)
+    session.receive(encode(Frame("ERROR", (("message", "go away"),))), T0)
+    pumped = session.pump(T0)
+    assert isinstance(pumped.failure, ServerError)
+    assert session.settling  # the core closed; the transport has not decided yet
+    assert session.lost(pumped.failure) is None
+    assert session.failure is pumped.failure
+
+
+def test_heartbeat_silence_is_a_failure_with_the_fake_clock() -> None:
+    session = make_session(heartbeats=(0, 1000))
+    handshake = session.handshake(session.options.endpoints[0])
+    handshake.receive(connected("1000,0"), T0)
+    session.install(handshake, T0)
+    proto = session.ready()
+    deadline = proto.next_deadline()
+    assert deadline is not None
+    proto.handle_timer(deadline + 5)
+    assert isinstance(session.pump(deadline + 5).failure, HeartbeatTimeout)
+
+
+def test_stale_epochs_and_intents_when_not_connected() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    with pytest.raises(LocalProtocolError, match="the connection is new"):
+        session.ready()
+    establish(session)
+    assert not session.is_stale(1)
+    session.lost(ConnectionLost("cut"))
+    assert session.is_stale(1)
+    with pytest.raises(LocalProtocolError, match="the connection is reconnecting"):
+        session.acknowledge("ACK", MessageEvent(Frame("MESSAGE"), "s", "client"), None, False)
+
+
+def test_close_sends_disconnect_with_a_receipt_and_ends_every_inbox() -> None:
+    session = make_session()
+    establish(session)
+    inbox = session.subscribe("/queue/a", "auto", "s", None, None, False).inbox
+    session.flush(T0)
+    session.outgoing.clear()
+    rid = session.begin_close()
+    assert rid is not None
+    assert status_of(session) is Status.CLOSING
+    session.flush(T0)
+    assert bytes(session.outgoing).startswith(b"DISCONNECT\n")
+    assert session.receipt_state(rid, 1, reading=True) is ReceiptState.LOST
+    assert session.receipt_state(rid, 1, reading=True, allow_closing=True) is ReceiptState.PENDING
+    session.receive(receipt(rid), T0)
+    session.pump(T0)
+    assert session.receipt_state(rid, 1, reading=True, allow_closing=True) is ReceiptState.ARRIVED
+    session.closed()
+    assert status_of(session) is Status.CLOSED
+    assert not inbox.active
+    assert session.failure is None
+    assert session.lost(ConnectionLost("after close")) is None  # a closed session stays so
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_pending=st.integers(1, 6),
+    steps=st.lists(st.one_of(st.integers(1, 5), st.just(0)), max_size=40),
+)
+def test_delivery_keeps_order_and_bounds_whatever_the_consumer_does(
+    max_pending: int, steps: list[int]
+) -> None:
+    """Positive steps receive that many messages; 0 takes one (and resumes when told)."""
+    session = make_session()
+    establish(session)
+    inbox = session.subscribe("/queue/a", "auto", "s", None, max_pending, False).inbox
+    sent = taken = 0
+    seen: list[str] = []
+    for step in steps:
+        if step:
+            for _ in range(step):
+                session.receive(message("s", sent), T0)
+                sent += 1
+            session.pump(T0)
+        elif inbox.items:
+            seen.append(inbox.items.popleft().event.message_id)
+            taken += 1
+            if session.wants_resume(inbox):
+                session.drain_backlog()
+        assert len(inbox.items) <= max_pending
+        assert session.paused == bool(session.backlog)
+        assert len(inbox.items) + len(session.backlog) + taken == sent
+    while inbox.items or session.backlog:  # bounded: each turn takes one message
+        if inbox.items:
+            seen.append(inbox.items.popleft().event.message_id)
+        session.drain_backlog()
+    assert seen == [f"m-{n}" for n in range(sent)]
