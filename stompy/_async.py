@@ -2,17 +2,20 @@
 
 Theory of operation
 -------------------
+Every decision (reconnecting, replaying subscriptions, routing what the broker sent,
+receipts, the ack-epoch rule, the goodbye) is the session engine's
+(:class:`~stompy._session.Session`); this module moves bytes, waits, and wakes waits.
 The connection owns a task group. For each established connection (an *epoch*; a
-reconnect starts a new one) it runs three tasks over the same sans-IO core as the
-blocking client: a reader that feeds received bytes to the core and routes events, a
-writer that sends whatever the core produced, and a timer that wakes at the core's
-heart-beat deadline. User calls never write to the stream themselves: they run an
-intent on the core (synchronously, so nothing can interleave) and wake the writer.
-Cancelling a call therefore never leaves half a frame on the wire.
+reconnect starts a new one) it runs three tasks: a reader that feeds received bytes to
+the session, a writer that sends what the session has to send, and a timer that wakes
+at the core's heart-beat deadline. User calls never write to the stream themselves:
+they run an intent on the session (synchronously, so nothing can interleave) and wake
+the writer. Cancelling a call therefore never leaves half a frame on the wire.
 
-Each subscription is a bounded memory object stream. When one is full the reader
-waits for room, which stops reading the socket: TCP pushes back on the broker and
-memory stays flat. While the reader waits so, the timer counts the peer as alive
+Each subscription's received messages wait in its inbox, at most ``max_pending``.
+What does not fit waits in the session's backlog, and while it does the reader stops
+reading: TCP pushes back on the broker and memory stays flat. It reads again once a
+consumer has taken half an inbox. Meanwhile the timer counts the peer as alive
 (bytes are, by then, waiting for us), so a slow consumer is not mistaken for a dead
 broker.
 
@@ -23,38 +26,32 @@ their own errors and store them, so no ExceptionGroup reaches the user.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from typing_extensions import Unpack
 
 from stompy._client import (
     ClientOptions,
+    ConnectionOptions,
     MessageBase,
     Outgoing,
-    Reconnect,
-    SslArg,
-    error_for_event,
     log,
     split_for_sending,
-    take_output,
 )
-from stompy._codec import DEFAULT_LIMITS, FrameLimits
-from stompy._events import AckMode, Connected, Receipt
-from stompy._events import Message as MessageEvent
-from stompy._frames import VERSIONS
+from stompy._events import AckMode, MessageReceived
 from stompy._protocol import ClientProtocol, State
+from stompy._session import Handshake, Inbox, Session
+from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint
 from stompy.errors import (
     ConfigurationError,
     ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
-    ProtocolError,
     ReceiptTimeout,
     RemoteProtocolError,
     ServerError,
@@ -63,21 +60,11 @@ from stompy.errors import (
     TransactionLost,
 )
 
-if TYPE_CHECKING:
-    from stompy._websocket import WebSocket
-
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
 
-_Established = tuple[anyio.abc.ByteStream, ClientProtocol, Connected, Endpoint, "WebSocket | None"]
-
+#: Past this many unwritten bytes, senders wait for the writer to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 _RECV_SIZE: Final = 256 * 1024
-
-_NEW: Final = "new"
-_CONNECTED: Final = "connected"
-_RECONNECTING: Final = "reconnecting"
-_CLOSING: Final = "closing"
-_CLOSED: Final = "closed"
 
 _NETWORK_ERRORS: Final = (
     OSError,
@@ -121,8 +108,8 @@ class AsyncMessage(MessageBase):
 
     __slots__ = ("_conn",)
 
-    def __init__(self, event: MessageEvent, epoch: int, conn: AsyncConnection) -> None:
-        super().__init__(event, epoch)
+    def __init__(self, event: MessageReceived, epoch: int, conn: AsyncConnection) -> None:
+        MessageBase.__init__(self, event, epoch)  # not super(): one per received frame
         self._conn = conn
 
     async def ack(
@@ -141,34 +128,21 @@ class AsyncMessage(MessageBase):
 class AsyncSubscription:
     """A subscription: ``async for`` over it, or ``await get(timeout)``."""
 
-    def __init__(
-        self,
-        conn: AsyncConnection,
-        id: str,
-        destination: str,
-        ack: AckMode,
-        headers: Mapping[str, str],
-        max_pending: int,
-    ) -> None:
-        self.id = id
-        self.destination = destination
-        self.ack = ack
-        self.headers = dict(headers)
-        self.max_pending = max_pending
+    def __init__(self, conn: AsyncConnection, inbox: Inbox[AsyncMessage]) -> None:
+        self.id = inbox.id
+        self.destination = inbox.destination
+        self.ack = inbox.ack
+        self.headers = dict(inbox.headers)
+        self.max_pending = inbox.max_pending
         self._conn = conn
-        self._send: MemoryObjectSendStream[AsyncMessage]
-        self._receive: MemoryObjectReceiveStream[AsyncMessage]
-        self._send, self._receive = anyio.create_memory_object_stream[AsyncMessage](max_pending)
-        self._active = True
+        self._session = conn._session
+        self._inbox = inbox
+        self._active = True  # until unsubscribed (a closed connection's stay active)
+        #: Set when a message arrives or the subscription may have ended.
+        self._wakeup: anyio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<AsyncSubscription {self.id!r} to {self.destination!r} ack={self.ack!r}>"
-
-    def __del__(self) -> None:
-        # Messages left unread after the subscription ended are the user's choice;
-        # close the streams quietly instead of warning about them.
-        self._send.close()
-        self._receive.close()
 
     @property
     def active(self) -> bool:
@@ -176,7 +150,7 @@ class AsyncSubscription:
 
     @property
     def pending(self) -> int:
-        return self._receive.statistics().current_buffer_used
+        return len(self._inbox.items)
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
         """The next message, or ``None`` on timeout or once the subscription ended.
@@ -184,19 +158,40 @@ class AsyncSubscription:
         Cancelling it loses no message. Raises the connection's error once it is lost
         and every message received before was handed out.
         """
-        try:
+        items = self._inbox.items
+        if not items:  # (a message already waiting is handed out even with timeout=0)
+            if timeout is None:
+                await self._arrival()
+            else:
+                with anyio.move_on_after(timeout):
+                    await self._arrival()
+            if not items:
+                failure = self._session.failure
+                if failure is not None and self._active:
+                    raise failure
+                return None
+        message = items.popleft()
+        session = self._session
+        if session.backlog and session.wants_resume(self._inbox):
+            self._conn._make_room()
+        return message
+
+    async def _arrival(self) -> None:
+        """Wait until a message is in the inbox or the subscription ended."""
+        items = self._inbox.items
+        conn = self._conn
+        while not items and self._active and self._session.status is not Status.CLOSED:
+            event = self._wakeup
+            if event is None:
+                event = self._wakeup = anyio.Event()
+                conn._getting.add(self)
             try:
-                # A message already waiting is handed out even with timeout=0.
-                return self._receive.receive_nowait()
-            except anyio.WouldBlock:
-                pass
-            with anyio.move_on_after(math.inf if timeout is None else timeout):
-                return await self._receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            failure = self._conn._failure
-            if failure is not None and self._active:
-                raise failure from None
-        return None
+                await event.wait()
+            finally:
+                if self._wakeup is event and event.statistics().tasks_waiting == 0:
+                    # Cancelled, and no other task waits here: nothing to wake.
+                    self._wakeup = None
+                    conn._getting.discard(self)
 
     async def get_batch(
         self, max_messages: int, timeout: float | None = None
@@ -213,12 +208,12 @@ class AsyncSubscription:
         if first is None:
             return []
         batch = [first]
-        receive = self._receive.receive_nowait
-        for _ in range(min(max_messages - 1, self.pending)):
-            try:
-                batch.append(receive())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
+        items = self._inbox.items
+        take = min(max_messages - 1, len(items))
+        if take:
+            batch += [items.popleft() for _ in range(take)]
+            if self._session.wants_resume(self._inbox):
+                self._conn._make_room()
         return batch
 
     def __aiter__(self) -> AsyncSubscription:
@@ -236,16 +231,24 @@ class AsyncSubscription:
         """Stop the subscription; messages already received can still be read."""
         if not self._active:
             return
-        self._active = False
+        self._end()
         conn = self._conn
-        conn._subs.pop(self.id, None)
-        self._send.close()
-        proto = conn._proto
-        if conn._status == _CONNECTED and proto is not None and self.id in proto.subscriptions:
-            rid = proto.unsubscribe(self.id, receipt=receipt)
-            await conn._flush()
-            if rid is not None:
-                await conn._wait_receipt(rid, conn._epoch)
+        session = self._session
+        epoch = session.epoch
+        rid = session.unsubscribe(self._inbox, receipt)
+        conn._make_room()  # what waited in the backlog for this inbox is dropped
+        await conn._flush()
+        if rid is not None:
+            await conn._wait_receipt(rid, epoch)
+
+    def _end(self) -> None:
+        self._active = False
+        self._inbox.active = False
+        event = self._wakeup
+        if event is not None:
+            self._wakeup = None
+            self._conn._getting.discard(self)
+            event.set()
 
     async def __aenter__(self) -> AsyncSubscription:
         return self
@@ -256,12 +259,11 @@ class AsyncSubscription:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._conn._status in (_CONNECTED, _RECONNECTING):
+        if self._session.status in (Status.CONNECTED, Status.RECONNECTING):
             with anyio.CancelScope(shield=exc_type is not None):
                 await self.unsubscribe()
         else:
-            self._active = False
-            self._send.close()
+            self._end()
 
 
 class AsyncTransaction:
@@ -279,7 +281,7 @@ class AsyncTransaction:
     def _check(self) -> None:
         if self._done:
             raise LocalProtocolError(f"transaction {self.id!r} is already finished")
-        if self._epoch != self._conn._epoch:
+        if self._conn._session.is_stale(self._epoch):
             raise TransactionLost(
                 f"transaction {self.id!r} was lost with its connection; nothing in it took effect"
             )
@@ -320,8 +322,8 @@ class AsyncTransaction:
         if self._done:
             return
         self._done = True
-        if self._epoch != self._conn._epoch:
-            return
+        if self._conn._session.is_stale(self._epoch):
+            return  # the broker aborted it when the connection ended
         await self._conn._transaction_end("ABORT", self, receipt)
 
     async def __aenter__(self) -> AsyncTransaction:
@@ -358,59 +360,17 @@ class AsyncConnection:
     def __init__(
         self,
         url_or_urls: str | Endpoint | Sequence[str | Endpoint],
-        *,
-        login: str | None = None,
-        passcode: str | None = None,
-        host: str | None = None,
-        versions: Sequence[str] = VERSIONS,
-        heartbeats: tuple[int, int] = (0, 0),
-        heartbeat_tolerance: float = 2.0,
-        ssl: SslArg = None,
-        connect_timeout: float = 10.0,
-        receipt_timeout: float = 10.0,
-        reconnect: Reconnect | None = None,
-        headers: Mapping[str, str] | None = None,
-        limits: FrameLimits = DEFAULT_LIMITS,
-        max_pending: int = 1000,
-        strict: bool = True,
-        ws_headers: Mapping[str, str] | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
-        self._options = ClientOptions(
-            url_or_urls,
-            login=login,
-            passcode=passcode,
-            host=host,
-            versions=versions,
-            heartbeats=heartbeats,
-            heartbeat_tolerance=heartbeat_tolerance,
-            ssl=ssl,
-            connect_timeout=connect_timeout,
-            receipt_timeout=receipt_timeout,
-            reconnect=reconnect,
-            headers=headers,
-            limits=limits,
-            max_pending=max_pending,
-            strict=strict,
-            ws_headers=ws_headers,
-        )
-        self._status = _NEW
-        self._failure: StompError | None = None
-        self._proto: ClientProtocol | None = None
+        self._options = ClientOptions(url_or_urls, **options)
+        self._session: Session[AsyncMessage] = Session(self._options, self._message)
         self._stream: anyio.abc.ByteStream | None = None
-        #: The WebSocket framing of the current stream (``None`` for plain STOMP).
-        self._ws: WebSocket | None = None
-        self._endpoint: Endpoint | None = None
-        self._connected: Connected | None = None
-        self._epoch = 0
-        self._out = bytearray()
         self._out_ready = anyio.Event()
         self._drained = anyio.Event()
         self._changed = anyio.Event()  # set (and replaced) whenever the status changes
-        self._subs: dict[str, AsyncSubscription] = {}
         self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
-        self._expected: set[str] = set()  # receipts somebody waits for
-        self._received: set[str] = set()  # ... of which these arrived
-        self._paused = False
+        self._getting: set[AsyncSubscription] = set()  # subscriptions with a get() waiting
+        self._room: anyio.Event | None = None  # the paused reader waits on it
         self._reader_alive = False
         self._write_lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -418,41 +378,71 @@ class AsyncConnection:
         self._epoch_scope: anyio.CancelScope | None = None
         self._lost: StompError | None = None
 
+    def _message(self, event: MessageReceived, epoch: int) -> AsyncMessage:
+        return AsyncMessage(event, epoch, self)
+
     def __repr__(self) -> str:
-        where = self._endpoint or self._options.endpoints[0]
-        return f"<AsyncConnection {where} {self._status}>"
+        session = self._session
+        where = session.endpoint or self._options.endpoints[0]
+        return f"<AsyncConnection {where} {session.status}>"
 
     @property
     def connected(self) -> bool:
-        return self._status == _CONNECTED
+        return self._session.status is Status.CONNECTED
 
     @property
     def failure(self) -> StompError | None:
         """The error that ended the connection, or ``None`` while it is fine or closed by us."""
-        return self._failure
+        return self._session.failure
 
     @property
     def version(self) -> str | None:
-        return self._connected.version if self._connected else None
+        connected = self._session.connected
+        return connected.version if connected else None
 
     @property
     def server(self) -> str | None:
-        return self._connected.server if self._connected else None
+        connected = self._session.connected
+        return connected.server if connected else None
 
     @property
     def session(self) -> str | None:
-        return self._connected.session if self._connected else None
+        connected = self._session.connected
+        return connected.session if connected else None
 
     @property
     def heartbeats(self) -> tuple[int, int]:
-        return self._connected.heartbeats if self._connected else (0, 0)
+        connected = self._session.connected
+        return connected.heartbeats if connected else (0, 0)
 
-    def _set_status(self, status: str) -> None:
-        self._status = status
+    # -- waking waits ------------------------------------------------------------------
+
+    def _status_changed(self) -> None:
+        """The session's status changed: wake every wait, each checks its own cause."""
         self._changed.set()
         self._changed = anyio.Event()
+        self._wake_receipts()
+        self._wake_getters(everyone=True)
+
+    def _wake_receipts(self) -> None:
         for waiter in self._receipts.values():
             waiter.set()
+
+    def _wake_getters(self, *, everyone: bool = False) -> None:
+        getting = self._getting
+        woken = [sub for sub in getting if everyone or sub._inbox.items]
+        for sub in woken:
+            getting.discard(sub)
+            event = sub._wakeup
+            sub._wakeup = None
+            if event is not None:
+                event.set()
+
+    def _make_room(self) -> None:
+        """A consumer took messages: let a paused reader move the backlog."""
+        room = self._room
+        if room is not None:
+            room.set()
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -470,13 +460,12 @@ class AsyncConnection:
 
     async def connect(self) -> None:
         """Connect (retrying per ``reconnect``) and start the connection's tasks."""
-        if self._status != _NEW:
-            raise LocalProtocolError(f"connect() on a connection that is {self._status}")
-        policy = self._options.reconnect
-        delays = policy.delays() if policy is not None else iter([0.0])
+        session = self._session
+        if session.status is not Status.NEW:
+            raise LocalProtocolError(f"connect() on a connection that is {session.status}")
         last: StompError | None = None
         established = None
-        for delay in delays:
+        for delay in session.connect_delays():
             if delay:
                 await anyio.sleep(delay)
             try:
@@ -508,11 +497,11 @@ class AsyncConnection:
                 "close() must be awaited by the task that called connect(); "
                 "use `async with AsyncConnection(...)` or close it from that task"
             )
-        proto, stream = self._proto, self._stream
+        session, stream = self._session, self._stream
         if (
-            self._status == _CONNECTED
-            and self._failure is None
-            and proto is not None
+            session.status is Status.CONNECTED
+            and session.failure is None
+            and session.proto is not None
             and stream is not None
         ):
             # Shielded and bounded: leaving a cancelled block still says goodbye.
@@ -521,24 +510,21 @@ class AsyncConnection:
                 anyio.move_on_after(self._options.receipt_timeout),
                 contextlib.suppress(StompError, *_NETWORK_ERRORS),
             ):
-                rid = proto.disconnect(receipt=True)
-                if rid is not None:
-                    # Written before _wait_receipt runs: the RECEIPT may beat it.
-                    self._expected.add(rid)
-                self._set_status(_CLOSING)
+                # The receipt is expected before it is written: it may beat the wait.
+                rid = session.begin_close()
+                self._status_changed()
                 # Written here, not by the writer task: when the host task is
                 # cancelled, the connection's own tasks are cancelled with it.
                 async with self._write_lock:
-                    self._out += take_output(proto, self._ws, None, self._endpoint)
-                    data = bytes(self._out)
-                    self._out.clear()
+                    session.flush(None)
+                    out = session.outgoing
+                    data = bytes(out)
+                    out.clear()
                     await stream.send(data)
                 if rid is not None:
-                    await self._wait_receipt(rid, self._epoch, allow_closing=True)
-        self._set_status(_CLOSED)
-        for sub in list(self._subs.values()):
-            sub._send.close()
-        self._subs.clear()
+                    await self._wait_receipt(rid, session.epoch, allow_closing=True)
+        session.closed()
+        self._status_changed()
         if self._epoch_scope is not None:
             self._epoch_scope.cancel()
         self._out_ready.set()
@@ -555,8 +541,8 @@ class AsyncConnection:
         stream = self._stream
         self._stream = None
         if stream is not None:
-            ws = self._ws
-            if ws is not None and not self._out:
+            ws = self._session.ws
+            if ws is not None and not self._session.outgoing:
                 # Say goodbye the WebSocket way; best effort, bounded.
                 with anyio.move_on_after(1.0), contextlib.suppress(Exception):
                     bye = ws.close()
@@ -584,14 +570,26 @@ class AsyncConnection:
             tx: str | None = transaction.id
         else:
             tx = transaction
+        session = self._session
         policy = self._options.reconnect
-        give_up = anyio.current_time() + (policy.send_timeout if policy is not None else 0.0)
+        send_timeout = policy.send_timeout if policy is not None else 0.0
+        # The clock is read only when needed: the common send reads it once (_flush).
+        give_up: float | None = None  # when the send began, plus send_timeout
         while True:
-            proto = await self._ready(give_up)
-            epoch = self._epoch
+            proto = self._usable()
+            if proto is None:
+                if give_up is None:
+                    give_up = anyio.current_time() + send_timeout
+                proto = await self._ready(give_up)
+            epoch = session.epoch
             # As in Connection.send: receipt_timeout per attempt for buffer room and
             # receipt together, so the call ends within send_timeout + receipt_timeout.
-            until = anyio.current_time() + self._options.receipt_timeout
+            until: float | None = None
+            if receipt:
+                now = anyio.current_time()
+                until = now + self._options.receipt_timeout
+                if give_up is None:
+                    give_up = now + send_timeout
             rid = proto.send(
                 destination,
                 body,
@@ -600,17 +598,23 @@ class AsyncConnection:
                 transaction=tx,
                 receipt=receipt,
             )
-            await self._flush(until)
             if rid is None:
+                await self._flush(until)
                 return
+            session.expect(rid)  # before the flush, which may wait: it may come meanwhile
+            await self._flush(until)
             try:
                 await self._wait_receipt(rid, epoch, until=until)
                 return
             except ConnectionLost:
                 # As in Connection.send: with reconnect on, send again (at least once).
+                assert give_up is not None
                 if policy is None or tx is not None or anyio.current_time() >= give_up:
                     raise
-                if self._failure is not None or self._status in (_CLOSING, _CLOSED):
+                if session.failure is not None or session.status in (
+                    Status.CLOSING,
+                    Status.CLOSED,
+                ):
                     raise
                 log.info("sending again to %s after the connection was lost", destination)
 
@@ -686,15 +690,14 @@ class AsyncConnection:
         max_pending: int | None,
         receipt: bool,
     ) -> AsyncSubscription:
-        proto = await self._ready()
-        before = proto.pending_receipts
-        sub_id = proto.subscribe(destination, ack=ack, id=id, headers=headers, receipt=receipt)
-        pending = max_pending if max_pending is not None else self._options.max_pending
-        sub = AsyncSubscription(self, sub_id, destination, ack, headers or {}, pending)
-        self._subs[sub_id] = sub
+        await self._ready()
+        session = self._session
+        epoch = session.epoch
+        subscribed = session.subscribe(destination, ack, id, headers, max_pending, receipt)
+        sub = AsyncSubscription(self, subscribed.inbox)
         await self._flush()
-        for rid in proto.pending_receipts - before:
-            await self._wait_receipt(rid, self._epoch)
+        if subscribed.receipt is not None:
+            await self._wait_receipt(subscribed.receipt, epoch)
         return sub
 
     def transaction(self) -> _Opening[AsyncTransaction]:
@@ -704,20 +707,18 @@ class AsyncConnection:
 
     async def _begin(self) -> AsyncTransaction:
         proto = await self._ready()
-        tx_id = proto.begin()
+        tx = AsyncTransaction(self, proto.begin(), self._session.epoch)
         await self._flush()
-        return AsyncTransaction(self, tx_id, self._epoch)
+        return tx
 
     async def _transaction_end(self, command: str, tx: AsyncTransaction, receipt: bool) -> None:
-        if tx._epoch != self._epoch:
+        session = self._session
+        if session.is_stale(tx._epoch):
             if command == "COMMIT":
                 raise TransactionLost(f"transaction {tx.id!r} was lost with its connection")
             return
-        proto = await self._ready()
-        if command == "COMMIT":
-            rid = proto.commit(tx.id, receipt=receipt)
-        else:
-            rid = proto.abort(tx.id, receipt=receipt)
+        await self._ready()
+        rid = session.end_transaction(command, tx.id, receipt)
         await self._flush()
         if rid is not None:
             await self._wait_receipt(rid, tx._epoch, lost=TransactionLost)
@@ -730,73 +731,77 @@ class AsyncConnection:
         receipt: bool,
     ) -> None:
         tx = transaction.id if isinstance(transaction, AsyncTransaction) else transaction
-        if message._epoch != self._epoch:
+        session = self._session
+        if session.is_stale(message._epoch):
             log.debug("not answering %r from an earlier connection: it is redelivered", message)
             return
-        proto = await self._ready()
-        if command == "ACK":
-            rid = proto.ack(message.event, transaction=tx, receipt=receipt)
-        else:
-            rid = proto.nack(message.event, transaction=tx, receipt=receipt)
+        await self._ready()
+        epoch = session.epoch
+        rid = session.acknowledge(command, message.event, tx, receipt)
         await self._flush()
         if rid is not None:
-            await self._wait_receipt(rid, self._epoch)
+            await self._wait_receipt(rid, epoch)
 
     # -- plumbing ----------------------------------------------------------------------
+
+    def _usable(self) -> ClientProtocol | None:
+        """The core, when an intent can run on it right away (no wait, no error)."""
+        session = self._session
+        proto = session.proto
+        if (
+            session.status is Status.CONNECTED
+            and self._lost is None
+            and proto is not None
+            and proto.state is not State.CLOSED  # not session.settling
+        ):
+            return proto
+        return None
 
     async def _ready(self, give_up: float | None = None) -> ClientProtocol:
         """The protocol, once connected; waits out a reconnect until ``send_timeout``
         has passed, or until ``give_up`` (a repeated send's time left)."""
-        proto = self._proto
-        if (
-            self._status == _CONNECTED
-            and proto is not None
-            and (proto.state is State.CLOSED or self._lost is not None)
-        ):
+        proto = self._usable()
+        if proto is not None:
+            return proto
+        session = self._session
+        if session.settling or (self._lost is not None and session.status is Status.CONNECTED):
             # The core saw the end (an ERROR, say) and the supervisor is about to
             # reconnect or fail: wait for its verdict rather than misuse a dead core.
+            proto = session.proto
             with anyio.move_on_after(self._options.receipt_timeout):
-                while self._status == _CONNECTED and self._proto is proto:
+                while session.status is Status.CONNECTED and session.proto is proto:
                     await self._changed.wait()
-        if self._status == _RECONNECTING:
+        if session.status is Status.RECONNECTING:
             policy = self._options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
             deadline = anyio.current_time() + timeout if give_up is None else give_up
             with anyio.CancelScope(deadline=deadline):
-                while self._status == _RECONNECTING:
+                while session.status is Status.RECONNECTING:
                     await self._changed.wait()
-            if self._status == _RECONNECTING:
+            if session.status is Status.RECONNECTING:
                 raise ConnectionLost(f"not reconnected within {timeout} s")
-        if self._failure is not None:
-            raise self._failure
-        if self._status != _CONNECTED or self._proto is None:
-            raise LocalProtocolError(f"the connection is {self._status}")
-        return self._proto
+        return session.ready()
 
     async def _flush(self, until: float | None = None) -> None:
         """Hand the core's bytes to the writer; wait (bounded) if it is far behind.
 
         A full buffer is waited out until ``until`` (default: ``receipt_timeout``).
         """
-        proto = self._proto
-        if proto is None:
-            return
-        data = take_output(proto, self._ws, anyio.current_time(), self._endpoint)
-        if data:
-            self._out += data
+        session = self._session
+        if session.flush(anyio.current_time()):
             self._out_ready.set()
-        if len(self._out) > MAX_OUTGOING:
+        if len(session.outgoing) > MAX_OUTGOING:
             # Receipts may arrive while we wait here: make sure they are kept.
-            self._expected |= proto.pending_receipts
-            epoch = self._epoch
+            session.expect_pending()
+            epoch = session.epoch
             if until is None:
                 until = anyio.current_time() + self._options.receipt_timeout
             with anyio.CancelScope(deadline=until):
-                while len(self._out) > MAX_OUTGOING and self._epoch == epoch:
-                    if self._failure is not None:
-                        raise self._failure
+                while len(session.outgoing) > MAX_OUTGOING and session.epoch == epoch:
+                    if session.failure is not None:
+                        raise session.failure
                     await self._drained.wait()
-            if len(self._out) > MAX_OUTGOING and self._epoch == epoch:
+            if len(session.outgoing) > MAX_OUTGOING and session.epoch == epoch:
                 raise StompTimeout("the broker is not reading: the outgoing buffer stays full")
 
     async def _wait_receipt(
@@ -808,39 +813,38 @@ class AsyncConnection:
         allow_closing: bool = False,
         until: float | None = None,
     ) -> None:
-        self._expected.add(rid)
+        session = self._session
+        session.expect(rid)
         if until is None:
             until = anyio.current_time() + self._options.receipt_timeout
         try:
             with anyio.CancelScope(deadline=until):
-                while rid not in self._received:
+                while True:
+                    state = session.receipt_state(
+                        rid, epoch, reading=self._reader_alive, allow_closing=allow_closing
+                    )
+                    if state is ReceiptState.ARRIVED:
+                        return
                     # _lost is set the moment the reader sees the end, before the
                     # supervisor decides between reconnecting and failing.
-                    failure = self._failure if self._failure is not None else self._lost
+                    failure = session.failure if session.failure is not None else self._lost
                     if failure is not None:
                         raise failure
-                    if (
-                        self._epoch != epoch
-                        or not self._reader_alive
-                        or not (
-                            self._status == _CONNECTED
-                            or (allow_closing and self._status == _CLOSING)
-                        )
-                    ):
+                    if state is not ReceiptState.PENDING:
                         raise lost(f"the connection was lost before the receipt {rid!r} arrived")
-                    # Set by the receipt, and by every status change.
+                    # Set by a pump that routed something, and by every status change.
                     event = self._receipts[rid] = anyio.Event()
                     await event.wait()
-            if rid not in self._received:
+            state = session.receipt_state(rid, epoch, reading=self._reader_alive)
+            if state is not ReceiptState.ARRIVED:
                 raise ReceiptTimeout(f"no RECEIPT {rid!r} within {self._options.receipt_timeout} s")
         finally:
             self._receipts.pop(rid, None)
-            self._expected.discard(rid)
-            self._received.discard(rid)
+            session.forget(rid)
 
     # -- establishing -------------------------------------------------------------------
 
-    async def _establish(self) -> _Established:
+    async def _establish(self) -> tuple[anyio.abc.ByteStream, Handshake]:
         errors: list[str] = []
         for endpoint in self._options.endpoints:
             try:
@@ -852,17 +856,13 @@ class AsyncConnection:
                 log.info("could not connect to %s: %s", endpoint, exc)
         raise ConnectFailed("; ".join(errors))
 
-    async def _establish_one(self, endpoint: Endpoint) -> _Established:
+    async def _establish_one(self, endpoint: Endpoint) -> tuple[anyio.abc.ByteStream, Handshake]:
         options = self._options
         try:
             context = options.ssl_context(endpoint)
         except ValueError as exc:
             raise ConnectFailed(str(exc)) from None
-        proto = options.start(endpoint)
-        ws: WebSocket | None = None
-        request = b""
-        if endpoint.websocket:
-            ws, request = options.websocket(endpoint)
+        handshake = self._session.handshake(endpoint)
         stream: anyio.abc.ByteStream | None = None
         try:
             with anyio.fail_after(options.connect_timeout):
@@ -876,41 +876,16 @@ class AsyncConnection:
                     )
                 else:
                     stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
-                # Over WebSocket, CONNECT goes once the server accepted the upgrade.
-                await stream.send(request or take_output(proto, None, None, endpoint))
-                while True:
-                    ended: StompError | None = None
+                await stream.send(handshake.first)
+                while handshake.connected is None:
                     try:
                         data = await stream.receive(_RECV_SIZE)
                     except anyio.EndOfStream:
-                        proto.receive_eof()
-                    else:
-                        if ws is not None:
-                            was_open = ws.open
-                            got = ws.receive(data)
-                            reply = got.reply
-                            if ws.open and not was_open:
-                                reply += take_output(proto, ws, None, endpoint)
-                            if reply:
-                                await stream.send(reply)
-                            data, ended = got.data, got.ended
-                        proto.receive_data(data, anyio.current_time())
-                    event = proto.next_event()
-                    while event is not None:
-                        if isinstance(event, Connected):
-                            proto.start_heartbeats(anyio.current_time())
-                            log.info("connected to %s (STOMP %s)", endpoint, event.version)
-                            return stream, proto, event, endpoint, ws
-                        failure = error_for_event(event)
-                        if isinstance(failure, ServerError):
-                            raise failure
-                        if failure is not None:
-                            raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
-                        event = proto.next_event()
-                    if ended is not None:
-                        if isinstance(ended, ConnectionLost):
-                            raise ConnectFailed(f"{ended} during CONNECT")
-                        raise ended
+                        data = b""
+                    reply = handshake.receive(data, anyio.current_time())
+                    if reply:
+                        await stream.send(reply)
+                return stream, handshake
         except TimeoutError:
             await self._abandon(stream)
             raise ConnectFailed(
@@ -929,157 +904,107 @@ class AsyncConnection:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await stream.aclose()
 
-    def _install(
-        self,
-        stream: anyio.abc.ByteStream,
-        proto: ClientProtocol,
-        connected: Connected,
-        endpoint: Endpoint,
-        ws: WebSocket | None,
-    ) -> None:
+    def _install(self, stream: anyio.abc.ByteStream, handshake: Handshake) -> None:
         self._stream = stream
-        self._ws = ws
-        self._proto = proto
-        self._connected = connected
-        self._endpoint = endpoint
-        self._out = bytearray()
-        self._epoch += 1
         self._lost = None
-        self._paused = False
         self._reader_alive = True  # from now on; the reader clears it when it ends
-        for sub in self._subs.values():
-            proto.subscribe(sub.destination, ack=sub.ack, id=sub.id, headers=sub.headers)
-        data = take_output(proto, ws, anyio.current_time())
-        if data:
-            self._out += data
+        session = self._session
+        session.install(handshake, anyio.current_time())
+        if session.outgoing:
             self._out_ready.set()
-        self._set_status(_CONNECTED)
+        self._status_changed()
 
     # -- the tasks ----------------------------------------------------------------------
 
     async def _supervise(self) -> None:
         """Run the epoch's tasks; reconnect or fail when the connection is lost."""
+        session = self._session
         while True:
             lost = await self._run_epoch()
-            if lost is None or self._status in (_CLOSING, _CLOSED):
+            if lost is None or session.status in (Status.CLOSING, Status.CLOSED):
                 return
             if not await self._reconnect(lost):
                 return
 
     async def _run_epoch(self) -> StompError | None:
         stream = self._stream
-        proto = self._proto
+        proto = self._session.proto
         assert stream is not None
         assert proto is not None
         async with anyio.create_task_group() as tg:
             self._epoch_scope = tg.cancel_scope
-            tg.start_soon(self._reader, stream, proto, tg.cancel_scope)
+            tg.start_soon(self._reader, stream, tg.cancel_scope)
             tg.start_soon(self._writer, stream, tg.cancel_scope)
             tg.start_soon(self._timer, proto, tg.cancel_scope)
         self._epoch_scope = None
+        self._room = None
         return self._lost
 
     def _end_epoch(self, scope: anyio.CancelScope, failure: StompError | None) -> None:
-        if self._lost is None and failure is not None and self._status not in (_CLOSING, _CLOSED):
+        if (
+            self._lost is None
+            and failure is not None
+            and self._session.status not in (Status.CLOSING, Status.CLOSED)
+        ):
             self._lost = failure
         scope.cancel()
 
-    async def _reader(
-        self, stream: anyio.abc.ByteStream, proto: ClientProtocol, scope: anyio.CancelScope
-    ) -> None:
-        ws = self._ws
+    def _pumped(self, woke: bool) -> None:
+        """After a pump: start the writer, wake whom the routed events concern."""
+        if self._session.outgoing:
+            self._out_ready.set()
+        if woke:
+            if self._getting:
+                self._wake_getters()
+            if self._receipts:
+                self._wake_receipts()
+
+    async def _reader(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
+        session = self._session
         try:
             while True:
-                ended: StompError | None = None
-                eof = False
                 try:
                     data = await stream.receive(_RECV_SIZE)
                 except anyio.EndOfStream:
-                    proto.receive_eof()
-                    eof = True
-                else:
-                    now = anyio.current_time()
-                    if ws is not None:
-                        got = ws.receive(data)
-                        if got.reply:
-                            self._out += got.reply
-                            self._out_ready.set()
-                        data, ended = got.data, got.ended
-                        if not data:
-                            proto.note_alive(now)  # a ping, a pong: the peer is there
-                    proto.receive_data(data, now)
-                failure = await self._pump(proto)
-                if failure is None and ended is not None:
-                    # Frames that came before the close were handled; the writer
-                    # gets a moment to answer the close before the epoch ends.
-                    with anyio.move_on_after(0.5):
-                        while self._out:
-                            await self._drained.wait()
-                    failure = ended
-                if failure is not None or eof:
+                    data = b""  # the session's end of stream
+                now = anyio.current_time()
+                ended = session.receive(data, now)
+                pumped = session.pump(now)
+                self._pumped(pumped.woke)
+                failure = pumped.failure
+                if failure is None:
+                    while session.paused:
+                        # An inbox is full: read no more until a consumer made room.
+                        room = self._room = anyio.Event()
+                        await room.wait()
+                        self._pumped(session.drain_backlog())
+                    self._room = None
+                    if ended is not None:
+                        # Frames that came before the close were handled; the writer
+                        # gets a moment to answer the close before the epoch ends.
+                        with anyio.move_on_after(0.5):
+                            while session.outgoing:
+                                await self._drained.wait()
+                        failure = ended
+                if failure is not None or not data:
                     # After EOF there is nothing more to read: end here rather than
                     # spin on EndOfStream (after a DISCONNECT receipt, failure is None).
                     self._end_epoch(scope, failure)
                     return
         except _NETWORK_ERRORS as exc:
-            self._end_epoch(scope, ConnectionLost(f"connection to {self._endpoint} failed: {exc}"))
+            failure = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
+            self._end_epoch(scope, failure)
         finally:
             self._reader_alive = False
-            for waiter in self._receipts.values():
-                waiter.set()
-
-    async def _pump(self, proto: ClientProtocol) -> StompError | None:
-        try:
-            event = proto.next_event()
-            while event is not None:
-                if isinstance(event, MessageEvent):
-                    await self._deliver(event)
-                elif isinstance(event, Receipt):
-                    if event.receipt_id in self._expected:
-                        self._received.add(event.receipt_id)
-                        waiter = self._receipts.get(event.receipt_id)
-                        if waiter is not None:
-                            waiter.set()
-                    if proto.state.name == "CLOSED":
-                        return None
-                else:
-                    failure = error_for_event(event)
-                    if failure is not None:
-                        return failure
-                event = proto.next_event()
-        except ProtocolError as exc:
-            return exc
-        data = take_output(proto, self._ws, anyio.current_time())
-        if data:
-            self._out += data
-            self._out_ready.set()
-        return None
-
-    async def _deliver(self, event: MessageEvent) -> None:
-        sub = self._subs.get(event.subscription)
-        if sub is None:
-            log.debug("dropping a message for closed subscription %r", event.subscription)
-            return
-        message = AsyncMessage(event, self._epoch, self)
-        try:
-            sub._send.send_nowait(message)
-        except anyio.WouldBlock:
-            self._paused = True
-            try:
-                await sub._send.send(message)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                log.debug("dropping a message for closed subscription %r", event.subscription)
-            finally:
-                self._paused = False
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            log.debug("dropping a message for closed subscription %r", event.subscription)
+            self._wake_receipts()
 
     async def _writer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
+        session = self._session
         try:
             while True:
                 await self._out_ready.wait()
                 self._out_ready = anyio.Event()
-                while self._out:
+                while session.outgoing:
                     # Shielded: a cancelled write must not leave half a frame behind.
                     with (
                         anyio.CancelScope(shield=True),
@@ -1088,67 +1013,68 @@ class AsyncConnection:
                         async with self._write_lock:
                             # Taken under the lock: close() writes its DISCONNECT
                             # under it too, and must not overtake these frames.
-                            data = bytes(self._out)
-                            self._out.clear()
+                            out = session.outgoing
+                            data = bytes(out)
+                            out.clear()
                             if data:
                                 await stream.send(data)
                     self._drained.set()
                     self._drained = anyio.Event()
-                if self._status == _CLOSED:
+                if session.status is Status.CLOSED:
                     return
         except TimeoutError:
             self._end_epoch(scope, ConnectionLost("the broker stopped reading"))
         except _NETWORK_ERRORS as exc:
-            self._end_epoch(scope, ConnectionLost(f"connection to {self._endpoint} failed: {exc}"))
+            failure = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
+            self._end_epoch(scope, failure)
 
     async def _timer(self, proto: ClientProtocol, scope: anyio.CancelScope) -> None:
+        session = self._session
         while True:
             deadline = proto.next_deadline()
             if deadline is None:
                 return
             await anyio.sleep(max(0.0, deadline - anyio.current_time()))
             now = anyio.current_time()
-            if self._paused:
-                proto.note_alive(now)
+            if session.paused:
+                proto.note_alive(now)  # bytes wait for us: the peer is there
             proto.handle_timer(now)
-            failure = await self._pump(proto)
-            if failure is not None:
-                self._end_epoch(scope, failure)
+            pumped = session.pump(now)
+            self._pumped(pumped.woke)
+            self._make_room()  # the pump may have moved the backlog the reader waits on
+            if pumped.failure is not None:
+                self._end_epoch(scope, pumped.failure)
                 return
 
+    def _reconnecting(self) -> bool:
+        return self._session.status is Status.RECONNECTING
+
     async def _reconnect(self, lost: StompError) -> bool:
-        policy = self._options.reconnect
+        session = self._session
         await self._close_stream()
-        if policy is None:
-            log.warning("connection to %s lost: %s", self._endpoint, lost)
-            self._fail(lost)
+        delays = session.lost(lost)
+        self._status_changed()
+        if delays is None:
             return False
-        log.warning("connection to %s lost (%s); reconnecting", self._endpoint, lost)
-        self._epoch += 1
-        self._set_status(_RECONNECTING)
         last: StompError = lost
-        for delay in policy.delays():
+        reconnecting = self._reconnecting
+        for delay in delays:
             await anyio.sleep(delay)
-            if self._status != _RECONNECTING:
+            if not reconnecting():
                 return False
             try:
-                established = await self._establish()
+                stream, handshake = await self._establish()
             except StompError as exc:
                 last = exc
                 continue
-            if self._status != _RECONNECTING:
-                await self._abandon(established[0])
+            if not reconnecting():  # close() came meanwhile
+                await self._abandon(stream)
                 return False
-            self._install(*established)
+            self._install(stream, handshake)
             return True
-        self._fail(ConnectionLost(f"could not reconnect: {last}"))
+        session.give_up(last)
+        self._status_changed()
         return False
-
-    def _fail(self, failure: StompError) -> None:
-        self._failure = failure
-        self._set_status(_CLOSED)
-        for sub in self._subs.values():
-            sub._send.close()
 
 
 async def send_async(

@@ -17,8 +17,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, TypedDict
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
-from stompy._events import AckMode, ConnectionClosed, Error, Event, HeartbeatTimedOut
-from stompy._events import Message as MessageEvent
+from stompy._events import (
+    AckMode,
+    ConnectionClosed,
+    Error,
+    Event,
+    HeartbeatTimedOut,
+    MessageReceived,
+)
 from stompy._frames import VERSIONS, Frame
 from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
@@ -346,7 +352,7 @@ class MessageBase:
 
     __slots__ = ("_epoch", "_headers", "event")
 
-    def __init__(self, event: MessageEvent, epoch: int) -> None:
+    def __init__(self, event: MessageReceived, epoch: int) -> None:
         self.event = event
         self._epoch = epoch
         self._headers: Mapping[str, str] | None = None

@@ -14,7 +14,7 @@ __all__ = (
     "Error",
     "Event",
     "HeartbeatTimedOut",
-    "Message",
+    "MessageReceived",
     "Receipt",
 )
 
@@ -37,7 +37,7 @@ class Connected:
 
 
 @dataclass(slots=True)
-class Message:
+class MessageReceived:
     """A MESSAGE frame, routed to one of our subscriptions.
 
     Read-only like the other events, though not frozen: one is made per message
@@ -103,4 +103,4 @@ class HeartbeatTimedOut:
     silence: float
 
 
-Event = Connected | Message | Receipt | Error | ConnectionClosed | HeartbeatTimedOut
+Event = Connected | MessageReceived | Receipt | Error | ConnectionClosed | HeartbeatTimedOut

@@ -47,7 +47,7 @@ from stompy._events import (
     Error,
     Event,
     HeartbeatTimedOut,
-    Message,
+    MessageReceived,
     Receipt,
 )
 from stompy._frames import V10, V11, V12, VERSIONS, Frame, make_headers
@@ -216,6 +216,14 @@ class ClientProtocol:
         if self.state not in states:
             wanted = " or ".join(s.name for s in states)
             raise LocalProtocolError(f"not allowed in state {self.state.name} (needs {wanted})")
+
+    def new_receipt_id(self) -> str:
+        """A receipt id no frame awaits yet, to pass as ``receipt=`` to an intent.
+
+        For a caller that must know the id of an intent returning something else:
+        ``subscribe()`` returns the subscription id, ``begin()`` the transaction id.
+        """
+        return self._new_id("r-", self._receipts)
 
     def _receipt(self, receipt: bool | str, command: str) -> str | None:
         if receipt is False:
@@ -439,13 +447,21 @@ class ClientProtocol:
         return receipt_id
 
     def ack(
-        self, message: Message, *, transaction: str | None = None, receipt: bool | str = False
+        self,
+        message: MessageReceived,
+        *,
+        transaction: str | None = None,
+        receipt: bool | str = False,
     ) -> str | None:
         """Queue the ACK frame the negotiated version needs for ``message``."""
         return self._acknowledge("ACK", message, transaction, receipt)
 
     def nack(
-        self, message: Message, *, transaction: str | None = None, receipt: bool | str = False
+        self,
+        message: MessageReceived,
+        *,
+        transaction: str | None = None,
+        receipt: bool | str = False,
     ) -> str | None:
         """Queue the NACK frame for ``message``; STOMP 1.0 has no NACK."""
         if self.state is State.CONNECTED and self.version == V10:
@@ -453,7 +469,7 @@ class ClientProtocol:
         return self._acknowledge("NACK", message, transaction, receipt)
 
     def _acknowledge(
-        self, command: str, message: Message, transaction: str | None, receipt: bool | str
+        self, command: str, message: MessageReceived, transaction: str | None, receipt: bool | str
     ) -> str | None:
         self._require(State.CONNECTED)
         info = self._subscriptions.get(message.subscription)
@@ -655,7 +671,7 @@ class ClientProtocol:
         self.state = State.CONNECTED
         return Connected(version, self.server, self.session, self.negotiated_heartbeats, frame)
 
-    def _handle_message(self, frame: Frame) -> Message:
+    def _handle_message(self, frame: Frame) -> MessageReceived:
         if self.state not in (State.CONNECTED, State.DISCONNECTING):
             raise RemoteProtocolError(f"MESSAGE frame in state {self.state.name}")
         # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
@@ -672,14 +688,14 @@ class ClientProtocol:
         if info is None:
             if sub_id in self._closed_subscriptions:
                 # In flight when we unsubscribed: delivered, though nobody waits for it.
-                return Message(frame, sub_id, "auto")
+                return MessageReceived(frame, sub_id, "auto")
             if sub_id in self._temp_queues:
                 # A reply through a temp queue we named in reply-to (RabbitMQ).
-                return Message(frame, sub_id, "auto")
+                return MessageReceived(frame, sub_id, "auto")
             raise RemoteProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
-        return Message(frame, sub_id, info.ack)
+        return MessageReceived(frame, sub_id, info.ack)
 
-    def _route_v10(self, frame: Frame) -> Message:
+    def _route_v10(self, frame: Frame) -> MessageReceived:
         """Route a MESSAGE without a ``subscription`` header, which 1.0 allows.
 
         By destination: the first open subscription to it; else one just closed (a
@@ -689,13 +705,13 @@ class ClientProtocol:
         destination = frame.get("destination")
         for info in self._subscriptions.values():
             if info.destination == destination:
-                return Message(frame, info.id, info.ack)
+                return MessageReceived(frame, info.id, info.ack)
         for info in reversed(self._closed_subscriptions.values()):
             if info.destination == destination:
-                return Message(frame, info.id, "auto")
+                return MessageReceived(frame, info.id, "auto")
         if len(self._subscriptions) == 1:
             info = next(iter(self._subscriptions.values()))
-            return Message(frame, info.id, info.ack)
+            return MessageReceived(frame, info.id, info.ack)
         raise RemoteProtocolError(
             f"MESSAGE for {destination!r} without a subscription header matches none of "
             f"{len(self._subscriptions)} subscriptions"

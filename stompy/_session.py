@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._client import ClientOptions, error_for_event, take_output
-from stompy._events import AckMode, Connected, Receipt
-from stompy._events import Message as MessageEvent
+from stompy._events import AckMode, Connected, MessageReceived, Receipt
 from stompy._protocol import ClientProtocol, State
 from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint
@@ -161,7 +160,7 @@ class Session(Generic[M]):
     def __init__(
         self,
         options: ClientOptions,
-        wrap: Callable[[MessageEvent, int], M],
+        wrap: Callable[[MessageReceived, int], M],
         *,
         uniform: Callable[[float, float], float] = random.uniform,
     ) -> None:
@@ -180,7 +179,7 @@ class Session(Generic[M]):
         self.inboxes: dict[str, Inbox[M]] = {}
         #: Messages that arrived while their inbox (or an earlier message's) was full.
         #: While any wait here the transport stops reading: TCP pushes back on the broker.
-        self.backlog: deque[MessageEvent] = deque()
+        self.backlog: deque[MessageReceived] = deque()
         self._wrap = wrap
         self._uniform = uniform
         self._expected: set[str] = set()  # receipt ids somebody waits for
@@ -256,12 +255,13 @@ class Session(Generic[M]):
     ) -> Subscribed[M]:
         """SUBSCRIBE on the current connection; the inbox and the receipt id to wait for."""
         proto = self.ready()
-        before = proto.pending_receipts
-        sub_id = proto.subscribe(destination, ack=ack, id=id, headers=headers, receipt=receipt)
+        rid = proto.new_receipt_id() if receipt else None
+        sub_id = proto.subscribe(
+            destination, ack=ack, id=id, headers=headers, receipt=rid if rid else False
+        )
         pending = max_pending if max_pending is not None else self.options.max_pending
         inbox: Inbox[M] = Inbox(sub_id, destination, ack, headers or {}, pending)
         self.inboxes[sub_id] = inbox
-        rid = next(iter(proto.pending_receipts - before), None)
         if rid is not None:
             self.expect(rid)
         return Subscribed(inbox, rid)
@@ -291,7 +291,7 @@ class Session(Generic[M]):
         return epoch != self.epoch
 
     def acknowledge(
-        self, command: str, event: MessageEvent, transaction: str | None, receipt: bool
+        self, command: str, event: MessageReceived, transaction: str | None, receipt: bool
     ) -> str | None:
         """ACK or NACK ``event`` on the current connection; the receipt id, if any."""
         proto = self.ready()
@@ -391,7 +391,7 @@ class Session(Generic[M]):
             while event is not None:
                 if debug:
                     log.debug("received %r", event)
-                if isinstance(event, MessageEvent):
+                if isinstance(event, MessageReceived):
                     deliver(event)
                     woke = True
                 elif isinstance(event, Receipt):
@@ -408,7 +408,7 @@ class Session(Generic[M]):
         self.flush(now)
         return Pumped(woke or failure is not None, failure)
 
-    def _deliver(self, event: MessageEvent) -> None:
+    def _deliver(self, event: MessageReceived) -> None:
         if self.backlog:
             self.backlog.append(event)  # keep the order behind what already waits
             return

@@ -46,8 +46,7 @@ from stompy._client import (
     log_sent,
     split_for_sending,
 )
-from stompy._events import AckMode
-from stompy._events import Message as MessageEvent
+from stompy._events import AckMode, MessageReceived
 from stompy._protocol import ClientProtocol, State
 from stompy._session import Handshake, Inbox, Session
 from stompy._state import ReceiptState, Status
@@ -78,7 +77,7 @@ class Message(MessageBase):
 
     __slots__ = ("_conn",)
 
-    def __init__(self, event: MessageEvent, epoch: int, conn: Connection) -> None:
+    def __init__(self, event: MessageReceived, epoch: int, conn: Connection) -> None:
         # MessageBase's fields set here directly: one per received message, so the
         # super() call is worth saving.
         self.event = event
@@ -348,7 +347,7 @@ class Connection:
         self._wake_sent = False
         self._io_done = False
 
-    def _message(self, event: MessageEvent, epoch: int) -> Message:
+    def _message(self, event: MessageReceived, epoch: int) -> Message:
         return Message(event, epoch, self)
 
     def __repr__(self) -> str:

@@ -9,7 +9,7 @@ from stompy._events import (
     Error,
     Event,
     HeartbeatTimedOut,
-    Message,
+    MessageReceived,
     Receipt,
 )
 
@@ -20,6 +20,21 @@ __all__ = (
     "Error",
     "Event",
     "HeartbeatTimedOut",
-    "Message",
+    "MessageReceived",
     "Receipt",
 )
+
+
+def __getattr__(name: str) -> object:
+    # ``stompy.events.Message`` was this event's name until it was told apart from
+    # ``stompy.Message``, the message a subscription hands out.
+    if name == "Message":
+        import warnings
+
+        warnings.warn(
+            "stompy.events.Message is now stompy.events.MessageReceived",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MessageReceived
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from stompy._events import (
     ConnectionClosed,
     Error,
     Event,
-    Message,
+    MessageReceived,
     Receipt,
 )
 from stompy._frames import Frame
@@ -84,12 +84,14 @@ def deliver(
     return event
 
 
-def message(proto: ClientProtocol, sub: str, mid: str = "m-1", ack: str | None = "a-1") -> Message:
+def message(
+    proto: ClientProtocol, sub: str, mid: str = "m-1", ack: str | None = "a-1"
+) -> MessageReceived:
     headers = [("destination", "/q"), ("message-id", mid), ("subscription", sub)]
     if ack is not None:
         headers.append(("ack", ack))
     event = deliver(proto, "MESSAGE", *headers, body=b"hi")
-    assert isinstance(event, Message)
+    assert isinstance(event, MessageReceived)
     return event
 
 
@@ -588,7 +590,7 @@ def test_message_event() -> None:
 
 
 def test_message_properties_when_headers_are_missing() -> None:
-    event = Message(Frame("MESSAGE"), "1", "auto")
+    event = MessageReceived(Frame("MESSAGE"), "1", "auto")
     assert (event.destination, event.message_id, event.ack_id) == ("", "", None)
 
 
@@ -619,10 +621,10 @@ def test_10_routes_by_destination_without_a_subscription_header() -> None:
     proto.subscribe("/a")
     second = proto.subscribe("/b")
     routed = deliver(proto, "MESSAGE", ("destination", "/a"), ("message-id", "1"))
-    assert isinstance(routed, Message)
+    assert isinstance(routed, MessageReceived)
     assert (routed.subscription, routed.ack_mode) == (first, "client")
     routed = deliver(proto, "MESSAGE", ("destination", "/b"), ("message-id", "2"))
-    assert isinstance(routed, Message)
+    assert isinstance(routed, MessageReceived)
     assert routed.subscription == second
 
 
@@ -633,7 +635,7 @@ def test_10_message_for_a_destination_just_unsubscribed_is_delivered() -> None:
     proto.subscribe("/c")
     proto.unsubscribe(sub)
     routed = deliver(proto, "MESSAGE", ("destination", "/a"), ("message-id", "1"))
-    assert isinstance(routed, Message)
+    assert isinstance(routed, MessageReceived)
     assert (routed.subscription, routed.ack_mode) == (sub, "auto")
     assert proto.state is State.CONNECTED
 
@@ -646,7 +648,7 @@ def test_10_message_for_an_older_closed_subscription() -> None:
     proto.subscribe("/c")
     proto.subscribe("/d")
     routed = deliver(proto, "MESSAGE", ("destination", "/a"), ("message-id", "1"))
-    assert isinstance(routed, Message)
+    assert isinstance(routed, MessageReceived)
     assert routed.subscription == old
 
 
@@ -655,7 +657,7 @@ def test_10_the_only_subscription_takes_any_destination() -> None:
     proto = connected("1.0")
     sub = proto.subscribe("/topic/a.>", ack="client")
     routed = deliver(proto, "MESSAGE", ("destination", "/topic/a.b"), ("message-id", "1"))
-    assert isinstance(routed, Message)
+    assert isinstance(routed, MessageReceived)
     assert (routed.subscription, routed.ack_mode) == (sub, "client")
 
 
@@ -745,9 +747,9 @@ def test_bad_ack_changes_nothing(setup: str, what: str, command: str) -> None:
     if setup == "auto":
         event = message(proto, "auto")
     elif setup == "unknown":
-        event = Message(Frame("MESSAGE", (("message-id", "1"),)), "gone", "client")
+        event = MessageReceived(Frame("MESSAGE", (("message-id", "1"),)), "gone", "client")
     elif setup == "no-ids":
-        event = Message(Frame("MESSAGE"), "C", "client")
+        event = MessageReceived(Frame("MESSAGE"), "C", "client")
     else:
         event = message(proto, "C")
         kwargs = {"transaction": "nope"} if setup == "bad-tx" else {"receipt": "dup"}
@@ -920,6 +922,25 @@ def test_receipts_on_every_frame() -> None:
     assert proto.state is State.CLOSED
 
 
+def test_new_receipt_id_names_the_receipt_of_subscribe_and_begin() -> None:
+    """What a caller passes as ``receipt=`` when the intent returns another id."""
+    proto = connected("1.2")
+    rid = proto.new_receipt_id()
+    assert rid not in proto.pending_receipts
+    sub = proto.subscribe("/q", receipt=rid)
+    other = proto.new_receipt_id()
+    assert other != rid
+    tx = proto.begin(receipt=other)
+    assert proto.pending_receipts == {rid, other}
+    assert [(f.command, f.get("receipt")) for f in sent(proto)] == [
+        ("SUBSCRIBE", rid),
+        ("BEGIN", other),
+    ]
+    assert sub not in (rid, other)
+    assert tx not in (rid, other)
+    assert proto.new_receipt_id() not in proto.pending_receipts
+
+
 @pytest.mark.parametrize(
     ("headers", "what"),
     [
@@ -990,7 +1011,7 @@ def test_eof_is_reported_after_the_frames_before_it() -> None:
     proto.receive_eof()
     assert proto.state is State.CONNECTED  # until the frames are out
     got = events(proto)
-    assert [type(e) for e in got] == [Message, Message, ConnectionClosed]
+    assert [type(e) for e in got] == [MessageReceived, MessageReceived, ConnectionClosed]
     assert got[2] == ConnectionClosed(expected=False)
     assert state(proto) is State.CLOSED
 
@@ -1060,7 +1081,7 @@ def test_lenient_receiving() -> None:
         b"MESSAGE\nmessage-id:m1\nsubscription:" + sub.encode() + b"\nk:a\\tb\n\n\x00"
     )
     event = proto.next_event()
-    assert isinstance(event, Message)
+    assert isinstance(event, MessageReceived)
     assert event.frame.get("k") == "a\\tb"
     proto.send("/q", b"", receipt="r")
     proto.receive_data(b"RECEIPT\nreceipt-id:r\n\nunexpected body\x00")
@@ -1087,7 +1108,7 @@ def in_state(state: State) -> ClientProtocol:
     return proto
 
 
-A_MESSAGE = Message(Frame("MESSAGE", (("message-id", "m"), ("ack", "a"))), "1", "client")
+A_MESSAGE = MessageReceived(Frame("MESSAGE", (("message-id", "m"), ("ack", "a"))), "1", "client")
 INTENTS: dict[str, Callable[[ClientProtocol], object]] = {
     "connect": lambda p: p.connect("/"),
     "send": lambda p: p.send("/q", b"x"),

@@ -35,7 +35,7 @@ from stompy._events import (
     Error,
     Event,
     HeartbeatTimedOut,
-    Message,
+    MessageReceived,
     Receipt,
 )
 from stompy._frames import VERSIONS, Frame
@@ -103,7 +103,7 @@ class ClientMachine(RuleBasedStateMachine):
         self.answered: set[str] = set()
         self.to_answer: list[str] = []  # receipts the server owes
         self.disconnect_receipt: str | None = None
-        self.ackable: list[Message] = []
+        self.ackable: list[MessageReceived] = []
         self.error_seen = False
         self.now = 0.0
         self.started = False
@@ -347,7 +347,7 @@ class ClientMachine(RuleBasedStateMachine):
             self.started = True
             self.last_sent = self.last_received = self.now
             self.beats = event.heartbeats
-        elif isinstance(event, Message):
+        elif isinstance(event, MessageReceived):
             assert self.model in (State.CONNECTED, State.DISCONNECTING)
             if event.subscription in self.subs:
                 assert event.ack_mode == self.subs[event.subscription]

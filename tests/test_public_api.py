@@ -81,3 +81,20 @@ def test_every_error_is_exported_at_the_top() -> None:
         assert name in stompy.__all__
         assert getattr(stompy, name) is getattr(errors, name)
     assert stompy.errors is errors
+
+
+def test_one_message_class_per_name() -> None:
+    """``stompy.Message`` is what a subscription hands out; the core's event is
+    ``stompy.events.MessageReceived``. The event's old name still works, with a warning."""
+    import warnings
+
+    from stompy import events
+
+    assert "Message" not in events.__all__
+    assert "MessageReceived" in events.__all__
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert events.Message is events.MessageReceived
+    assert [w.category for w in caught] == [DeprecationWarning]
+    with pytest.raises(AttributeError):
+        _ = events.Nothing

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 import stompy
 from stompy import Frame, encode
 from stompy._client import ClientOptions
-from stompy._events import Connected
-from stompy._events import Message as MessageEvent
+from stompy._events import Connected, MessageReceived
 from stompy._session import Handshake, Session
 from stompy._state import ReceiptState, Status
 from stompy.errors import (
@@ -38,7 +37,7 @@ T0 = 1000.0  # the fake clock's start
 class Delivered:
     """What the test's "transport" makes of a received MESSAGE."""
 
-    event: MessageEvent
+    event: MessageReceived
     epoch: int
 
 
@@ -256,7 +255,7 @@ def test_stale_epochs_and_intents_when_not_connected() -> None:
     session.lost(ConnectionLost("cut"))
     assert session.is_stale(1)
     with pytest.raises(LocalProtocolError, match="the connection is reconnecting"):
-        session.acknowledge("ACK", MessageEvent(Frame("MESSAGE"), "s", "client"), None, False)
+        session.acknowledge("ACK", MessageReceived(Frame("MESSAGE"), "s", "client"), None, False)
 
 
 def test_close_sends_disconnect_with_a_receipt_and_ends_every_inbox() -> None:

@@ -42,7 +42,7 @@ from stompy.events import (
     ConnectionClosed,
     Error,
     HeartbeatTimedOut,
-    Message,
+    MessageReceived,
     Receipt,
 )
 
@@ -386,7 +386,7 @@ class CoreDriver(Driver):
                 return
             if event is None:
                 return
-            if isinstance(event, Message):
+            if isinstance(event, MessageReceived):
                 self._messages.append(
                     Received(
                         event.destination,
@@ -489,9 +489,9 @@ class CoreDriver(Driver):
         return self._messages.popleft()
 
     @staticmethod
-    def _native(message: Received) -> Message:
+    def _native(message: Received) -> MessageReceived:
         native = message.native
-        assert isinstance(native, Message)
+        assert isinstance(native, MessageReceived)
         return native
 
     def ack(

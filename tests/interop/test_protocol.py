@@ -7,13 +7,13 @@ import time
 import pytest
 
 from stompy import State
-from stompy.events import Connected, ConnectionClosed, Error, Message, Receipt
+from stompy.events import Connected, ConnectionClosed, Error, MessageReceived, Receipt
 from tests.interop._support import BrokerTarget, ProtocolSession
 
 
-def split(events: list[object]) -> tuple[list[Receipt], list[Message]]:
+def split(events: list[object]) -> tuple[list[Receipt], list[MessageReceived]]:
     receipts = [e for e in events if isinstance(e, Receipt)]
-    messages = [e for e in events if isinstance(e, Message)]
+    messages = [e for e in events if isinstance(e, MessageReceived)]
     assert len(receipts) + len(messages) == len(events), events
     return receipts, messages
 
@@ -66,7 +66,7 @@ def test_binary_body_with_nul_octets(broker: BrokerTarget, unique: str) -> None:
         session.expect(Receipt)
         session.proto.send(destination, body)
         session.flush()
-        message = session.expect(Message)
+        message = session.expect(MessageReceived)
         assert message.body == body
         assert message.frame.get("content-length") == str(len(body))
 
@@ -83,7 +83,7 @@ def test_header_escaping_round_trips(broker: BrokerTarget, unique: str, version:
         session.expect(Receipt)
         session.proto.send(destination, b"x", headers=[("x-escaped", value), ("x:name", "v")])
         session.flush()
-        message = session.expect(Message)
+        message = session.expect(MessageReceived)
         assert message.frame.get("x-escaped") == value
         assert message.frame.get("x:name") == "v"
 
@@ -97,7 +97,7 @@ def test_client_individual_ack_removes_the_message(broker: BrokerTarget, unique:
         session.expect(Receipt)
         session.proto.send(destination, b"one")
         session.flush()
-        message = session.expect(Message)
+        message = session.expect(MessageReceived)
         assert message.ack_mode == "client-individual"
         assert message.ack_id, "a 1.2 broker must send the ack header"
         session.proto.ack(message, receipt="ack-1")
@@ -128,13 +128,13 @@ def test_unacked_message_is_redelivered_to_the_next_consumer(
         session.expect(Receipt)
         session.proto.send(destination, b"again")
         session.flush()
-        first = session.expect(Message)
+        first = session.expect(MessageReceived)
         assert first.frame.get("redelivered") in (None, "false")
     with ProtocolSession(broker) as session:
         session.connect()
         session.proto.subscribe(destination)
         session.flush()
-        again = session.expect(Message)
+        again = session.expect(MessageReceived)
         assert again.body == b"again"
         assert again.frame.get("redelivered") == "true"
 
@@ -149,12 +149,12 @@ def test_nack(broker: BrokerTarget, unique: str) -> None:
         session.expect(Receipt)
         session.proto.send(destination, b"unwanted")
         session.flush()
-        message = session.expect(Message)
+        message = session.expect(MessageReceived)
         session.proto.nack(message, receipt="nack-1")
         session.flush()
         assert session.expect(Receipt).receipt_id == "nack-1"
         if broker.kind == "rabbitmq":
-            again = session.expect(Message)
+            again = session.expect(MessageReceived)
             assert again.body == b"unwanted"
             assert again.frame.get("redelivered") == "true"
         elif broker.kind == "activemq":
@@ -202,7 +202,7 @@ def test_topic_fans_out_to_every_subscription(broker: BrokerTarget, unique: str)
         session.expect(Receipt)
         session.proto.send(destination, b"all")
         session.flush()
-        messages = [session.expect(Message) for _ in range(2)]
+        messages = [session.expect(MessageReceived) for _ in range(2)]
         assert sorted(m.subscription for m in messages) == sorted([one, two])
 
 
@@ -303,7 +303,7 @@ def test_request_reply_through_a_temp_queue(broker: BrokerTarget, unique: str) -
         client.flush()
         assert client.expect(Receipt).receipt_id == "asked"
 
-        request = server.expect(Message)
+        request = server.expect(MessageReceived)
         reply_to = request.frame.get("reply-to")
         assert reply_to is not None
         assert reply_to != temp  # both rewrite it into a name others can send to
@@ -311,7 +311,7 @@ def test_request_reply_through_a_temp_queue(broker: BrokerTarget, unique: str) -
         server.flush()
         assert server.expect(Receipt).receipt_id == "answered"
 
-        reply = client.expect(Message)
+        reply = client.expect(MessageReceived)
         assert reply.body == b"answer to question"
         assert reply.subscription == expected_sub
         assert reply.ack_mode == "auto"

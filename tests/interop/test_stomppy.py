@@ -15,7 +15,7 @@ import pytest
 import stomp
 
 import stompy
-from stompy.events import Message, Receipt
+from stompy.events import MessageReceived, Receipt
 from tests.interop._support import TIMEOUT, BrokerTarget, ProtocolSession
 
 
@@ -125,7 +125,7 @@ def test_stomppy_to_stompy(broker: BrokerTarget, unique: str) -> None:
             rec.wait_for("connected")
             conn.send(destination, "from stomp.py", headers={"x-escaped": value}, receipt="r")
             rec.wait_for("receipts")
-        message = session.expect(Message)
+        message = session.expect(MessageReceived)
         assert message.body == b"from stomp.py"
         assert message.frame.get("x-escaped") == value
 
