@@ -1,9 +1,8 @@
-"""The async client's waits over the session engine: inboxes, the backlog, wake-ups.
+"""The async client's inboxes: the backlog, pausing and resuming the reader, wake-ups.
 
-What the port to :class:`~stompy._session.Session` changed in ``AsyncConnection``: a
-subscription's messages wait in its inbox, those that do not fit in the session's
-backlog while the reader stops reading, and every wait is woken by an anyio event.
-On asyncio and on trio.
+A subscription's messages wait in its inbox; those that do not fit wait in the
+session's backlog while the reader stops reading; every wait is woken by an anyio
+event. On asyncio and on trio.
 """
 
 from __future__ import annotations
