@@ -15,10 +15,10 @@ from stompy._async import (
     AsyncTransaction,
     send_async,
 )
-from stompy._client import ConnectionOptions, Outgoing, Reconnect
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
 from stompy._frames import VERSIONS, Frame
+from stompy._options import ConnectionOptions, Outgoing, Reconnect
 from stompy._protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._sync import Connection, Message, Subscription, Transaction, send
 from stompy._urls import Endpoint, parse_url

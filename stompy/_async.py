@@ -34,15 +34,15 @@ import anyio
 import anyio.abc
 from typing_extensions import Unpack
 
-from stompy._client import (
+from stompy._events import AckMode, MessageReceived
+from stompy._message import MessageBase
+from stompy._options import (
     ClientOptions,
     ConnectionOptions,
-    MessageBase,
     Outgoing,
     log,
     split_for_sending,
 )
-from stompy._events import AckMode, MessageReceived
 from stompy._protocol import ClientProtocol, State
 from stompy._session import Handshake, Inbox, Session
 from stompy._state import ReceiptState, Status

@@ -21,8 +21,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from stompy._client import ClientOptions, error_for_event, take_output
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
+from stompy._options import ClientOptions, error_for_event, take_output
 from stompy._protocol import ClientProtocol, State
 from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint

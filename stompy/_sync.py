@@ -36,17 +36,17 @@ from typing import Final
 
 from typing_extensions import Unpack
 
-from stompy._client import (
+from stompy._events import AckMode, MessageReceived
+from stompy._message import MessageBase
+from stompy._options import (
     ClientOptions,
     ConnectionOptions,
-    MessageBase,
     Outgoing,
     SslArg,
     log,
     log_sent,
     split_for_sending,
 )
-from stompy._events import AckMode, MessageReceived
 from stompy._protocol import ClientProtocol, State
 from stompy._session import Handshake, Inbox, Session
 from stompy._state import ReceiptState, Status

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, TextIO
 
 if TYPE_CHECKING:
-    from stompy._client import MessageBase
+    from stompy._message import MessageBase
     from stompy._sync import Connection
 
 __all__ = (
@@ -406,7 +406,7 @@ class _Secrets:
 
 def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
     """The connection the arguments describe (not connected yet)."""
-    from stompy._client import Reconnect
+    from stompy._options import Reconnect
     from stompy._sync import Connection
     from stompy._urls import parse_urls
 

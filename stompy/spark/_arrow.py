@@ -14,7 +14,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from stompy._client import MessageBase
+from stompy._message import MessageBase
 
 __all__ = (
     "READ_ARROW_SCHEMA",

@@ -59,7 +59,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import pyarrow as pa
 
-from stompy._client import Outgoing
+from stompy._options import Outgoing
 from stompy._sync import Connection, Message, Subscription
 from stompy.errors import ConfigurationError, StompError
 from stompy.spark._arrow import READ_SCHEMA, message_batch, to_ipc

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from stompy._client import Reconnect
 from stompy._frames import VERSIONS
 from stompy._heartbeat import parse_heartbeat
+from stompy._options import Reconnect
 from stompy._sync import Connection
 from stompy._urls import parse_urls
 from stompy.errors import ConfigurationError, ProtocolError
