@@ -11,7 +11,7 @@ nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
 # interop and soak install and start RabbitMQ and ActiveMQ (root and apt needed the first
 # time); soak takes about 2 minutes.
-nox.options.sessions = ["lint", "typecheck", "tests", "compiled", "spark40", "interop", "soak"]
+nox.options.sessions = ["lint", "typecheck", "tests", "wheel", "spark40", "interop", "soak"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -52,8 +52,9 @@ def tests(session: nox.Session) -> None:
     session.run("coverage", "report", "--fail-under=90")
 
 
-#: The tests that run against the compiled core: the core's own and both clients'.
-COMPILED_TESTS = (
+#: The tests ``wheel`` runs against the installed wheel, core compiled: the core's own,
+#: both clients', and the check of stompy.COMPILED.
+WHEEL_TESTS = (
     "tests/test_codec.py",
     "tests/test_codec_properties.py",
     "tests/test_frames.py",
@@ -62,45 +63,77 @@ COMPILED_TESTS = (
     "tests/test_protocol_properties.py",
     "tests/test_sync_client.py",
     "tests/test_async_client.py",
+    "tests/test_compiled.py",
 )
 
 
-def install_compiled(session: nox.Session) -> Path:
-    """Install stompy with its sans-IO core compiled by mypyc (not editable); return a
-    directory holding copies of tests/ and benchmarks/, to run them from: there no
-    ``./stompy`` shadows the installed package, and that package is checked to be
-    the compiled one."""
-    work = Path(session.create_tmp()) / "compiled"
-    shutil.rmtree(work, ignore_errors=True)
-    source = work / "source"  # built from a copy: mypyc leaves .so files beside the .py
-    for name in ("stompy", "tests", "benchmarks"):
-        where = source if name == "stompy" else work
-        skip = shutil.ignore_patterns("__pycache__", "*.so")
-        shutil.copytree(name, where / name, ignore=skip)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(name, source)
+def fresh_dir(session: nox.Session, name: str) -> Path:
+    path = Path(session.create_tmp()) / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    return path
+
+
+def build_wheel(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> Path:
+    """``python -m build`` with ``args`` into a fresh directory; return the one wheel.
+
+    The build hook (hatch_build.py) compiles the core in a copy of the package: the
+    source tree gets no .so file."""
+    dist = fresh_dir(session, "dist")
+    session.run("python", "-m", "build", "--outdir", str(dist), *args, ".", env=env)
+    (wheel,) = dist.glob("*.whl")
+    return wheel
+
+
+def check_tag(session: nox.Session, wheel: Path, compiled: bool) -> None:
+    pure = wheel.name.endswith("-py3-none-any.whl")
+    if pure == compiled:
+        want = "a compiled" if compiled else "a pure-Python"
+        session.error(f"{wheel.name}: expected {want} wheel (the build's log says why)")
+    session.log(f"{wheel.name}: {'compiled' if compiled else 'pure Python'}, as expected")
+
+
+def install_wheel(session: nox.Session, wheel: Path, *copies: str) -> None:
+    """Install ``wheel`` (not editable), copy ``copies`` (and pyproject.toml, for pytest's
+    settings) into a fresh directory and go there: no ``./stompy`` shadows the
+    installed package. Check that its core is the compiled one."""
+    # A reused venv (nox -r) may hold the same version, maybe pure: pip would keep it.
+    session.run("python", "-m", "pip", "uninstall", "--yes", "--quiet", "stompy-client")
+    session.install(str(wheel))
+    work = fresh_dir(session, "run")
+    for name in copies:
+        shutil.copytree(name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy("pyproject.toml", work)
-    session.install(str(source), env={"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"})
     session.chdir(work)
-    check = "import stompy._codec as m, sys; sys.exit(m.__file__.endswith('.py'))"
+    check = "import stompy, sys; print(stompy.__file__); sys.exit(not stompy.COMPILED)"
     session.run("python", "-c", check)
-    return work
 
 
 @nox.session
-def compiled(session: nox.Session) -> None:
-    """The core's tests and the clients' against the sans-IO core compiled with mypyc."""
-    session.install(*group("test"))
-    install_compiled(session)
+def wheel(session: nox.Session) -> None:
+    """The wheels a user gets, built like a release: an sdist, then from it a wheel for
+    this machine with the core compiled; the core's and the clients' tests against
+    that wheel, installed. Also checks that a build without a C compiler, and one with
+    STOMPY_NO_EXTENSIONS=1, give a pure-Python wheel (py3-none-any).
+
+    Extra arguments go to pytest, e.g. ``nox -s wheel -- -x -k heartbeat``."""
+    session.install("build", *group("test"))
+    check_tag(session, build_wheel(session, "--wheel", env={"STOMPY_NO_EXTENSIONS": "1"}), False)
+    check_tag(session, build_wheel(session, "--wheel", env={"CC": "false"}), False)
+    compiled = build_wheel(session)  # sdist first, the wheel from it: the sdist is whole
+    check_tag(session, compiled, True)
+    install_wheel(session, compiled, "tests")
     env = {"HYPOTHESIS_PROFILE": "ci", "STOMPY_COMPILED": "1"}
-    session.run("pytest", "-q", *COMPILED_TESTS, env=env)
+    session.run("pytest", "-q", *WHEEL_TESTS, *session.posargs, env=env)
 
 
 @nox.session
 def bench_compiled(session: nox.Session) -> None:
-    """The benchmarks (default: codec and clients) with the sans-IO core compiled."""
-    session.install(*group("bench"))
-    install_compiled(session)
+    """The benchmarks (default: codec and clients) against the wheel, core compiled."""
+    session.install("build", *group("bench"))
+    compiled = build_wheel(session, "--wheel")
+    check_tag(session, compiled, True)
+    install_wheel(session, compiled, "benchmarks")
     args = session.posargs or ["codec", "clients"]
     session.run("python", "-m", "benchmarks", *args)
 

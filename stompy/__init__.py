@@ -16,9 +16,11 @@ from stompy._async import (
     send_async,
 )
 from stompy._codec import FrameLimits, FrameParser, encode
+from stompy._compiled import COMPILED
 from stompy._events import AckMode
 from stompy._frames import VERSIONS, Frame
-from stompy._options import ConnectionOptions, Outgoing, Reconnect
+from stompy._keywords import ConnectionOptions
+from stompy._options import Outgoing, Reconnect
 from stompy._protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._sync import Connection, Message, Subscription, Transaction, send
 from stompy._urls import Endpoint, parse_url
@@ -44,6 +46,7 @@ from stompy.errors import (
 __version__ = "0.1.0"
 
 __all__ = (
+    "COMPILED",
     "VERSIONS",
     "AckMode",
     "AsyncConnection",

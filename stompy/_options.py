@@ -13,15 +13,10 @@ import re
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypedDict
+from typing import TYPE_CHECKING, Final
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
-from stompy._events import (
-    ConnectionClosed,
-    Error,
-    Event,
-    HeartbeatTimedOut,
-)
+from stompy._events import ConnectionClosed, Error, Event, HeartbeatTimedOut
 from stompy._frames import VERSIONS
 from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
@@ -38,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = (
     "SEND_CHUNK",
-    "ConnectionOptions",
     "split_for_sending",
     "ClientOptions",
     "Outgoing",
@@ -176,31 +170,6 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
 
 
 SslArg = bool | _ssl.SSLContext | None
-
-
-class ConnectionOptions(TypedDict, total=False):
-    """The keyword arguments of ``Connection`` and ``AsyncConnection``, listed once.
-
-    Defaults and meanings are :class:`ClientOptions`'; both constructors take them as
-    ``**options: Unpack[ConnectionOptions]``, so type checkers and IDEs still know
-    every name and type.
-    """
-
-    login: str | None
-    passcode: str | None
-    host: str | None
-    versions: Sequence[str]
-    heartbeats: tuple[int, int]
-    heartbeat_tolerance: float
-    ssl: SslArg
-    connect_timeout: float
-    receipt_timeout: float
-    reconnect: Reconnect | None
-    headers: Mapping[str, str] | None
-    limits: FrameLimits
-    max_pending: int
-    strict: bool
-    ws_headers: Mapping[str, str] | None
 
 
 class ClientOptions:

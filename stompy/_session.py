@@ -31,6 +31,7 @@ from stompy.errors import (
     ConnectionLost,
     LocalProtocolError,
     ProtocolError,
+    RemoteProtocolError,
     ServerError,
     StompError,
 )
@@ -38,9 +39,12 @@ from stompy.errors import (
 if TYPE_CHECKING:
     from stompy._websocket import WebSocket
 
-__all__ = ("Handshake", "Inbox", "Pumped", "Session", "Subscribed")
+__all__ = ("MAX_OUTGOING", "Attempts", "Handshake", "Inbox", "Pumped", "Session", "Subscribed")
 
 log: Final = logging.getLogger("stompy")
+
+#: Past this many unwritten bytes, a call waits for the transport to catch up.
+MAX_OUTGOING: Final = 4 * 1024 * 1024
 
 #: What a transport's message class is built from: the core's event and its epoch.
 M = TypeVar("M")
@@ -129,6 +133,41 @@ class Handshake:
         return reply
 
 
+class Attempts:
+    """The rounds of attempts to establish a connection: which address next, after
+    what delay, and which error ends them.
+
+    Iterating gives ``(delay, endpoint)``: each round tries every address in turn, the
+    round's delay before its first. For :meth:`Session.connect_attempts` a refusal
+    (:class:`ServerError`) is final; a reconnect tries on.
+    """
+
+    def __init__(self, endpoints: tuple[Endpoint, ...], delays: Iterator[float], first: bool):
+        self._endpoints = endpoints
+        self._delays = delays
+        self._first = first
+        self._errors: list[str] = []
+        self.last: StompError | None = None
+
+    def __iter__(self) -> Iterator[tuple[float, Endpoint]]:
+        for delay in self._delays:
+            self._errors = []
+            for i, endpoint in enumerate(self._endpoints):
+                yield (delay if i == 0 else 0.0), endpoint
+            self.last = ConnectFailed("; ".join(self._errors))  # each names its address
+
+    def failed(self, endpoint: Endpoint, error: StompError) -> None:
+        """The attempt at ``endpoint`` failed with ``error``; raises it if that is final."""
+        if self._first and not isinstance(error, (ConnectFailed, RemoteProtocolError)):
+            raise error
+        log.info("could not connect to %s: %s", endpoint, error)
+        self._errors.append(str(error))
+
+    def error(self) -> StompError:
+        """Why every attempt failed: the last round's errors."""
+        return self.last if self.last is not None else ConnectFailed("no address to try")
+
+
 class Subscribed(Generic[M]):
     """What :meth:`Session.subscribe` made: the inbox, and the receipt id to wait for."""
 
@@ -180,6 +219,12 @@ class Session(Generic[M]):
         #: Messages that arrived while their inbox (or an earlier message's) was full.
         #: While any wait here the transport stops reading: TCP pushes back on the broker.
         self.backlog: deque[MessageReceived] = deque()
+        #: Whether a transport serves the session (reads, and will give a verdict when
+        #: the connection ends): set by :meth:`install`, cleared by the transport.
+        self.serving = False
+        #: How the current connection ended, seen by the transport before its verdict
+        #: (reconnect or fail); see :meth:`saw_end`.
+        self.ending: StompError | None = None
         self._wrap = wrap
         self._uniform = uniform
         self._expected: set[str] = set()  # receipt ids somebody waits for
@@ -193,10 +238,11 @@ class Session(Generic[M]):
     def handshake(self, endpoint: Endpoint) -> Handshake:
         return Handshake(self.options, endpoint)
 
-    def connect_delays(self) -> Iterator[float]:
-        """The delay before each round of :meth:`connect`'s attempts."""
+    def connect_attempts(self) -> Attempts:
+        """The attempts of the first connect: one round, or the reconnect policy's."""
         policy = self.options.reconnect
-        return policy.delays(self._uniform) if policy is not None else iter((0.0,))
+        delays = policy.delays(self._uniform) if policy is not None else iter((0.0,))
+        return Attempts(self.options.endpoints, delays, first=True)
 
     def install(self, handshake: Handshake, now: float) -> None:
         """Make an established connection the current one: a new epoch, in which every
@@ -211,6 +257,8 @@ class Session(Generic[M]):
         self.backlog.clear()
         self.epoch += 1
         self.status = Status.CONNECTED
+        self.serving = True
+        self.ending = None
         for inbox in self.inboxes.values():
             proto.subscribe(inbox.destination, ack=inbox.ack, id=inbox.id, headers=inbox.headers)
         self.flush(now)
@@ -219,10 +267,30 @@ class Session(Generic[M]):
 
     @property
     def settling(self) -> bool:
-        """The core saw its connection end (an ERROR, say), and the transport has not yet
-        decided between reconnecting and failing: an intent waits for that verdict."""
+        """The connection ended (an ERROR, say), and the transport has not yet decided
+        between reconnecting and failing: an intent waits for that verdict."""
         proto = self.proto
-        return self.status is Status.CONNECTED and proto is not None and proto.state is State.CLOSED
+        return self.status is Status.CONNECTED and (
+            self.ending is not None or (proto is not None and proto.state is State.CLOSED)
+        )
+
+    def usable(self) -> ClientProtocol | None:
+        """The core, when an intent can run on it right away (no wait, no error)."""
+        proto = self.proto
+        if (
+            self.status is Status.CONNECTED
+            and self.ending is None
+            and proto is not None
+            and proto.state is not State.CLOSED
+        ):
+            return proto
+        return None
+
+    def saw_end(self, error: StompError) -> None:
+        """The transport saw the connection end with ``error``; its verdict (:meth:`lost`)
+        follows. Until then intents wait rather than run on a dead core."""
+        if self.ending is None and self.status is Status.CONNECTED:
+            self.ending = error
 
     def ready(self) -> ClientProtocol:
         """The core to run an intent on; raises why there is none (once no wait helps)."""
@@ -285,6 +353,10 @@ class Session(Generic[M]):
             return rid
         return None
 
+    def begin(self) -> str:
+        """BEGIN a transaction on the current connection; its id."""
+        return self.ready().begin()
+
     def is_stale(self, epoch: int) -> bool:
         """Whether something of ``epoch`` (a message, a transaction) is from an earlier
         connection: its broker state is gone, so answering it would be wrong."""
@@ -326,19 +398,19 @@ class Session(Generic[M]):
         if proto is not None:
             self._expected |= proto.pending_receipts
 
-    def receipt_state(
-        self, rid: str, epoch: int, *, reading: bool, allow_closing: bool = False
-    ) -> ReceiptState:
-        """How the wait for ``rid``, asked in ``epoch``, stands. ``reading`` says whether
-        the transport still reads that connection; ``allow_closing`` is for the
-        DISCONNECT receipt, which is waited for while closing."""
+    def receipt_state(self, rid: str, epoch: int, *, allow_closing: bool = False) -> ReceiptState:
+        """How the wait for ``rid``, asked in ``epoch``, stands; ``allow_closing`` is for
+        the DISCONNECT receipt, which is waited for while closing.
+
+        While the transport has seen the end but not given its verdict, the wait goes on:
+        the verdict says whether the session failed or the receipt is lost."""
         if rid in self._arrived:
             return ReceiptState.ARRIVED
         if self.failure is not None:
             return ReceiptState.FAILED
         status = self.status
         if (
-            not reading
+            not self.serving
             or epoch != self.epoch
             or not (status is Status.CONNECTED or (allow_closing and status is Status.CLOSING))
         ):
@@ -451,14 +523,16 @@ class Session(Generic[M]):
 
     # -- the end of a connection, and of the session ------------------------------------
 
-    def lost(self, error: StompError) -> Iterator[float] | None:
+    def lost(self, error: StompError) -> Attempts | None:
         """The current connection ended with ``error``.
 
-        Returns the delays of the reconnect attempts, or ``None`` when the session is
-        over: closed by the user, or failed (no reconnect policy).
+        Returns the reconnect attempts, or ``None`` when the session is over: closed by
+        the user, or failed (no reconnect policy).
         """
         if self.status in (Status.CLOSING, Status.CLOSED):
             return None
+        if self.ending is None:
+            self.ending = error  # what the calls of this epoch say they were lost to
         # Messages still set aside belong to the old connection: the broker redelivers
         # the unacked ones, but auto-acked ones must not be dropped.
         while self.backlog:
@@ -474,11 +548,11 @@ class Session(Generic[M]):
         log.warning("connection to %s lost (%s); reconnecting", self.endpoint, error)
         self.status = Status.RECONNECTING
         self.epoch += 1  # unanswered receipts and open transactions are lost
-        return policy.delays(self._uniform)
+        return Attempts(self.options.endpoints, policy.delays(self._uniform), first=False)
 
-    def give_up(self, last: StompError) -> None:
-        """Every reconnect attempt failed; ``last`` is the last one's error."""
-        self.fail(ConnectionLost(f"could not reconnect: {last}"))
+    def give_up(self, attempts: Attempts) -> None:
+        """Every reconnect attempt failed."""
+        self.fail(ConnectionLost(f"could not reconnect: {attempts.error()}"))
 
     def fail(self, failure: StompError) -> None:
         self.failure = failure

@@ -21,7 +21,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """``nox -s compiled`` sets STOMPY_COMPILED=1: then the core must be the compiled one,
+    """``nox -s wheel`` sets STOMPY_COMPILED=1: then the core must be the compiled one,
     or the session would test pure Python and say nothing about mypyc's build."""
     if os.environ.get("STOMPY_COMPILED") == "1":
         import stompy._codec

@@ -8,8 +8,9 @@ import pytest
 
 import stompy
 from stompy import Frame, Reconnect
-from stompy._client import ClientOptions, MessageBase, error_for_event
 from stompy._events import ConnectionClosed, Error, HeartbeatTimedOut, MessageReceived, Receipt
+from stompy._message import MessageBase
+from stompy._options import ClientOptions, error_for_event
 from stompy._urls import parse_url
 from stompy.errors import (
     ConnectionLost,

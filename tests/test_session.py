@@ -125,11 +125,13 @@ def test_install_starts_an_epoch_and_replays_subscriptions() -> None:
     establish(session)
     made = session.subscribe("/queue/a", "client", "mine", None, 5, False)
     assert made.receipt is None
-    delays = session.lost(ConnectionLost("cut"))
-    assert delays is not None
+    attempts = session.lost(ConnectionLost("cut"))
+    assert attempts is not None
     assert status_of(session) is Status.RECONNECTING
     assert session.epoch == 2
-    assert [next(delays), next(delays), next(delays)] == [0.0, 0.6, 1.2]  # uniform: the top
+    tries = iter(attempts)
+    waited = [next(tries)[0], next(tries)[0], next(tries)[0]]
+    assert waited == [0.0, 0.6, 1.2]  # uniform: the top; one address, one try a round
     establish(session, T0 + 1)
     assert session.epoch == 3
     replayed = bytes(session.outgoing)
@@ -141,10 +143,14 @@ def test_install_starts_an_epoch_and_replays_subscriptions() -> None:
 def test_reconnect_attempts_are_bounded_and_giving_up_fails() -> None:
     session = make_session(reconnect=stompy.Reconnect(max_attempts=3, jitter=0.0))
     establish(session)
-    delays = session.lost(HeartbeatTimeout("silence"))
-    assert delays is not None
-    assert len(list(delays)) == 3
-    session.give_up(ConnectFailed("refused"))
+    attempts = session.lost(HeartbeatTimeout("silence"))
+    assert attempts is not None
+    tried = 0
+    for _delay, endpoint in attempts:
+        attempts.failed(endpoint, ConnectFailed("refused"))
+        tried += 1
+    assert tried == 3
+    session.give_up(attempts)
     assert status_of(session) is Status.CLOSED
     assert isinstance(session.failure, ConnectionLost)
     assert "could not reconnect: refused" in str(session.failure)
@@ -207,20 +213,30 @@ def test_receipt_waits_end_in_each_way() -> None:
     rid = proto.send("/queue/a", b"x", receipt=True)
     assert rid is not None
     session.expect(rid)
-    assert session.receipt_state(rid, 1, reading=True) is ReceiptState.PENDING
-    assert session.receipt_state(rid, 1, reading=False) is ReceiptState.LOST
+    assert session.receipt_state(rid, 1) is ReceiptState.PENDING
+    # The transport saw the end: the wait goes on until its verdict...
+    session.saw_end(ConnectionLost("cut"))
+    assert session.settling
+    assert session.usable() is None
+    assert session.receipt_state(rid, 1) is ReceiptState.PENDING
+    # ... unless nobody serves the session any more.
+    session.serving = False
+    assert session.receipt_state(rid, 1) is ReceiptState.LOST
+    session.serving = True
+    session.ending = None
+    assert session.usable() is proto
     session.receive(receipt(rid), T0)
     assert session.pump(T0).woke
-    assert session.receipt_state(rid, 1, reading=True) is ReceiptState.ARRIVED
+    assert session.receipt_state(rid, 1) is ReceiptState.ARRIVED
     session.forget(rid)
     # A receipt of an earlier epoch never comes: the wait is lost.
     other = proto.send("/queue/a", b"y", receipt=True)
     assert other is not None
     session.expect(other)
     session.lost(ConnectionLost("cut"))
-    assert session.receipt_state(other, 1, reading=True) is ReceiptState.LOST
+    assert session.receipt_state(other, 1) is ReceiptState.LOST
     session.fail(ConnectionLost("for good"))
-    assert session.receipt_state(other, 1, reading=True) is ReceiptState.FAILED
+    assert session.receipt_state(other, 1) is ReceiptState.FAILED
 
 
 def test_an_error_frame_is_the_connections_failure() -> None:
@@ -269,11 +285,11 @@ def test_close_sends_disconnect_with_a_receipt_and_ends_every_inbox() -> None:
     assert status_of(session) is Status.CLOSING
     session.flush(T0)
     assert bytes(session.outgoing).startswith(b"DISCONNECT\n")
-    assert session.receipt_state(rid, 1, reading=True) is ReceiptState.LOST
-    assert session.receipt_state(rid, 1, reading=True, allow_closing=True) is ReceiptState.PENDING
+    assert session.receipt_state(rid, 1) is ReceiptState.LOST
+    assert session.receipt_state(rid, 1, allow_closing=True) is ReceiptState.PENDING
     session.receive(receipt(rid), T0)
     session.pump(T0)
-    assert session.receipt_state(rid, 1, reading=True, allow_closing=True) is ReceiptState.ARRIVED
+    assert session.receipt_state(rid, 1, allow_closing=True) is ReceiptState.ARRIVED
     session.closed()
     assert status_of(session) is Status.CLOSED
     assert not inbox.active

@@ -440,3 +440,22 @@ def test_text_of_a_body_that_is_not_text_names_the_content_type(broker: Broker) 
             ):
                 _ = message.text
             assert isinstance(message.body, bytes)  # the bytes are still there
+
+
+def test_a_failed_subscription_raises_until_closed_then_ends(fresh_broker: Broker) -> None:
+    """The rule of docs/api.md, the same in every client: a failure raises from get()
+    while the subscription stays active; close() ends it (None, not active)."""
+    conn = stompy.Connection(fresh_broker.url)
+    conn.connect()
+    sub = conn.subscribe(queue())
+    fresh_broker.drop_all_connections()
+    with pytest.raises(ConnectionLost):
+        sub.get(timeout=5)
+    still_active = sub.active  # (read into a name: mypy would keep the narrowing)
+    assert still_active
+    with pytest.raises(ConnectionLost):
+        sub.get_batch(10, timeout=0)
+    conn.close()
+    assert not sub.active
+    assert sub.get(timeout=0) is None
+    assert sub.get_batch(10, timeout=0) == []

@@ -1,0 +1,138 @@
+"""The wheel's build hook: stompy's sans-IO core compiled with mypyc whenever it can be.
+
+The way aiohttp, yarl and multidict ship their C cores: a wheel built with a C compiler
+at hand (``pip install .``, ``python -m build``, cibuildwheel) holds the core modules
+listed under ``compile`` in ``[tool.hatch.build.targets.wheel.hooks.custom]`` compiled,
+beside their ``.py`` files, and is tagged for this interpreter and platform. The wheel
+is pure Python (``py3-none-any``), with a warning in the build log and no error, when:
+
+* ``STOMPY_NO_EXTENSIONS`` is set to anything but ``""`` or ``"0"`` (the forced pure build);
+* the interpreter is not CPython (mypyc targets CPython's C API);
+* mypyc cannot be imported (a build without isolation and without mypy installed);
+* the compile fails: no C compiler, no Python headers, or mypyc rejects the code.
+
+Editable installs (``pip install -e .``) are always pure Python.
+
+mypyc compiles a copy of the package in a temporary directory and the extension modules
+are taken into the wheel from there; nothing is written into the source tree. (In place,
+as hatch-mypyc builds, a ``_codec.*.so`` left beside ``_codec.py`` would shadow every
+later edit of the ``.py``: the import system prefers extension modules.) In that copy
+``stompy/__init__.py`` is empty, so mypy follows only the core's own imports: the core
+compiles on its own, whatever the transports import.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.machinery import EXTENSION_SUFFIXES
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+#: Set to anything but "" or "0", the build makes a pure-Python wheel.
+NO_EXTENSIONS = "STOMPY_NO_EXTENSIONS"
+
+#: The setup script mypyc's own command line would write, in the copy of the package.
+#: ``group_name`` names the shared library of the compiled modules ``stompy__mypyc``
+#: (a top-level module of the wheel) rather than after a hash of their names.
+SETUP = """\
+from setuptools import setup
+from mypyc.build import mypycify
+
+setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
+"""
+
+
+def forced_pure() -> bool:
+    return os.environ.get(NO_EXTENSIONS, "") not in ("", "0")
+
+
+class CompileFailed(Exception):
+    """mypyc or the C compiler failed; the message holds the end of their output."""
+
+
+class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
+    """Compile the core into standard (not editable) wheels, or leave the wheel pure."""
+
+    #: The copy of the package mypyc compiles, from initialize() to finalize().
+    work: tempfile.TemporaryDirectory[str] | None = None
+
+    def dependencies(self) -> list[str]:
+        """What the compile needs (``requires``: mypy, which brings mypyc, and setuptools,
+        which mypyc drives), installed into the build environment only when a compile
+        will be tried: a forced pure build downloads none of it."""
+        if forced_pure() or platform.python_implementation() != "CPython":
+            return []
+        return list(self.config.get("requires", []))
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        if self.target_name != "wheel" or version != "standard":
+            return  # the sdist carries sources; an editable install imports them
+        if forced_pure():
+            self.app.display_info(f"stompy: {NO_EXTENSIONS} is set: a pure-Python wheel")
+            return
+        if platform.python_implementation() != "CPython":
+            self.app.display_info("stompy: not CPython: a pure-Python wheel")
+            return
+        if find_spec("mypyc") is None:
+            self.app.display_warning("stompy: mypyc is not installed: a pure-Python wheel")
+            return
+        try:
+            built = self.compile()
+        except (CompileFailed, OSError) as error:
+            self.app.display_warning(
+                f"stompy: the core did not compile, a pure-Python wheel:\n{error}"
+            )
+            return
+        self.app.display_info(f"stompy: the core compiled with mypyc: {', '.join(built.values())}")
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True  # e.g. cp311-cp311-linux_x86_64
+        build_data["force_include"].update(built)
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        if self.work is not None:
+            self.work.cleanup()
+            self.work = None
+
+    def compile(self) -> dict[str, str]:
+        """Compile the ``compile`` list in a copy of the package; return the extension
+        modules built, as force-include entries (path built -> path in the wheel).
+
+        Raises CompileFailed when mypyc or the C compiler fails, or when a module
+        listed has no extension module afterwards."""
+        paths: list[str] = list(self.config.get("compile", []))
+        self.work = tempfile.TemporaryDirectory(prefix="stompy-mypyc-")
+        work = Path(self.work.name)
+        skip = shutil.ignore_patterns("__pycache__", *(f"*{s}" for s in EXTENSION_SUFFIXES))
+        shutil.copytree(Path(self.root) / "stompy", work / "stompy", ignore=skip)
+        (work / "stompy" / "__init__.py").write_text("")
+        (work / "setup.py").write_text(SETUP.format(paths=paths))
+        process = subprocess.run(
+            [sys.executable, "setup.py", "build_ext", "--inplace"],
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+        if process.returncode != 0:
+            raise CompileFailed("\n".join(process.stdout.splitlines()[-20:]))
+
+        def extensions(folder: Path) -> list[Path]:
+            return [p for p in folder.iterdir() if p.name.endswith(tuple(EXTENSION_SUFFIXES))]
+
+        built = {str(p): p.relative_to(work).as_posix() for p in extensions(work)}
+        modules = {p.name.split(".")[0]: p for p in extensions(work / "stompy")}
+        for path in paths:
+            name = Path(path).stem
+            if name not in modules:
+                raise CompileFailed(f"mypyc built no extension module for {path}")
+            built[str(modules[name])] = f"stompy/{modules[name].name}"
+        return built

@@ -1,0 +1,435 @@
+"""The anyio transport's I/O: the stream, the connection's tasks, and the events that
+wake the user's waits (asyncio and trio alike).
+
+The connection owns a task group. For each established connection (an *epoch*; a
+reconnect starts a new one) it runs three tasks: a reader that feeds received bytes to
+the session engine, a writer that sends what the session has to send, and a timer that
+wakes at the core's heart-beat deadline. User calls never write to the stream
+themselves: they run their steps on the session synchronously (:meth:`TaskIO.run`), so
+nothing can interleave, and wake the writer. Cancelling a call therefore never leaves
+half a frame on the wire.
+
+While the session keeps a backlog (a subscription's inbox is full) the reader stops
+reading: TCP pushes back on the broker and memory stays flat. It reads again once a
+consumer has taken half an inbox. Meanwhile the timer counts the peer as alive (bytes
+are, by then, waiting for us), so a slow consumer is not mistaken for a dead broker.
+The tasks catch their own errors and hand them to the session, so no ExceptionGroup
+reaches the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Final, Generic, Protocol, TypeVar
+
+import anyio
+import anyio.abc
+
+from stompy._calls import Call, Running, Steps, Wait, Waiting
+from stompy._protocol import ClientProtocol
+from stompy._session import Attempts, Handshake, Session
+from stompy._state import Status
+from stompy._urls import Endpoint
+from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, StompError
+
+__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO")
+
+M = TypeVar("M")
+T = TypeVar("T")
+
+_RECV_SIZE: Final = 256 * 1024
+
+NETWORK_ERRORS: Final = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+
+
+class Getter(Protocol):
+    """A subscription with a ``get()`` waiting: woken when its inbox fills."""
+
+    def wake(self, *, ended: bool) -> bool:
+        """Wake its waiters if it has something (or ``ended``); whether it did."""
+
+
+class TaskIO(Generic[M]):
+    """Serves one session: establishes its connections and runs the tasks."""
+
+    def __init__(self, session: Session[M]) -> None:
+        self.session = session
+        self.stream: anyio.abc.ByteStream | None = None
+        self._out_ready = anyio.Event()
+        self._drained = anyio.Event()
+        self._changed = anyio.Event()  # set (and replaced) whenever the status changes
+        self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
+        #: Subscriptions with a ``get()`` waiting.
+        self.getting: set[Getter] = set()
+        self._room: anyio.Event | None = None  # the paused reader waits on it
+        self._write_lock = anyio.Lock()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._host_task: int | None = None  # the task that entered _task_group
+        self._epoch_scope: anyio.CancelScope | None = None
+
+    # -- waking waits ----------------------------------------------------------------------
+
+    def status_changed(self) -> None:
+        """The session's status changed: wake every wait, each checks its own cause."""
+        self._changed.set()
+        self._changed = anyio.Event()
+        self._drained.set()
+        self._drained = anyio.Event()
+        self._wake_receipts()
+        self._wake_getters(ended=True)
+
+    def _wake_receipts(self) -> None:
+        for waiter in self._receipts.values():
+            waiter.set()
+
+    def _wake_getters(self, *, ended: bool = False) -> None:
+        getting = self.getting
+        for sub in [sub for sub in getting if sub.wake(ended=ended)]:
+            getting.discard(sub)
+
+    def make_room(self) -> None:
+        """A consumer took messages: let a paused reader move the backlog."""
+        room = self._room
+        if room is not None:
+            room.set()
+
+    def kick(self) -> None:
+        """Start the writer if there is something to write."""
+        if self.session.outgoing:
+            self._out_ready.set()
+
+    # -- running calls ---------------------------------------------------------------------
+
+    async def run(self, steps: Steps[T]) -> T:
+        """Run a call's steps, waiting as they ask."""
+        running = Running(steps)
+        await self._drive(running, running.resume())
+        return running.result
+
+    async def _drive(self, running: Running[T], wait: Wait | None) -> None:
+        receipts = self._receipts
+        try:
+            while wait is not None:
+                self.kick()
+                rid = wait.receipt
+                if rid is not None:
+                    event = receipts[rid] = anyio.Event()
+                elif wait.what is Waiting.CHANGE:
+                    event = self._changed
+                else:
+                    event = self._drained
+                with anyio.CancelScope(deadline=wait.deadline):
+                    await event.wait()
+                if rid is not None:
+                    receipts.pop(rid, None)
+                wait = running.resume(anyio.current_time())
+        finally:
+            if wait is not None and wait.receipt is not None:
+                receipts.pop(wait.receipt, None)
+            running.close()  # a cancelled wait: the call forgets its receipt
+            self.kick()  # what was queued before an error goes out too
+
+    # -- the connection's life -----------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Establish the first connection (raises why not) and start the tasks."""
+        established = await self._attempt(self.session.connect_attempts())
+        if isinstance(established, Attempts):
+            raise established.error()
+        self._install(*established)
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._host_task = anyio.get_current_task().id
+        task_group.start_soon(self._supervise)
+
+    def check_closer(self) -> None:
+        """Only the task that called ``connect()`` may close: closing the task group from
+        another would corrupt the cancel scopes of the task that opened it."""
+        if self._task_group is not None and anyio.get_current_task().id != self._host_task:
+            raise LocalProtocolError(
+                "close() must be awaited by the task that called connect(); "
+                "use `async with AsyncConnection(...)` or close it from that task"
+            )
+
+    async def close(self) -> None:
+        """Say goodbye (shielded, bounded by ``receipt_timeout``) and stop every task."""
+        session = self.session
+        running = Running(Call(session, anyio.current_time()).goodbye())
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(session.options.receipt_timeout),
+            contextlib.suppress(StompError, *NETWORK_ERRORS),
+        ):
+            wait = running.resume()  # DISCONNECT queued; its receipt expected
+            if wait is not None:
+                self.status_changed()
+                # Written here, not by the writer task: when the host task is
+                # cancelled, the connection's own tasks are cancelled with it.
+                stream = self.stream
+                if stream is not None:
+                    async with self._write_lock:
+                        data = bytes(session.outgoing)
+                        session.outgoing.clear()
+                        await stream.send(data)
+                # Look again before waiting: the write let the tasks run.
+                wait = running.resume(anyio.current_time())
+            await self._drive(running, wait)
+        running.close()
+        session.closed()
+        self.status_changed()
+        if self._epoch_scope is not None:
+            self._epoch_scope.cancel()
+        self._out_ready.set()
+        with anyio.CancelScope(shield=True):
+            await self._close_stream()
+        task_group = self._task_group
+        if task_group is not None:
+            self._task_group = None
+            task_group.cancel_scope.cancel()
+            # Exited at this level, not inside another scope: anyio (and trio) need
+            # a task group's scope to be left exactly where it was entered.
+            await task_group.__aexit__(None, None, None)
+
+    async def _close_stream(self) -> None:
+        stream = self.stream
+        self.stream = None
+        if stream is not None:
+            ws = self.session.ws
+            if ws is not None and not self.session.outgoing:
+                # Say goodbye the WebSocket way; best effort, bounded.
+                with anyio.move_on_after(1.0), contextlib.suppress(Exception):
+                    bye = ws.close()
+                    if bye:
+                        async with self._write_lock:
+                            await stream.send(bye)
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+    # -- establishing --------------------------------------------------------------------
+
+    async def _attempt(
+        self, attempts: Attempts
+    ) -> tuple[anyio.abc.ByteStream, Handshake] | Attempts:
+        """Go through ``attempts``; the first connection established, or the attempts
+        when none was (or the session was closed meanwhile)."""
+        session = self.session
+        for delay, endpoint in attempts:
+            await anyio.sleep(delay)
+            if session.status not in (Status.NEW, Status.RECONNECTING):
+                return attempts
+            try:
+                established = await self._establish(endpoint)
+            except StompError as exc:
+                attempts.failed(endpoint, exc)
+                continue
+            status: Status = session.status  # read again: close() may have come meanwhile
+            if status not in (Status.NEW, Status.RECONNECTING):
+                await self._abandon(established[0])
+                return attempts
+            return established
+        return attempts
+
+    async def _establish(self, endpoint: Endpoint) -> tuple[anyio.abc.ByteStream, Handshake]:
+        options = self.session.options
+        try:
+            context = options.ssl_context(endpoint)
+        except ValueError as exc:
+            raise ConnectFailed(str(exc)) from None
+        handshake = self.session.handshake(endpoint)
+        stream: anyio.abc.ByteStream | None = None
+        try:
+            with anyio.fail_after(options.connect_timeout):
+                if context is not None:
+                    stream = await anyio.connect_tcp(
+                        endpoint.host,
+                        endpoint.port,
+                        ssl_context=context,
+                        tls_hostname=endpoint.host,
+                        tls_standard_compatible=False,
+                    )
+                else:
+                    stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
+                await stream.send(handshake.first)
+                while handshake.connected is None:
+                    try:
+                        data = await stream.receive(_RECV_SIZE)
+                    except anyio.EndOfStream:
+                        data = b""
+                    reply = handshake.receive(data, anyio.current_time())
+                    if reply:
+                        await stream.send(reply)
+                return stream, handshake
+        except TimeoutError:
+            await self._abandon(stream)
+            raise ConnectFailed(
+                f"no CONNECTED from {endpoint} within the connect timeout"
+            ) from None
+        except NETWORK_ERRORS as exc:
+            await self._abandon(stream)
+            raise ConnectFailed(f"cannot connect to {endpoint}: {exc}") from exc
+        except BaseException:
+            await self._abandon(stream)
+            raise
+
+    @staticmethod
+    async def _abandon(stream: anyio.abc.ByteStream | None) -> None:
+        if stream is not None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await stream.aclose()
+
+    def _install(self, stream: anyio.abc.ByteStream, handshake: Handshake) -> None:
+        self.stream = stream
+        self.session.install(handshake, anyio.current_time())
+        self.kick()
+        self.status_changed()
+
+    # -- the tasks -----------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        """Run the epoch's tasks; reconnect or fail when the connection is lost."""
+        session = self.session
+        try:
+            while True:
+                lost = await self._run_epoch()
+                if lost is None or session.status in (Status.CLOSING, Status.CLOSED):
+                    return
+                if not await self._reconnect(lost):
+                    return
+        finally:
+            session.serving = False
+            self._wake_receipts()
+
+    async def _run_epoch(self) -> StompError | None:
+        stream = self.stream
+        proto = self.session.proto
+        assert stream is not None
+        assert proto is not None
+        async with anyio.create_task_group() as tg:
+            self._epoch_scope = tg.cancel_scope
+            tg.start_soon(self._reader, stream, tg.cancel_scope)
+            tg.start_soon(self._writer, stream, tg.cancel_scope)
+            tg.start_soon(self._timer, proto, tg.cancel_scope)
+        self._epoch_scope = None
+        self._room = None
+        return self.session.ending
+
+    def _end_epoch(self, scope: anyio.CancelScope, failure: StompError | None) -> None:
+        if failure is not None:
+            self.session.saw_end(failure)
+        scope.cancel()
+
+    def _pumped(self, woke: bool) -> None:
+        """After a pump: start the writer, wake whom the routed events concern."""
+        self.kick()
+        if woke:
+            if self.getting:
+                self._wake_getters()
+            if self._receipts:
+                self._wake_receipts()
+
+    async def _reader(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
+        session = self.session
+        try:
+            while True:
+                try:
+                    data = await stream.receive(_RECV_SIZE)
+                except anyio.EndOfStream:
+                    data = b""  # the session's end of stream
+                now = anyio.current_time()
+                ended = session.receive(data, now)
+                pumped = session.pump(now)
+                self._pumped(pumped.woke)
+                failure = pumped.failure
+                if failure is None:
+                    while session.paused:
+                        # An inbox is full: read no more until a consumer made room.
+                        room = self._room = anyio.Event()
+                        await room.wait()
+                        self._pumped(session.drain_backlog())
+                    self._room = None
+                    if ended is not None:
+                        # Frames that came before the close were handled; the writer
+                        # gets a moment to answer the close before the epoch ends.
+                        with anyio.move_on_after(0.5):
+                            while session.outgoing:
+                                await self._drained.wait()
+                        failure = ended
+                if failure is not None or not data:
+                    # After EOF there is nothing more to read: end here rather than
+                    # spin on EndOfStream (after a DISCONNECT receipt, failure is None).
+                    self._end_epoch(scope, failure)
+                    return
+        except NETWORK_ERRORS as exc:
+            failure = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
+            self._end_epoch(scope, failure)
+
+    async def _writer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
+        session = self.session
+        try:
+            while True:
+                await self._out_ready.wait()
+                self._out_ready = anyio.Event()
+                while session.outgoing:
+                    # Shielded: a cancelled write must not leave half a frame behind.
+                    with (
+                        anyio.CancelScope(shield=True),
+                        anyio.fail_after(session.options.receipt_timeout),
+                    ):
+                        async with self._write_lock:
+                            # Taken under the lock: close() writes its DISCONNECT
+                            # under it too, and must not overtake these frames.
+                            out = session.outgoing
+                            data = bytes(out)
+                            out.clear()
+                            if data:
+                                await stream.send(data)
+                    self._drained.set()
+                    self._drained = anyio.Event()
+                if session.status is Status.CLOSED:
+                    return
+        except TimeoutError:
+            self._end_epoch(scope, ConnectionLost("the broker stopped reading"))
+        except NETWORK_ERRORS as exc:
+            failure = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
+            self._end_epoch(scope, failure)
+
+    async def _timer(self, proto: ClientProtocol, scope: anyio.CancelScope) -> None:
+        session = self.session
+        while True:
+            deadline = proto.next_deadline()
+            if deadline is None:
+                return
+            await anyio.sleep(max(0.0, deadline - anyio.current_time()))
+            now = anyio.current_time()
+            if session.paused:
+                proto.note_alive(now)  # bytes wait for us: the peer is there
+            proto.handle_timer(now)
+            pumped = session.pump(now)
+            self._pumped(pumped.woke)
+            self.make_room()  # the pump may have moved the backlog the reader waits on
+            if pumped.failure is not None:
+                self._end_epoch(scope, pumped.failure)
+                return
+
+    async def _reconnect(self, lost: StompError) -> bool:
+        """After a loss: reconnect if the policy says so; return whether to go on."""
+        session = self.session
+        attempts = session.lost(lost)
+        self.status_changed()
+        await self._close_stream()
+        if attempts is None:
+            return False
+        established = await self._attempt(attempts)
+        if isinstance(established, Attempts):
+            if session.status is Status.RECONNECTING:
+                session.give_up(established)
+                self.status_changed()
+            return False
+        self._install(*established)
+        return True

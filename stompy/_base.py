@@ -1,0 +1,175 @@
+"""What the objects users hold are, apart from how they wait.
+
+``Connection`` and ``AsyncConnection``, their subscriptions and their transactions
+differ only in how a call waits (a thread's condition variable, an anyio event).
+Their state and everything read from it without waiting live here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+from typing_extensions import Unpack
+
+from stompy._events import MessageReceived
+from stompy._keywords import ConnectionOptions
+from stompy._options import ClientOptions
+from stompy._session import Inbox, Session
+from stompy._state import Status
+from stompy._urls import Endpoint
+from stompy.errors import ConfigurationError, LocalProtocolError, StompError, TransactionLost
+
+__all__ = ("ConnectionBase", "SubscriptionBase", "TransactionBase", "transaction_id")
+
+M = TypeVar("M")
+
+
+class ConnectionBase(Generic[M]):
+    """A client connection's options, session engine and read-only properties."""
+
+    def __init__(
+        self,
+        url_or_urls: str | Endpoint | Sequence[str | Endpoint],
+        **options: Unpack[ConnectionOptions],
+    ) -> None:
+        self._options = ClientOptions(url_or_urls, **options)
+        self._session: Session[M] = Session(self._options, self._message)
+        self._setup()
+
+    def _setup(self) -> None:
+        """Make the transport's own parts (the session exists by then)."""
+        raise NotImplementedError
+
+    def _message(self, event: MessageReceived, epoch: int) -> M:
+        """The transport's message object for a received MESSAGE."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        session = self._session
+        where = session.endpoint or self._options.endpoints[0]
+        return f"<{type(self).__name__} {where} {session.status}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._session.status is Status.CONNECTED
+
+    @property
+    def failure(self) -> StompError | None:
+        """The error that ended the connection, or ``None`` while it is fine or closed by us."""
+        return self._session.failure
+
+    @property
+    def version(self) -> str | None:
+        """The negotiated STOMP version (``None`` before connecting)."""
+        connected = self._session.connected
+        return connected.version if connected else None
+
+    @property
+    def server(self) -> str | None:
+        connected = self._session.connected
+        return connected.server if connected else None
+
+    @property
+    def session(self) -> str | None:
+        """The broker's session id (the CONNECTED frame's ``session`` header)."""
+        connected = self._session.connected
+        return connected.session if connected else None
+
+    @property
+    def heartbeats(self) -> tuple[int, int]:
+        """The negotiated ``(outgoing, incoming)`` heart-beat intervals in ms."""
+        connected = self._session.connected
+        return connected.heartbeats if connected else (0, 0)
+
+
+class SubscriptionBase(Generic[M]):
+    """A subscription's settings and its inbox of received messages.
+
+    It is :attr:`active` until unsubscribed or until its connection is closed (by
+    ``close()`` or the end of the ``with`` block); a subscription whose connection
+    failed stays active, and taking from it raises the failure once it is empty.
+    """
+
+    def __init__(self, session: Session[M], inbox: Inbox[M]) -> None:
+        self.id = inbox.id
+        self.destination = inbox.destination
+        self.ack = inbox.ack
+        self.headers = dict(inbox.headers)
+        self.max_pending = inbox.max_pending
+        self._session = session
+        self._inbox = inbox
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id!r} to {self.destination!r} ack={self.ack!r}>"
+
+    @property
+    def active(self) -> bool:
+        return self._inbox.active
+
+    @property
+    def pending(self) -> int:
+        """How many received messages wait to be taken."""
+        return len(self._inbox.items)
+
+    def _ended(self) -> bool:
+        """With the inbox empty: ``True`` when the subscription is over (take returns
+        nothing); raises the connection's failure; ``False`` while more may come."""
+        if not self._inbox.active:
+            return True
+        failure = self._session.failure
+        if failure is not None:
+            raise failure
+        return False
+
+    def _take_more(self, batch: list[M], max_messages: int) -> bool:
+        """Add to ``batch`` what has arrived, up to ``max_messages`` in all; whether the
+        transport should now move the backlog."""
+        items = self._inbox.items
+        take = min(max_messages - len(batch), len(items))
+        if not take:
+            return False
+        batch += [items.popleft() for _ in range(take)]
+        return self._session.wants_resume(self._inbox)
+
+    @staticmethod
+    def _check_batch(max_messages: int) -> None:
+        if max_messages < 1:
+            raise ConfigurationError(f"max_messages must be at least 1, got {max_messages}")
+
+
+class TransactionBase:
+    """A transaction's id, the connection (epoch) it was begun on, and whether it ended."""
+
+    def __init__(self, session: Session[Any], id: str, epoch: int) -> None:
+        self.id = id
+        self._epoch = epoch
+        self._done = False
+        self._stale = session.is_stale
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id!r}>"
+
+    def _check(self) -> None:
+        if self._done:
+            raise LocalProtocolError(f"transaction {self.id!r} is already finished")
+        if self._stale(self._epoch):
+            raise TransactionLost(
+                f"transaction {self.id!r} was lost with its connection; nothing in it took effect"
+            )
+
+    def _finish(self) -> bool:
+        """Mark the transaction ended for an ABORT; whether one should be sent (not for
+        one already ended, nor one its connection took with it)."""
+        if self._done:
+            return False
+        self._done = True
+        return not self._stale(self._epoch)
+
+
+def transaction_id(transaction: TransactionBase | str | None) -> str | None:
+    """The id to send for ``transaction``; raises if that transaction cannot take more."""
+    if isinstance(transaction, TransactionBase):
+        transaction._check()
+        return transaction.id
+    return transaction

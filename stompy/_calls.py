@@ -1,0 +1,356 @@
+"""The user's calls that may wait, written once for both transports.
+
+A call such as a send with a receipt is a few steps on the session with waits between
+them: for the connection to come back, for room in the outgoing buffer, for the
+RECEIPT. Each call here is a generator. It runs its steps on the session, and where
+it must wait it yields a :class:`Wait` (what would end the wait, and until when); the
+transport waits in its own way (a condition variable, an anyio event) and sends the
+time back. Every rule (how long to wait, which error ends a wait, when a send is
+repeated after an outage) is decided here, so the blocking and the async client
+cannot disagree, and the rules are tested with a fake clock.
+
+A transport that drives a call writes what :attr:`Session.outgoing` holds before each
+wait and after the last step; a wait may end early (the call checks again and waits
+once more), and on the deadline at the latest. Closing the generator (a cancelled
+wait) forgets the receipt it waited for.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Generator, Mapping
+from typing import Final, Generic, TypeVar
+
+from stompy._events import MessageReceived
+from stompy._keywords import SubscribeOptions
+from stompy._options import Outgoing
+from stompy._protocol import ClientProtocol
+from stompy._session import MAX_OUTGOING, Inbox, Session, log
+from stompy._state import ReceiptState, Status
+from stompy.errors import ConnectionLost, ReceiptTimeout, StompError, StompTimeout, TransactionLost
+
+__all__ = ("Call", "Running", "Steps", "Wait", "Waiting")
+
+M = TypeVar("M")
+T = TypeVar("T")
+
+
+class Waiting(enum.Enum):
+    """What a :class:`Wait` is for: the transport wakes it when this happens."""
+
+    #: The session's status or connection changes (a reconnect, a failure, a close).
+    CHANGE = "change"
+    #: The transport wrote some of the outgoing buffer.
+    ROOM = "room"
+    #: A RECEIPT came (or anything else the pump routed).
+    RECEIPT = "receipt"
+
+
+class Wait:
+    """One wait a call asks for: until ``what`` happens, or ``deadline`` at the latest."""
+
+    __slots__ = ("deadline", "receipt", "what")
+
+    def __init__(self, what: Waiting, deadline: float, receipt: str | None = None) -> None:
+        self.what = what
+        self.deadline = deadline
+        #: The receipt id, for a :attr:`Waiting.RECEIPT` wait.
+        self.receipt = receipt
+
+    def __repr__(self) -> str:
+        return f"<Wait {self.what.value} until {self.deadline} {self.receipt or ''}>"
+
+
+#: A call's steps: it yields waits, is sent the time after each, and returns ``T``.
+Steps = Generator[Wait, float, T]
+
+_CLOSING: Final = (Status.CLOSING, Status.CLOSED)
+
+
+class Running(Generic[T]):
+    """A call a transport drives: :meth:`resume` gives its next wait, or ``None`` once
+    it returned (:attr:`result`)."""
+
+    __slots__ = ("_steps", "result")
+
+    result: T
+
+    def __init__(self, steps: Steps[T]) -> None:
+        self._steps = steps
+
+    def resume(self, now: float | None = None) -> Wait | None:
+        """Start the call (``now`` is ``None``) or go on after a wait that ended at ``now``."""
+        try:
+            return next(self._steps) if now is None else self._steps.send(now)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def close(self) -> None:
+        """Stop the call where it waits (it forgets its receipt)."""
+        self._steps.close()
+
+
+class Call(Generic[M]):
+    """The calls on one session, each started at ``now`` (the transport's clock)."""
+
+    __slots__ = ("now", "session")
+
+    def __init__(self, session: Session[M], now: float) -> None:
+        self.session = session
+        #: The time, as the transport last said.
+        self.now = now
+
+    def _wait(self, what: Waiting, deadline: float, receipt: str | None = None) -> Steps[None]:
+        self.now = yield Wait(what, deadline, receipt)
+
+    # -- the steps every call is made of ---------------------------------------------
+
+    def ready(self, give_up: float | None = None) -> Steps[ClientProtocol]:
+        """The core, once connected: waits out a reconnect until ``send_timeout`` has
+        passed, or until ``give_up`` (a repeated send's time left)."""
+        session = self.session
+        proto = session.usable()
+        if proto is not None:
+            return proto
+        options = session.options
+        if session.settling:
+            # The connection ended and the transport is about to reconnect or fail:
+            # wait for its verdict rather than misuse a dead core.
+            proto = session.proto
+            deadline = self.now + options.receipt_timeout
+            while session.status is Status.CONNECTED and session.proto is proto:
+                if self.now >= deadline or not session.serving:
+                    break
+                yield from self._wait(Waiting.CHANGE, deadline)
+        if session.status is Status.RECONNECTING:
+            policy = options.reconnect
+            timeout = policy.send_timeout if policy is not None else 0.0
+            deadline = self.now + timeout if give_up is None else give_up
+            while session.status is Status.RECONNECTING:
+                if self.now >= deadline:
+                    raise ConnectionLost(f"not reconnected within {timeout} s")
+                yield from self._wait(Waiting.CHANGE, deadline)
+        return session.ready()
+
+    def flush(self, until: float | None = None) -> Steps[None]:
+        """Move the core's frames to the outgoing buffer; when it is over
+        :data:`MAX_OUTGOING`, wait for room until ``until`` (default: ``receipt_timeout``)."""
+        session = self.session
+        session.flush(self.now)
+        if len(session.outgoing) <= MAX_OUTGOING:
+            return
+        session.expect_pending()  # receipts may arrive meanwhile: keep them
+        epoch = session.epoch
+        deadline = self.now + session.options.receipt_timeout if until is None else until
+        while len(session.outgoing) > MAX_OUTGOING and session.epoch == epoch:
+            if session.failure is not None:
+                raise session.failure
+            if self.now >= deadline:
+                raise StompTimeout("the broker is not reading: the outgoing buffer stays full")
+            yield from self._wait(Waiting.ROOM, deadline)
+
+    def receipt(
+        self,
+        rid: str,
+        epoch: int,
+        *,
+        until: float | None = None,
+        lost: type[StompError] = ConnectionLost,
+        allow_closing: bool = False,
+    ) -> Steps[None]:
+        """Wait for the RECEIPT ``rid`` asked in ``epoch``, until ``until`` (default:
+        ``receipt_timeout``). ``lost`` is raised when its connection ends first."""
+        session = self.session
+        timeout = session.options.receipt_timeout
+        deadline = self.now + timeout if until is None else until
+        session.expect(rid)
+        try:
+            while True:
+                state = session.receipt_state(rid, epoch, allow_closing=allow_closing)
+                if state is ReceiptState.ARRIVED:
+                    return
+                if state is ReceiptState.FAILED:
+                    assert session.failure is not None
+                    raise session.failure
+                if state is ReceiptState.LOST:
+                    cause = session.ending
+                    why = f": {cause}" if cause is not None else ""
+                    raise lost(f"the connection was lost before the receipt {rid!r} arrived{why}")
+                if self.now >= deadline:
+                    raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
+                yield from self._wait(Waiting.RECEIPT, deadline, rid)
+        finally:
+            session.forget(rid)
+
+    # -- the calls ---------------------------------------------------------------------
+
+    def send(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: Mapping[str, str] | None,
+        content_type: str | None,
+        transaction: str | None,
+        receipt: bool,
+    ) -> Steps[None]:
+        """SEND; with ``receipt``, until the broker confirmed.
+
+        With a reconnect policy, a send with a receipt whose connection is lost first
+        is sent again on the next connection, until ``send_timeout`` has passed since
+        the call began (never inside a transaction, which is lost). Each attempt gets
+        ``receipt_timeout`` for buffer room and receipt together, so the call ends
+        within ``send_timeout + receipt_timeout``.
+        """
+        session = self.session
+        policy = session.options.reconnect
+        give_up = self.now + (policy.send_timeout if policy is not None else 0.0)
+        while True:
+            proto = yield from self.ready(give_up)
+            epoch = session.epoch
+            until = self.now + session.options.receipt_timeout
+            rid = proto.send(
+                destination,
+                body,
+                headers=headers,
+                content_type=content_type,
+                transaction=transaction,
+                receipt=receipt,
+            )
+            if rid is not None:
+                session.expect(rid)  # before the flush, which may wait: it may come meanwhile
+            yield from self.flush(until)
+            if rid is None:
+                return
+            try:
+                yield from self.receipt(rid, epoch, until=until)
+                return
+            except ConnectionLost:
+                if (
+                    policy is None
+                    or transaction is not None
+                    or self.now >= give_up
+                    or session.failure is not None
+                    or session.status in _CLOSING
+                ):
+                    raise
+                log.info("sending again to %s after the connection was lost", destination)
+
+    def send_some(
+        self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
+    ) -> Steps[int]:
+        """One piece of ``send_many``'s work (see :func:`split_for_sending`): a chunk of
+        messages queued at once, or the last message alone, which carries the receipt.
+        How many were sent; what was queued before an error goes out too."""
+        if isinstance(work, Outgoing):
+            yield from self.send(
+                work.destination, work.body, work.headers, work.content_type, transaction, receipt
+            )
+            return 1
+        proto = yield from self.ready()
+        try:
+            for m in work:
+                proto.send(
+                    m.destination,
+                    m.body,
+                    headers=m.headers,
+                    content_type=m.content_type,
+                    transaction=transaction,
+                )
+        finally:
+            self.session.flush(self.now)
+        yield from self.flush()
+        return len(work)
+
+    def subscribe(self, destination: str, options: SubscribeOptions) -> Steps[Inbox[M]]:
+        """SUBSCRIBE; the new inbox (with ``receipt``, once the broker confirmed)."""
+        session = self.session
+        yield from self.ready()
+        epoch = session.epoch
+        made = session.subscribe(
+            destination,
+            options.get("ack", "auto"),
+            options.get("id"),
+            options.get("headers"),
+            options.get("max_pending"),
+            options.get("receipt", False),
+        )
+        yield from self.flush()
+        if made.receipt is not None:
+            yield from self.receipt(made.receipt, epoch)
+        return made.inbox
+
+    def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> Steps[None]:
+        """UNSUBSCRIBE if the connection is up; messages already received stay."""
+        session = self.session
+        epoch = session.epoch
+        rid = session.unsubscribe(inbox, receipt)
+        yield from self.flush()
+        if rid is not None:
+            yield from self.receipt(rid, epoch)
+
+    def begin(self) -> Steps[str]:
+        """BEGIN; the transaction's id (its epoch is :attr:`Session.epoch` right after)."""
+        yield from self.ready()
+        tx = self.session.begin()
+        yield from self.flush()
+        return tx
+
+    def end_transaction(self, command: str, tx: str, epoch: int, receipt: bool) -> Steps[None]:
+        """COMMIT or ABORT the transaction ``tx`` begun in ``epoch``.
+
+        One from an earlier connection is gone with it: its COMMIT raises
+        :class:`TransactionLost`, its ABORT does nothing.
+        """
+        session = self.session
+        if session.is_stale(epoch):
+            if command == "COMMIT":
+                raise TransactionLost(f"transaction {tx!r} was lost with its connection")
+            return
+        yield from self.ready()
+        rid = session.end_transaction(command, tx, receipt)
+        yield from self.flush()
+        if rid is not None:
+            yield from self.receipt(rid, epoch, lost=TransactionLost)
+
+    def acknowledge(
+        self,
+        command: str,
+        event: MessageReceived,
+        epoch: int,
+        transaction: str | None,
+        receipt: bool,
+    ) -> Steps[None]:
+        """ACK or NACK a message received in ``epoch``.
+
+        One from an earlier connection cannot be answered any more: the broker has put
+        it back and will deliver it again, so this does nothing.
+        """
+        session = self.session
+        if session.is_stale(epoch):
+            log.debug("not answering %s from an earlier connection: it is redelivered", event)
+            return
+        yield from self.ready()
+        epoch = session.epoch
+        rid = session.acknowledge(command, event, transaction, receipt)
+        yield from self.flush()
+        if rid is not None:
+            yield from self.receipt(rid, epoch)
+
+    def goodbye(self) -> Steps[None]:
+        """The graceful end: DISCONNECT if connected, and its receipt (bounded; an error
+        on the way only ends it sooner). The session is closed afterwards."""
+        session = self.session
+        try:
+            if session.status in (Status.CONNECTED, Status.RECONNECTING) and (
+                session.failure is None
+            ):
+                epoch = session.epoch
+                rid = session.begin_close()
+                session.flush(self.now)
+                if rid is not None:
+                    yield from self.receipt(rid, epoch, allow_closing=True)
+        except StompError as exc:
+            log.debug("the goodbye ended early: %s", exc)
+        finally:
+            session.closed()

@@ -1,0 +1,28 @@
+"""Whether the sans-IO core runs compiled (mypyc) or as pure Python.
+
+A wheel built where a C compiler was found holds the core modules compiled beside
+their ``.py`` files, and the import system loads the compiled ones; a pure-Python
+wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not CPython) and an editable install
+hold only the ``.py``. The build hook is ``hatch_build.py``; its ``compile`` list in
+pyproject.toml is :data:`CORE_MODULES` (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+from importlib.machinery import EXTENSION_SUFFIXES
+from types import ModuleType
+from typing import Final
+
+from stompy import _codec, _events, _frames, _heartbeat, _protocol
+
+#: The modules the build compiles when it can.
+CORE_MODULES: Final = (_frames, _codec, _heartbeat, _events, _protocol)
+
+
+def is_compiled(module: ModuleType) -> bool:
+    """True when ``module`` was loaded from an extension module (``.so``, ``.pyd``)."""
+    return str(getattr(module, "__file__", "")).endswith(tuple(EXTENSION_SUFFIXES))
+
+
+#: True when the core modules are the compiled ones; False when they are pure Python.
+COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES)

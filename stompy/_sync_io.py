@@ -1,0 +1,325 @@
+"""The blocking transport's I/O: the socket, the thread that serves it, and the lock.
+
+One I/O thread per connection owns the socket. It waits in ``select`` for bytes from
+the broker, for bytes to write, for a wake-up from a user thread, or for the core's
+next heart-beat deadline, whichever comes first. User threads never touch the socket:
+a call runs its steps on the session engine under the lock (:meth:`IOThread.run`),
+which appends the encoded bytes to the outgoing buffer and wakes the I/O thread; that
+writes whatever has accumulated in one go (many frames, one ``send``), so frames can
+never interleave.
+
+While the session keeps a backlog (a subscription's inbox is full) the thread stops
+reading the socket, so TCP pushes back on the broker instead of memory growing; it
+still sends heart-beats, and bytes waiting in the socket count as a sign of life, so a
+slow consumer is not mistaken for a dead broker. Every decision (reconnecting, routing,
+receipts, the goodbye) is the engine's; this module moves bytes, waits and wakes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import ssl as _ssl
+import threading
+import time
+from typing import Final, Generic, TypeVar
+
+from stompy._calls import Running, Steps
+from stompy._protocol import State
+from stompy._session import MAX_OUTGOING, Attempts, Handshake, Session, log
+from stompy._state import Status
+from stompy._urls import Endpoint
+from stompy.errors import ConnectFailed, ConnectionLost, StompError
+
+__all__ = ("IOThread",)
+
+M = TypeVar("M")
+T = TypeVar("T")
+
+_RECV_SIZE: Final = 256 * 1024
+_SEND_CHUNK: Final = 1024 * 1024
+_TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
+
+
+class IOThread(Generic[M]):
+    """Serves one session: establishes its connections and runs the I/O thread.
+
+    :attr:`cond` (over :attr:`lock`) guards the session; it is notified whenever
+    something a waiting call may be waiting for happened.
+    """
+
+    def __init__(self, session: Session[M]) -> None:
+        self.session = session
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        # Made at start(): a user thread writes a byte to wake the I/O thread.
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self.wake_sent = False
+
+    # -- for user threads ----------------------------------------------------------------
+
+    def run(self, steps: Steps[T]) -> T:
+        """Run a call's steps under the lock, waiting as they ask."""
+        cond = self.cond
+        running = Running(steps)
+        with cond:
+            try:
+                wait = running.resume()
+                while wait is not None:
+                    self.kick()
+                    cond.wait(max(0.0, wait.deadline - time.monotonic()))
+                    wait = running.resume(time.monotonic())
+            finally:
+                running.close()  # an interrupted wait: the call forgets its receipt
+                self.kick()  # what was queued before an error goes out too
+        return running.result
+
+    def kick(self) -> None:
+        """Wake the I/O thread if there is something to write and it does not know."""
+        if self.session.outgoing and not self.wake_sent:
+            self.wake()
+
+    def wake(self) -> None:
+        if not self.wake_sent and self._wake_w is not None:
+            self.wake_sent = True
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"\0")
+
+    def connect(self) -> None:
+        """Establish the first connection (raises why not) and start the I/O thread."""
+        established = self._attempt(self.session.connect_attempts())
+        if isinstance(established, Attempts):
+            raise established.error()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._install(*established)
+        thread = threading.Thread(target=self._main, name=f"stompy-io-{id(self):x}", daemon=True)
+        self.thread = thread
+        thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """After the session closed: let the thread end, close the sockets."""
+        with self.cond:
+            self.cond.notify_all()
+            self.wake()
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self.cond:
+            self._close_socket()
+        for wake in (self._wake_r, self._wake_w):
+            if wake is not None:
+                wake.close()
+
+    # -- establishing --------------------------------------------------------------------
+
+    def _attempt(self, attempts: Attempts) -> tuple[socket.socket, Handshake] | Attempts:
+        """Go through ``attempts``; the first connection established, or the attempts
+        when none was (or the session stopped wanting one)."""
+        session = self.session
+        for delay, endpoint in attempts:
+            with self.cond:
+                if delay:
+                    self.cond.wait(delay)  # close() cuts it short
+                if session.status not in (Status.NEW, Status.RECONNECTING):
+                    return attempts
+            try:
+                return self._establish(endpoint)
+            except StompError as exc:
+                attempts.failed(endpoint, exc)
+        return attempts
+
+    def _establish(self, endpoint: Endpoint) -> tuple[socket.socket, Handshake]:
+        options = self.session.options
+        deadline = time.monotonic() + options.connect_timeout
+        try:
+            context = options.ssl_context(endpoint)
+        except ValueError as exc:
+            raise ConnectFailed(str(exc)) from None
+        handshake = self.session.handshake(endpoint)
+        sock: socket.socket | None = None
+        try:
+            sock = socket.create_connection(
+                (endpoint.host, endpoint.port), timeout=options.connect_timeout
+            )
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if context is not None:
+                sock = context.wrap_socket(sock, server_hostname=endpoint.host)
+            sock.sendall(handshake.first)
+            while handshake.connected is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConnectFailed(f"no CONNECTED from {endpoint} within the connect timeout")
+                sock.settimeout(remaining)
+                reply = handshake.receive(sock.recv(_RECV_SIZE), time.monotonic())
+                if reply:
+                    sock.sendall(reply)
+            sock.setblocking(False)
+            return sock, handshake
+        except (OSError, _ssl.SSLError) as exc:
+            if sock is not None:
+                sock.close()
+            raise ConnectFailed(f"cannot connect to {endpoint}: {exc}") from exc
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            raise
+
+    def _install(self, sock: socket.socket, handshake: Handshake) -> None:
+        with self.cond:
+            self._sock = sock
+            self.session.install(handshake, time.monotonic())
+            self.kick()
+            self.cond.notify_all()
+
+    def _close_socket(self) -> None:
+        sock = self._sock
+        self._sock = None
+        if sock is not None:
+            ws = self.session.ws
+            if ws is not None and not self.session.outgoing:
+                # Say goodbye the WebSocket way; best effort, the socket is closing.
+                with contextlib.suppress(OSError):
+                    sock.send(ws.close())
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- the I/O thread --------------------------------------------------------------------
+
+    def _main(self) -> None:
+        session = self.session
+        try:
+            while True:
+                lost = self._serve()
+                if lost is None or not self._reconnect(lost):
+                    return
+        except BaseException:  # a bug: never leave waiters hanging
+            log.exception("stompy I/O thread failed")
+            with self.cond:
+                session.fail(ConnectionLost("the I/O thread failed"))
+                self._close_socket()
+            raise
+        finally:
+            with self.cond:
+                session.serving = False
+                self.cond.notify_all()
+
+    def _serve(self) -> StompError | None:
+        """Pump one socket until it ends; return why it ended (``None``: closed by us)."""
+        session = self.session
+        while True:
+            with self.cond:
+                if session.status is Status.CLOSED:
+                    return None
+                sock, proto = self._sock, session.proto
+                assert sock is not None
+                assert proto is not None
+                # Room a consumer made since the last pump: its wake-up may have been
+                # folded into one that was already read, so look now, under the lock.
+                if session.drain_backlog():
+                    self.cond.notify_all()
+                paused = session.paused
+                want_write = bool(session.outgoing)
+                deadline = proto.next_deadline()
+                self.wake_sent = False
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            pending_tls = isinstance(sock, _ssl.SSLSocket) and not paused and sock.pending() > 0
+            wake_r = self._wake_r
+            assert wake_r is not None
+            rlist: list[socket.socket] = [wake_r] if paused else [wake_r, sock]
+            try:
+                if pending_tls:
+                    readable, writable = [sock], [sock] if want_write else []
+                else:
+                    readable, writable, _ = select.select(
+                        rlist, [sock] if want_write else [], [], timeout
+                    )
+                if wake_r in readable:
+                    with contextlib.suppress(OSError):
+                        wake_r.recv(4096)
+                data: bytes | None = None
+                if sock in readable:
+                    data = self._recv(sock)
+                if writable:
+                    self._send(sock)
+                alive = paused and bool(select.select([sock], [], [], 0)[0])
+            except (OSError, _ssl.SSLError) as exc:
+                with self.cond:
+                    if session.status in (Status.CLOSING, Status.CLOSED):
+                        return None
+                    error = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
+                    session.saw_end(error)
+                    return error
+            now = time.monotonic()
+            with self.cond:
+                status: Status = session.status  # a local: another thread changes it
+                if status is Status.CLOSED:
+                    return None
+                ended = None if data is None else session.receive(data, now)
+                if alive:
+                    proto.note_alive(now)
+                proto.handle_timer(now)
+                pumped = session.pump(now)
+                if pumped.woke:
+                    self.cond.notify_all()
+                failure = pumped.failure
+                if failure is None and ended is not None:
+                    # Frames that came before the close were handled; answer it.
+                    with contextlib.suppress(OSError):
+                        self._send(sock)
+                    failure = ended
+                if failure is None and proto.state is State.CLOSED and not session.outgoing:
+                    failure = ConnectionLost("closed")
+                if failure is not None:
+                    if session.status is Status.CLOSING:
+                        return None
+                    session.saw_end(failure)
+                    return failure
+
+    def _recv(self, sock: socket.socket) -> bytes | None:
+        try:
+            return sock.recv(_RECV_SIZE)
+        except _TLS_RETRY:
+            return None
+
+    def _send(self, sock: socket.socket) -> None:
+        with self.cond:
+            chunk = bytes(self.session.outgoing[:_SEND_CHUNK])
+        try:
+            sent = sock.send(chunk)
+        except _TLS_RETRY:
+            return
+        with self.cond:
+            out = self.session.outgoing
+            del out[:sent]
+            if len(out) <= MAX_OUTGOING:
+                self.cond.notify_all()
+
+    def _reconnect(self, lost: StompError) -> bool:
+        """After a loss: reconnect if the policy says so; return whether to go on."""
+        session = self.session
+        with self.cond:
+            self._close_socket()
+            attempts = session.lost(lost)
+            self.cond.notify_all()
+            if attempts is None:
+                return False
+        established = self._attempt(attempts)
+        with self.cond:
+            status: Status = session.status  # a local: another thread changes it
+            if isinstance(established, Attempts):
+                if status is Status.RECONNECTING:
+                    session.give_up(established)
+                    self._close_socket()
+                    self.cond.notify_all()
+                return False
+            if status is not Status.RECONNECTING:  # close() came meanwhile
+                established[0].close()
+                return False
+        self._install(*established)
+        return True

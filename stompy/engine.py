@@ -1,0 +1,34 @@
+"""The session engine, for people who write their own transport (provisional API).
+
+:class:`~stompy.ClientProtocol` knows one STOMP connection; the engine knows a client's
+whole life above it: reconnects and the replay of subscriptions, where a received
+message goes and when to stop reading, receipts, the ack-epoch rule, the goodbye, and
+the calls that wait (a send with a receipt, a subscribe...) as generators of waits.
+``Connection`` and ``AsyncConnection`` are two thin drivers of it; ``docs/sans-io.md``
+shows how to write a third.
+"""
+
+from __future__ import annotations
+
+from stompy._calls import Call, Running, Steps, Wait, Waiting
+from stompy._options import ClientOptions
+from stompy._session import MAX_OUTGOING, Attempts, Handshake, Inbox, Pumped
+from stompy._session import Session as ClientSession
+from stompy._state import ReceiptState, Status
+
+__all__ = (
+    "MAX_OUTGOING",
+    "Attempts",
+    "Call",
+    "ClientOptions",
+    "ClientSession",
+    "Handshake",
+    "Inbox",
+    "Pumped",
+    "ReceiptState",
+    "Running",
+    "Status",
+    "Steps",
+    "Wait",
+    "Waiting",
+)

@@ -1,0 +1,258 @@
+"""The user's calls (stompy._calls) driven by hand with a fake clock, as a transport
+would drive them: every wait they ask for, how each ends, and when a send is repeated.
+
+Both clients run these same generators; what is shown here holds for the blocking,
+asyncio and trio clients alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+import stompy
+from stompy._calls import Call, Steps, Wait, Waiting
+from stompy._session import MAX_OUTGOING, Session
+from stompy._state import Status
+from stompy.errors import ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
+from tests.test_session import T0, Delivered, establish, make_session, message, receipt
+
+T = TypeVar("T")
+
+#: What the "transport" does at a wait: change the session and say what time it is then.
+Reaction = Callable[[Wait], float]
+
+
+def drive(steps: Steps[T], react: Reaction, limit: int = 20) -> tuple[T, list[Wait]]:
+    """Run ``steps`` to the end; ``react`` plays the transport at each wait."""
+    waits: list[Wait] = []
+    try:
+        wait = next(steps)
+        while True:
+            waits.append(wait)
+            assert len(waits) <= limit, "the call keeps waiting"
+            wait = steps.send(react(wait))
+    except StopIteration as done:
+        return done.value, waits
+
+
+def time_passes(wait: Wait) -> float:
+    """Nothing happens: the wait ends at its deadline."""
+    return wait.deadline
+
+
+def sends(session: Session[Delivered]) -> int:
+    return bytes(session.outgoing).count(b"SEND\n")
+
+
+def receipt_ids(session: Session[Delivered]) -> list[str]:
+    """The receipt ids the SEND frames in the outgoing buffer ask for."""
+    ids = []
+    for line in bytes(session.outgoing).split(b"\n"):
+        if line.startswith(b"receipt:"):
+            ids.append(line.split(b":", 1)[1].decode())
+    return ids
+
+
+def answer(session: Session[Delivered], rid: str, now: float) -> None:
+    session.receive(receipt(rid), now)
+    session.pump(now)
+
+
+def test_a_send_without_receipt_on_a_connected_session_never_waits() -> None:
+    session = make_session()
+    establish(session)
+    session.outgoing.clear()
+    result, waits = drive(
+        Call(session, T0).send("/queue/a", b"x", None, None, None, False), time_passes
+    )
+    assert result is None
+    assert waits == []
+    assert sends(session) == 1
+
+
+def test_a_send_with_receipt_waits_for_it_until_receipt_timeout() -> None:
+    session = make_session(receipt_timeout=3.0)
+    establish(session)
+    session.outgoing.clear()
+
+    def confirm(wait: Wait) -> float:
+        assert wait.what is Waiting.RECEIPT
+        assert wait.receipt is not None
+        answer(session, wait.receipt, T0 + 1)
+        return T0 + 1
+
+    _, waits = drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), confirm)
+    assert [w.deadline for w in waits] == [T0 + 3.0]
+    assert not session._expected  # the wait is over: nothing kept
+
+    steps = Call(session, T0).send("/queue/a", b"x", None, None, None, True)
+    with pytest.raises(ReceiptTimeout, match=r"within 3\.0 s"):
+        drive(steps, time_passes)
+
+
+def test_a_send_with_receipt_is_repeated_on_the_next_connection() -> None:
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=10.0), receipt_timeout=3.0)
+    establish(session)
+    session.outgoing.clear()
+    seen: list[bytes] = []
+
+    def cut_then_confirm(wait: Wait) -> float:
+        if session.epoch == 1:  # the first connection is cut before the receipt
+            seen.append(bytes(session.outgoing))
+            session.lost(ConnectionLost("cut"))
+            return T0 + 1
+        if session.status is Status.RECONNECTING:
+            assert wait.what is Waiting.CHANGE
+            assert wait.deadline == T0 + 10.0  # send_timeout from the start of the call
+            establish(session, T0 + 2)
+            return T0 + 2
+        seen.append(bytes(session.outgoing))
+        assert wait.receipt is not None
+        answer(session, wait.receipt, T0 + 2.5)
+        return T0 + 2.5
+
+    drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), cut_then_confirm)
+    assert [frames.count(b"SEND\n") for frames in seen] == [1, 1]  # once per connection
+
+
+def test_a_repeated_send_gives_up_at_send_timeout() -> None:
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0), receipt_timeout=3.0)
+    establish(session)
+
+    def cut(wait: Wait) -> float:
+        if session.status is Status.CONNECTED:
+            session.lost(ConnectionLost("cut"))
+            return T0 + 1
+        return wait.deadline  # never reconnected
+
+    with pytest.raises(ConnectionLost, match=r"not reconnected within 5\.0 s"):
+        drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), cut)
+
+
+def test_a_send_in_a_transaction_is_not_repeated() -> None:
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+
+    def cut(wait: Wait) -> float:
+        session.lost(ConnectionLost("cut"))
+        return T0 + 1
+
+    with pytest.raises(ConnectionLost, match="lost before the receipt"):
+        drive(Call(session, T0).send("/queue/a", b"x", None, None, tx, True), cut)
+
+
+def test_a_call_waits_for_the_verdict_after_the_transport_saw_the_end() -> None:
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    session.saw_end(ConnectionLost("cut"))
+    steps: list[Callable[[], object]] = [
+        lambda: session.lost(ConnectionLost("cut")),
+        lambda: establish(session),
+    ]
+    verdicts = iter(steps)
+
+    def verdict(wait: Wait) -> float:
+        assert wait.what is Waiting.CHANGE
+        next(verdicts)()
+        return T0 + 1
+
+    session.outgoing.clear()
+    _, waits = drive(Call(session, T0).send("/queue/a", b"x", None, None, None, False), verdict)
+    assert len(waits) == 2  # the verdict (reconnecting), then the reconnect
+    assert session.epoch == 3
+    assert sends(session) == 1
+
+
+def test_a_full_outgoing_buffer_is_waited_out_or_times_out() -> None:
+    session = make_session(receipt_timeout=2.0)
+    establish(session)
+    session.outgoing += b"x" * (MAX_OUTGOING + 1)
+
+    def drain(wait: Wait) -> float:
+        assert wait.what is Waiting.ROOM
+        del session.outgoing[: MAX_OUTGOING // 2]
+        return T0 + 0.5
+
+    _, waits = drive(Call(session, T0).flush(), drain)
+    assert len(waits) == 1
+    session.outgoing += b"x" * (MAX_OUTGOING + 1)
+    with pytest.raises(StompTimeout, match="not reading"):
+        drive(Call(session, T0).flush(), time_passes)
+
+
+def test_a_transaction_of_an_earlier_connection_is_lost() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    establish(session)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+    epoch = session.epoch
+    session.lost(ConnectionLost("cut"))
+    establish(session, T0 + 1)
+    session.outgoing.clear()
+    with pytest.raises(TransactionLost):
+        drive(Call(session, T0).end_transaction("COMMIT", tx, epoch, True), time_passes)
+    drive(Call(session, T0).end_transaction("ABORT", tx, epoch, False), time_passes)
+    assert not session.outgoing  # the broker aborted it already: nothing to send
+
+
+def test_a_commit_whose_connection_ends_before_its_receipt_is_lost() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    establish(session)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+
+    def cut(wait: Wait) -> float:
+        session.lost(ConnectionLost("cut"))
+        return T0 + 1
+
+    steps = Call(session, T0).end_transaction("COMMIT", tx, session.epoch, True)
+    with pytest.raises(TransactionLost, match="cut"):
+        drive(steps, cut)
+
+
+def test_answering_a_message_of_an_earlier_connection_does_nothing() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    establish(session)
+    inbox = session.subscribe("/queue/a", "client", "s", None, None, False).inbox
+    session.receive(message("s", 1), T0)
+    session.pump(T0)
+    old = inbox.items.popleft()
+    session.lost(ConnectionLost("cut"))
+    establish(session, T0 + 1)
+    session.outgoing.clear()
+    drive(Call(session, T0).acknowledge("ACK", old.event, old.epoch, None, True), time_passes)
+    assert not session.outgoing
+
+
+def test_goodbye_waits_for_the_disconnect_receipt_and_closes_either_way() -> None:
+    session = make_session(receipt_timeout=2.0)
+    establish(session)
+    session.outgoing.clear()
+
+    def confirm(wait: Wait) -> float:
+        assert bytes(session.outgoing).startswith(b"DISCONNECT\n")
+        assert wait.receipt is not None
+        answer(session, wait.receipt, T0 + 0.1)
+        return T0 + 0.1
+
+    _, waits = drive(Call(session, T0).goodbye(), confirm)
+    assert len(waits) == 1
+    assert session.status is Status.CLOSED
+    assert session.failure is None
+
+    silent = make_session(receipt_timeout=2.0)
+    establish(silent)
+    drive(Call(silent, T0).goodbye(), time_passes)  # no receipt: the timeout ends it quietly
+    assert silent.status is Status.CLOSED
+
+
+def test_a_cancelled_wait_forgets_its_receipt() -> None:
+    session = make_session()
+    establish(session)
+    steps = Call(session, T0).send("/queue/a", b"x", None, None, None, True)
+    wait = next(steps)
+    assert wait.receipt in session._expected
+    steps.close()  # what a transport does when the waiting call is cancelled
+    assert not session._expected

@@ -1,0 +1,62 @@
+"""``stompy.COMPILED`` tells which core runs; the build's list and the check's agree.
+
+Run by ``nox -s tests`` on the editable install (pure Python) and by ``nox -s wheel``
+on the installed wheel (compiled, STOMPY_COMPILED=1).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
+from pathlib import Path
+
+import pytest
+
+import stompy
+import stompy._codec
+from stompy import _compiled
+
+#: Where stompy was imported from, and the checkout it sits in if it is one.
+PACKAGE = Path(stompy.__file__).parent
+CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "hatch_build.py").is_file() else None
+
+
+def test_compiled_says_whether_the_codec_is_an_extension_module() -> None:
+    loader = stompy._codec.__spec__.loader
+    assert stompy.COMPILED is isinstance(loader, ExtensionFileLoader)
+    assert isinstance(stompy.COMPILED, bool)
+
+
+def test_the_core_is_compiled_whole_or_not_at_all() -> None:
+    flavours = {_compiled.is_compiled(module) for module in _compiled.CORE_MODULES}
+    assert flavours == {stompy.COMPILED}
+
+
+def test_the_session_that_asks_for_the_compiled_core_gets_it() -> None:
+    if os.environ.get("STOMPY_COMPILED") != "1":
+        pytest.skip("only nox -s wheel asks for the compiled core (STOMPY_COMPILED=1)")
+    assert stompy.COMPILED
+
+
+def test_the_build_compiles_the_modules_compiled_checks() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip(f"no {pyproject}")
+    hook = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    compiled = [f"stompy/{module.__name__.split('.')[-1]}.py" for module in _compiled.CORE_MODULES]
+    assert hook["hooks"]["custom"]["compile"] == compiled
+
+
+@pytest.mark.skipif(CHECKOUT is None, reason="stompy is installed, not a checkout")
+def test_a_checkout_holds_no_compiled_module() -> None:
+    """An editable install runs the checkout's .py files: a compiled module left beside
+    one (by a build in place) would shadow every edit of it. The build compiles a copy."""
+    assert CHECKOUT is not None
+    left = [
+        p
+        for p in CHECKOUT.joinpath("stompy").rglob("*")
+        if p.name.endswith(tuple(EXTENSION_SUFFIXES))
+    ]
+    assert left == [], "delete these: they shadow the .py files beside them"
+    assert not stompy.COMPILED
