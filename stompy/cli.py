@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, TextIO
 
@@ -712,15 +712,25 @@ async def run_broker_command(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _broker_main(args: argparse.Namespace) -> int:
-    import anyio
-
     from stompy.testing import BrokerConfig
 
     try:
         BrokerConfig(**_broker_options(args))
     except ValueError as exc:
         print(f"stompy broker: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    return _serve_until_stopped("broker", run_broker_command, args, usage=(ImportError,))
+
+
+def _serve_until_stopped(
+    name: str,
+    command: Callable[[argparse.Namespace, TextIO], Awaitable[None]],
+    args: argparse.Namespace,
+    usage: tuple[type[Exception], ...],
+) -> int:
+    """Run a serving command (broker, proxy) with its log on stderr until it is stopped;
+    its exit status. ``usage`` are the errors that mean the arguments were wrong."""
+    import anyio
 
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
@@ -728,16 +738,16 @@ def _broker_main(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        anyio.run(run_broker_command, args, sys.stdout, backend=args.backend)
+        anyio.run(command, args, sys.stdout, backend=args.backend)
+    except usage as exc:
+        print(f"stompy {name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
-        print(f"stompy broker: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    except ImportError as exc:  # pragma: no cover - --websocket without wsproto (tests have it)
-        print(f"stompy broker: {exc}", file=sys.stderr)
-        return 2
+        print(f"stompy {name}: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:  # pragma: no cover - the signal receiver handles SIGINT
         pass
-    return 0
+    return EXIT_OK
 
 
 # -- the proxy ---------------------------------------------------------------------------
@@ -771,26 +781,9 @@ async def run_proxy_command(args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _proxy_main(args: argparse.Namespace) -> int:
-    import anyio
-
     from stompy.errors import ConfigurationError
 
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        anyio.run(run_proxy_command, args, sys.stdout, backend=args.backend)
-    except ConfigurationError as exc:
-        print(f"stompy proxy: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"stompy proxy: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:  # pragma: no cover - the signal receiver handles SIGINT
-        pass
-    return EXIT_OK
+    return _serve_until_stopped("proxy", run_proxy_command, args, usage=(ConfigurationError,))
 
 
 # -- main --------------------------------------------------------------------------------

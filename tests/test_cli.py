@@ -303,6 +303,8 @@ def test_subscribe_reconnects(broker: Broker, url: str, queue: str) -> None:
         broker.wait_until(partial(subscribed, broker, queue), timeout=TIMEOUT)
         assert stompy("send", url, queue, "before").returncode == 0
         broker.wait_until(partial(queue_has, broker, queue, 0), timeout=TIMEOUT)
+        # The sender has disconnected; the broker may not have seen its socket close yet.
+        broker.wait_until(lambda: len(broker.connections) == 1, timeout=TIMEOUT)
         assert broker.drop_all_connections() == 1
         broker.wait_until(partial(subscribed, broker, queue), timeout=TIMEOUT)
         assert stompy("send", url, queue, "after").returncode == 0
