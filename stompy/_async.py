@@ -73,6 +73,11 @@ class AsyncMessage(MessageBase):
         """Tell the broker the message was not consumed (STOMP 1.1 and later)."""
         await self._conn._answer("NACK", self, transaction, receipt)
 
+    async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
+        """Answer a request; see :meth:`stompy.Message.reply`."""
+        steps = Call(self._conn._session, anyio.current_time()).reply(self.event, body, options)
+        await self._conn._io.run(steps)
+
 
 class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     """A subscription: ``async for`` over it, or ``await get(timeout)``."""
@@ -311,6 +316,17 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             call = Call(self._session, anyio.current_time())
             count += await self._io.run(call.send_some(work, receipt, transaction))
         return count
+
+    async def request(
+        self, destination: str, body: bytes | str = b"", **options: Unpack[kw.RequestOptions]
+    ) -> AsyncMessage:
+        """Send a request and return the reply; see :meth:`stompy.Connection.request`.
+
+        Many tasks may wait for replies on one connection at once; cancelling one
+        forgets its request (a later reply is dropped).
+        """
+        call = Call(self._session, anyio.current_time())
+        return await self._io.run(call.request(destination, body, options))
 
     def subscribe(
         self, destination: str, **options: Unpack[kw.SubscribeOptions]

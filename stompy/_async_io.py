@@ -20,6 +20,7 @@ reaches the user.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Final, Generic, Protocol, TypeVar
 
 import anyio
@@ -64,6 +65,7 @@ class TaskIO(Generic[M]):
         self._drained = anyio.Event()
         self._changed = anyio.Event()  # set (and replaced) whenever the status changes
         self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
+        self._replies: dict[str, anyio.Event] = {}  # correlation-id -> its waiter's wake-up
         #: Subscriptions with a ``get()`` waiting.
         self.getting: set[Getter] = set()
         self._room: anyio.Event | None = None  # the paused reader waits on it
@@ -80,11 +82,17 @@ class TaskIO(Generic[M]):
         self._changed = anyio.Event()
         self._drained.set()
         self._drained = anyio.Event()
-        self._wake_receipts()
+        self._wake_answers()
         self._wake_getters(ended=True)
 
     def _wake_receipts(self) -> None:
         for waiter in self._receipts.values():
+            waiter.set()
+
+    def _wake_answers(self) -> None:
+        """Wake every wait for a receipt or a reply (the connection changed)."""
+        self._wake_receipts()
+        for waiter in self._replies.values():
             waiter.set()
 
     def _wake_getters(self, *, ended: bool = False) -> None:
@@ -112,27 +120,34 @@ class TaskIO(Generic[M]):
         return running.result
 
     async def _drive(self, running: Running[T], wait: Wait | None) -> None:
-        receipts = self._receipts
+        receipts, replies = self._receipts, self._replies
         try:
             while wait is not None:
                 self.kick()
-                rid = wait.receipt
+                rid, cid = wait.receipt, wait.correlation_id
                 if rid is not None:
                     event = receipts[rid] = anyio.Event()
+                elif cid is not None:
+                    event = replies[cid] = anyio.Event()
                 elif wait.what is Waiting.CHANGE:
                     event = self._changed
                 else:
                     event = self._drained
                 with anyio.CancelScope(deadline=wait.deadline):
                     await event.wait()
-                if rid is not None:
-                    receipts.pop(rid, None)
+                self._unwait(wait)
                 wait = running.resume(anyio.current_time())
         finally:
-            if wait is not None and wait.receipt is not None:
-                receipts.pop(wait.receipt, None)
-            running.close()  # a cancelled wait: the call forgets its receipt
+            if wait is not None:
+                self._unwait(wait)
+            running.close()  # a cancelled wait: the call forgets its receipt or request
             self.kick()  # what was queued before an error goes out too
+
+    def _unwait(self, wait: Wait) -> None:
+        if wait.receipt is not None:
+            self._receipts.pop(wait.receipt, None)
+        if wait.correlation_id is not None:
+            self._replies.pop(wait.correlation_id, None)
 
     # -- the connection's life -----------------------------------------------------------
 
@@ -303,7 +318,7 @@ class TaskIO(Generic[M]):
                     return
         finally:
             session.serving = False
-            self._wake_receipts()
+            self._wake_answers()
 
     async def _run_epoch(self) -> StompError | None:
         stream = self.stream
@@ -324,14 +339,20 @@ class TaskIO(Generic[M]):
             self.session.saw_end(failure)
         scope.cancel()
 
-    def _pumped(self, woke: bool) -> None:
-        """After a pump: start the writer, wake whom the routed events concern."""
+    def _pumped(self, woke: bool, replied: Sequence[str] = ()) -> None:
+        """After a pump: start the writer, wake whom the routed events concern (of the
+        requests, only those whose reply came)."""
         self.kick()
         if woke:
             if self.getting:
                 self._wake_getters()
             if self._receipts:
                 self._wake_receipts()
+        replies = self._replies
+        for cid in replied:
+            waiter = replies.get(cid)
+            if waiter is not None:
+                waiter.set()
 
     async def _reader(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         session = self.session
@@ -344,7 +365,7 @@ class TaskIO(Generic[M]):
                 now = anyio.current_time()
                 ended = session.receive(data, now)
                 pumped = session.pump(now)
-                self._pumped(pumped.woke)
+                self._pumped(pumped.woke, pumped.replied)
                 failure = pumped.failure
                 if failure is None:
                     while session.paused:
@@ -411,7 +432,7 @@ class TaskIO(Generic[M]):
                 proto.note_alive(now)  # bytes wait for us: the peer is there
             proto.handle_timer(now)
             pumped = session.pump(now)
-            self._pumped(pumped.woke)
+            self._pumped(pumped.woke, pumped.replied)
             self.make_room()  # the pump may have moved the backlog the reader waits on
             if pumped.failure is not None:
                 self._end_epoch(scope, pumped.failure)

@@ -22,14 +22,25 @@ from collections.abc import Generator, Mapping
 from typing import Final, Generic, TypeVar
 
 from stompy._events import MessageReceived
-from stompy._keywords import SubscribeOptions
+from stompy._keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._options import Outgoing
 from stompy._protocol import ClientProtocol
-from stompy._session import MAX_OUTGOING, Inbox, Session, log
+from stompy._session import MAX_OUTGOING, Inbox, Session, log, reply_address
 from stompy._state import ReceiptState, Status
-from stompy.errors import ConnectionLost, ReceiptTimeout, StompError, StompTimeout, TransactionLost
+from stompy.errors import (
+    ConfigurationError,
+    ConnectionLost,
+    ReceiptTimeout,
+    RequestTimeout,
+    StompError,
+    StompTimeout,
+    TransactionLost,
+)
 
-__all__ = ("Call", "Running", "Steps", "Wait", "Waiting")
+__all__ = ("REQUEST_TIMEOUT", "Call", "Running", "Steps", "Wait", "Waiting")
+
+#: Seconds ``request()`` waits for its reply unless told otherwise.
+REQUEST_TIMEOUT: Final = 30.0
 
 M = TypeVar("M")
 T = TypeVar("T")
@@ -44,21 +55,32 @@ class Waiting(enum.Enum):
     ROOM = "room"
     #: A RECEIPT came (or anything else the pump routed).
     RECEIPT = "receipt"
+    #: The reply to a request came (:attr:`Pumped.replied` names it).
+    REPLY = "reply"
 
 
 class Wait:
     """One wait a call asks for: until ``what`` happens, or ``deadline`` at the latest."""
 
-    __slots__ = ("deadline", "receipt", "what")
+    __slots__ = ("correlation_id", "deadline", "receipt", "what")
 
-    def __init__(self, what: Waiting, deadline: float, receipt: str | None = None) -> None:
+    def __init__(
+        self,
+        what: Waiting,
+        deadline: float,
+        receipt: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
         self.what = what
         self.deadline = deadline
         #: The receipt id, for a :attr:`Waiting.RECEIPT` wait.
         self.receipt = receipt
+        #: The request's ``correlation-id``, for a :attr:`Waiting.REPLY` wait.
+        self.correlation_id = correlation_id
 
     def __repr__(self) -> str:
-        return f"<Wait {self.what.value} until {self.deadline} {self.receipt or ''}>"
+        key = self.receipt or self.correlation_id or ""
+        return f"<Wait {self.what.value} until {self.deadline} {key}>"
 
 
 #: A call's steps: it yields waits, is sent the time after each, and returns ``T``.
@@ -170,18 +192,23 @@ class Call(Generic[M]):
                 state = session.receipt_state(rid, epoch, allow_closing=allow_closing)
                 if state is ReceiptState.ARRIVED:
                     return
-                if state is ReceiptState.FAILED:
-                    assert session.failure is not None
-                    raise session.failure
-                if state is ReceiptState.LOST:
-                    cause = session.ending
-                    why = f": {cause}" if cause is not None else ""
-                    raise lost(f"the connection was lost before the receipt {rid!r} arrived{why}")
+                self._unanswered(state, lost, f"the receipt {rid!r}")
                 if self.now >= deadline:
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
                 yield from self._wait(Waiting.RECEIPT, deadline, rid)
         finally:
             session.forget(rid)
+
+    def _unanswered(self, state: ReceiptState, lost: type[StompError], what: str) -> None:
+        """Raise why the wait for ``what`` (a receipt, a reply) ended unanswered, if it
+        did: the session's failure, or ``lost`` when its connection ended first."""
+        if state is ReceiptState.FAILED:
+            assert self.session.failure is not None
+            raise self.session.failure
+        if state is ReceiptState.LOST:
+            cause = self.session.ending
+            why = f": {cause}" if cause is not None else ""
+            raise lost(f"the connection was lost before {what} arrived{why}")
 
     # -- the calls ---------------------------------------------------------------------
 
@@ -235,6 +262,61 @@ class Call(Generic[M]):
                 ):
                     raise
                 log.info("sending again to %s after the connection was lost", destination)
+
+    def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
+        """SEND a request (see :meth:`Session.request`) and wait for its reply, which it
+        returns; the whole call takes at most ``timeout`` once connected.
+
+        Raises :class:`RequestTimeout` when no reply came in time (one that comes later
+        is dropped), :class:`ConnectionLost` when the connection is lost first (the reply
+        cannot come on another: a new request must be made), the session's failure, and
+        :class:`ConfigurationError` for a negative ``timeout`` or a header it writes.
+        """
+        timeout = options.get("timeout", REQUEST_TIMEOUT)
+        if not timeout >= 0:
+            raise ConfigurationError(f"timeout must be a number of seconds >= 0, got {timeout}")
+        session = self.session
+        yield from self.ready()
+        deadline = self.now + timeout
+        request = session.request(
+            destination, body, options.get("headers"), options.get("content_type")
+        )
+        correlation_id = request.correlation_id
+        try:
+            yield from self.flush(deadline)
+            while True:
+                state = session.reply_state(request)
+                if state is ReceiptState.ARRIVED:
+                    assert request.reply is not None
+                    return request.reply
+                what = f"the reply to the request to {destination!r} ({correlation_id!r})"
+                self._unanswered(state, ConnectionLost, what)
+                if self.now >= deadline:
+                    raise RequestTimeout(
+                        f"no reply to the request to {destination!r} (correlation-id "
+                        f"{correlation_id!r}) within {timeout} s"
+                    )
+                self.now = yield Wait(Waiting.REPLY, deadline, correlation_id=correlation_id)
+        finally:
+            session.forget_request(request)
+
+    def reply(
+        self, event: MessageReceived, body: bytes | str, options: MessageOptions
+    ) -> Steps[None]:
+        """SEND ``body`` to the ``reply-to`` of the received message ``event``, with its
+        ``correlation-id``; as :meth:`send` otherwise (with ``receipt``, until confirmed).
+
+        Raises :class:`NoReplyTo` (nothing sent) when the message has no ``reply-to``.
+        """
+        destination, headers = reply_address(event.frame, options.get("headers"))
+        yield from self.send(
+            destination,
+            body,
+            headers,
+            options.get("content_type"),
+            None,
+            options.get("receipt", False),
+        )
 
     def send_some(
         self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None

@@ -1,7 +1,8 @@
 """The keyword arguments of the public calls, listed once for both clients.
 
-``Connection`` and ``AsyncConnection`` (and their ``send``, ``send_many`` and
-``subscribe``, and the one-shot ``send``/``send_async``) take these as
+``Connection`` and ``AsyncConnection`` (and their ``send``, ``send_many``,
+``subscribe`` and ``request``, a message's ``reply``, and the one-shot
+``send``/``send_async``) take these as
 ``**options: Unpack[...]``: one list to keep, and type checkers and IDEs still know
 every name and type.
 """
@@ -20,6 +21,7 @@ __all__ = (
     "ConnectionOptions",
     "MessageOptions",
     "OneShotOptions",
+    "RequestOptions",
     "SendOptions",
     "SubscribeOptions",
     "one_shot",
@@ -56,9 +58,10 @@ TX = TypeVar("TX")
 
 
 class MessageOptions(TypedDict, total=False):
-    """The keywords of a transaction's ``send()``: ``headers``, ``content_type`` (a
-    ``str`` body is sent as UTF-8 with ``text/plain;charset=utf-8`` unless told
-    otherwise) and ``receipt`` (return once the broker confirmed)."""
+    """The keywords of a transaction's ``send()`` and of a message's ``reply()``:
+    ``headers``, ``content_type`` (a ``str`` body is sent as UTF-8 with
+    ``text/plain;charset=utf-8`` unless told otherwise) and ``receipt`` (return once
+    the broker confirmed)."""
 
     headers: Mapping[str, str] | None
     content_type: str | None
@@ -90,6 +93,16 @@ class SubscribeOptions(TypedDict, total=False):
     headers: Mapping[str, str] | None
     max_pending: int | None
     receipt: bool
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keywords of ``request()``: the request's ``headers`` and ``content_type`` (as
+    for ``send()``; ``reply-to`` and ``correlation-id`` are the request's own), and
+    ``timeout``, the seconds to wait for the reply (30 by default)."""
+
+    headers: Mapping[str, str] | None
+    content_type: str | None
+    timeout: float
 
 
 class OneShotOptions(TypedDict, total=False):

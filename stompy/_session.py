@@ -8,6 +8,14 @@ holds that state and makes those decisions for both transports, which only move
 bytes, wait, and wake the user's waits. Like the core, it does no I/O and reads no
 clock: time and randomness come in as arguments.
 
+Request/reply: :meth:`Session.request` sends with ``reply-to`` naming
+:data:`REPLY_QUEUE`, a temporary queue private to the connection, and a fresh
+``correlation-id``, and keeps the request in :attr:`Session.requests` until its waiter
+is done. The broker delivers the replies on a subscription of that name (RabbitMQ and
+the in-process broker make it implicitly; on ActiveMQ the session subscribes itself);
+:meth:`Session.pump` hands each to the request whose ``correlation-id`` it carries.
+Any other MESSAGE that no inbox takes is logged as a WARNING, never dropped silently.
+
 Each established connection is an *epoch*. What belongs to an epoch (unanswered
 receipts, open transactions, unacked messages) is void in the next: an ACK for a
 message from an earlier epoch is a no-op, since the broker has put it back.
@@ -18,18 +26,21 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
+from stompy._frames import Frame
 from stompy._options import ClientOptions, error_for_event, take_output
 from stompy._protocol import ClientProtocol, State
 from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint
 from stompy.errors import (
+    ConfigurationError,
     ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
+    NoReplyTo,
     ProtocolError,
     RemoteProtocolError,
     ServerError,
@@ -39,12 +50,35 @@ from stompy.errors import (
 if TYPE_CHECKING:
     from stompy._websocket import WebSocket
 
-__all__ = ("MAX_OUTGOING", "Attempts", "Handshake", "Inbox", "Pumped", "Session", "Subscribed")
+__all__ = (
+    "MAX_OUTGOING",
+    "REPLY_QUEUE",
+    "Attempts",
+    "Handshake",
+    "Inbox",
+    "Pumped",
+    "Request",
+    "Session",
+    "Subscribed",
+    "reply_address",
+)
 
 log: Final = logging.getLogger("stompy")
 
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
+
+#: The temporary queue a session's requests name in ``reply-to``. RabbitMQ (and the
+#: in-process broker) rewrite it into a queue private to the connection and deliver
+#: its replies on an implicit subscription whose id is this name; ActiveMQ wants a
+#: SUBSCRIBE to it, which the session makes with this name as the id. Either way the
+#: replies arrive with ``subscription`` set to it, and are removed with the connection.
+REPLY_QUEUE: Final = "/temp-queue/stompy-replies"
+#: ``server`` header prefixes (lower case) of brokers on which the requester must
+#: SUBSCRIBE to its temporary queue itself (RabbitMQ refuses that SUBSCRIBE).
+_SUBSCRIBE_TO_TEMP_QUEUE: Final = ("activemq/",)
+#: The headers :meth:`Session.request` writes itself.
+_REQUEST_HEADERS: Final = ("reply-to", "correlation-id")
 
 #: What a transport's message class is built from: the core's event and its epoch.
 M = TypeVar("M")
@@ -178,15 +212,50 @@ class Subscribed(Generic[M]):
         self.receipt = receipt
 
 
+class Request(Generic[M]):
+    """One request waiting for its reply (see :meth:`Session.request`)."""
+
+    __slots__ = ("correlation_id", "destination", "epoch", "reply")
+
+    def __init__(self, correlation_id: str, destination: str, epoch: int) -> None:
+        self.correlation_id = correlation_id
+        self.destination = destination
+        #: The connection it was sent on: its reply can only come on that one.
+        self.epoch = epoch
+        #: The reply, once it came.
+        self.reply: M | None = None
+
+
+def reply_address(frame: Frame, headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
+    """Where a reply to the message ``frame`` goes: its ``reply-to``, and ``headers``
+    with its ``correlation-id`` added (one given in ``headers`` wins).
+
+    Raises :class:`NoReplyTo` when the message has no ``reply-to``.
+    """
+    reply_to = frame.get("reply-to")
+    if not reply_to:
+        raise NoReplyTo(
+            f"message {frame.get('message-id')!r} from {frame.get('destination')!r} has no "
+            "reply-to header: there is nowhere to send a reply"
+        )
+    merged = dict(headers or {})
+    correlation_id = frame.get("correlation-id")
+    if correlation_id is not None:
+        merged.setdefault("correlation-id", correlation_id)
+    return reply_to, merged
+
+
 class Pumped:
-    """What one :meth:`Session.pump` did: whether anyone should be woken, and why the
-    connection ended, if it did."""
+    """What one :meth:`Session.pump` did: whether anyone should be woken, why the
+    connection ended (if it did), and the ``correlation-id`` of each request that got
+    its reply."""
 
-    __slots__ = ("failure", "woke")
+    __slots__ = ("failure", "replied", "woke")
 
-    def __init__(self, woke: bool, failure: StompError | None) -> None:
+    def __init__(self, woke: bool, failure: StompError | None, replied: Sequence[str] = ()) -> None:
         self.woke = woke
         self.failure = failure
+        self.replied = replied
 
 
 class Session(Generic[M]):
@@ -229,6 +298,11 @@ class Session(Generic[M]):
         self._uniform = uniform
         self._expected: set[str] = set()  # receipt ids somebody waits for
         self._arrived: set[str] = set()  # ... of which these came
+        #: Requests waiting for their reply, by ``correlation-id``.
+        self.requests: dict[str, Request[M]] = {}
+        self._next_request = 0
+        self._replied: list[str] = []  # correlation ids answered during this pump
+        self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
 
     def __repr__(self) -> str:
         return f"<Session {self.endpoint} {self.status} epoch={self.epoch}>"
@@ -386,6 +460,54 @@ class Session(Generic[M]):
             self.expect(rid)
         return rid
 
+    def request(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: Mapping[str, str] | None,
+        content_type: str | None,
+    ) -> Request[M]:
+        """SEND a request on the current connection: ``reply-to`` is :data:`REPLY_QUEUE`,
+        ``correlation-id`` a fresh one. The request waits in :attr:`requests` until
+        :meth:`forget_request`.
+
+        Raises :class:`ConfigurationError` (nothing sent) when ``headers`` has either.
+        """
+        proto = self.ready()
+        given = [name for name in _REQUEST_HEADERS if headers and name in headers]
+        if given:
+            raise ConfigurationError(
+                f"request() writes {' and '.join(given)} itself; use send() to set them"
+            )
+        if self._reply_subscribed != self.epoch and self._subscribes_to_temp_queue():
+            # ActiveMQ: replies to a /temp-queue/ reach only a SUBSCRIBE to it; the id is
+            # its name, so that they are routed as on RabbitMQ. Not replayed: the next
+            # connection's first request makes it again.
+            proto.subscribe(REPLY_QUEUE, ack="auto", id=REPLY_QUEUE)
+            self._reply_subscribed = self.epoch
+        self._next_request += 1
+        correlation_id = f"stompy-{self._next_request}"
+        request: Request[M] = Request(correlation_id, destination, self.epoch)
+        sent = {"reply-to": REPLY_QUEUE, "correlation-id": correlation_id, **(headers or {})}
+        proto.send(destination, body, headers=sent, content_type=content_type)
+        self.requests[correlation_id] = request
+        return request
+
+    def _subscribes_to_temp_queue(self) -> bool:
+        server = self.connected.server if self.connected is not None else None
+        return server is not None and server.lower().startswith(_SUBSCRIBE_TO_TEMP_QUEUE)
+
+    def reply_state(self, request: Request[M]) -> ReceiptState:
+        """How the wait for ``request``'s reply stands: like a receipt's, a reply can only
+        come on the connection the request went out on."""
+        if request.reply is not None:
+            return ReceiptState.ARRIVED
+        return self._standing(request.epoch, allow_closing=False)
+
+    def forget_request(self, request: Request[M]) -> None:
+        """The wait for ``request``'s reply is over: a reply that comes later is dropped."""
+        self.requests.pop(request.correlation_id, None)
+
     # -- receipts --------------------------------------------------------------------------
 
     def expect(self, rid: str) -> None:
@@ -406,6 +528,10 @@ class Session(Generic[M]):
         the verdict says whether the session failed or the receipt is lost."""
         if rid in self._arrived:
             return ReceiptState.ARRIVED
+        return self._standing(epoch, allow_closing=allow_closing)
+
+    def _standing(self, epoch: int, *, allow_closing: bool) -> ReceiptState:
+        """How a wait for an answer asked in ``epoch`` stands, while it has not come."""
         if self.failure is not None:
             return ReceiptState.FAILED
         status = self.status
@@ -478,20 +604,47 @@ class Session(Generic[M]):
         except ProtocolError as exc:
             failure = exc
         self.flush(now)
-        return Pumped(woke or failure is not None, failure)
+        replied = self._replied
+        if replied:
+            self._replied = []
+        return Pumped(woke or failure is not None, failure, replied)
 
     def _deliver(self, event: MessageReceived) -> None:
-        if self.backlog:
-            self.backlog.append(event)  # keep the order behind what already waits
-            return
         inbox = self.inboxes.get(event.subscription)
         if inbox is None:
-            log.debug("dropping a message for closed subscription %r", event.subscription)
+            self._unrouted(event)
+            return
+        if self.backlog:
+            self.backlog.append(event)  # keep the order behind what already waits
             return
         if len(inbox.items) >= inbox.max_pending:
             self.backlog.append(event)
             return
         inbox.items.append(self._wrap(event, self.epoch))
+
+    def _unrouted(self, event: MessageReceived) -> None:
+        """A MESSAGE that no inbox takes: a request's reply, or else logged and dropped."""
+        if event.subscription == REPLY_QUEUE:
+            correlation_id = event.frame.get("correlation-id")
+            request = self.requests.get(correlation_id) if correlation_id is not None else None
+            if request is not None and request.reply is None:
+                request.reply = self._wrap(event, self.epoch)
+                self._replied.append(request.correlation_id)
+            else:
+                log.debug(
+                    "dropping a reply with correlation-id %r from %r: no request waits for "
+                    "it (it timed out, or was answered already)",
+                    correlation_id,
+                    event.destination,
+                )
+            return
+        log.warning(
+            "dropping a MESSAGE (message-id %r, destination %r) for subscription %r, "
+            "which this client has no open subscription for",
+            event.message_id,
+            event.destination,
+            event.subscription,
+        )
 
     @property
     def paused(self) -> bool:
@@ -518,6 +671,8 @@ class Session(Generic[M]):
                     break
                 inbox.items.append(self._wrap(event, self.epoch))
                 moved = True
+            else:  # unsubscribed since it arrived
+                self._unrouted(event)
             backlog.popleft()
         return moved
 
@@ -540,6 +695,8 @@ class Session(Generic[M]):
             inbox = self.inboxes.get(event.subscription)
             if inbox is not None:
                 inbox.items.append(self._wrap(event, self.epoch))
+            else:
+                self._unrouted(event)
         policy = self.options.reconnect
         if policy is None:
             log.warning("connection to %s lost: %s", self.endpoint, error)

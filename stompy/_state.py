@@ -23,13 +23,14 @@ class Status(enum.Enum):
 
 
 class ReceiptState(enum.Enum):
-    """How a wait for one RECEIPT stands."""
+    """How a wait for one RECEIPT (or for the reply to one request) stands."""
 
-    #: The receipt came.
+    #: The receipt (the reply) came.
     ARRIVED = "arrived"
     #: Not yet; the connection it was asked on is still up.
     PENDING = "pending"
-    #: The connection it was asked on ended first: whether the frame took effect is unknown.
+    #: The connection it was asked on ended first: whether the frame took effect is
+    #: unknown (a reply can no longer come).
     LOST = "lost"
     #: The connection failed for good (:attr:`Session.failure` says why).
     FAILED = "failed"

@@ -60,6 +60,14 @@ class Message(MessageBase):
         """Tell the broker the message was not consumed (STOMP 1.1 and later)."""
         self._conn._answer("NACK", self, transaction, receipt)
 
+    def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
+        """Answer a request: send ``body`` to this message's ``reply-to``, with its
+        ``correlation-id`` (see :meth:`Connection.request`); otherwise as
+        :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
+        sent) when the message has no ``reply-to``."""
+        conn = self._conn
+        conn._io.run(Call(conn._session, time.monotonic()).reply(self.event, body, options))
+
 
 class Subscription(SubscriptionBase[Message]):
     """A subscription: iterate it, ``get()`` from it, or let ``on_message`` run.
@@ -323,6 +331,22 @@ class Connection(ConnectionBase[Message]):
             )
             for work in split_for_sending(messages)
         )
+
+    def request(
+        self, destination: str, body: bytes | str = b"", **options: Unpack[kw.RequestOptions]
+    ) -> Message:
+        """Send a request to ``destination`` and return the reply.
+
+        The request carries a ``reply-to`` naming a temporary queue private to this
+        connection and a fresh ``correlation-id``; the reply is the message sent there
+        with that ``correlation-id`` (a responder's :meth:`Message.reply`). Many threads
+        may wait for replies on one connection at once. Raises
+        :class:`~stompy.errors.RequestTimeout` when none came within ``timeout``
+        seconds (30 by default; a later reply is dropped), and
+        :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
+        """
+        call = Call(self._session, time.monotonic())
+        return self._io.run(call.request(destination, body, options))
 
     def subscribe(
         self,

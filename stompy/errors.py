@@ -22,9 +22,11 @@ __all__ = (
     "HeartbeatTimeout",
     "LocalProtocolError",
     "NetworkError",
+    "NoReplyTo",
     "ProtocolError",
     "ReceiptTimeout",
     "RemoteProtocolError",
+    "RequestTimeout",
     "ServerError",
     "StompError",
     "StompTimeout",
@@ -75,6 +77,11 @@ class LocalProtocolError(ProtocolError):
 
     Nothing was sent and the state did not change: the connection is still usable.
     """
+
+
+class NoReplyTo(LocalProtocolError):
+    """``Message.reply()`` on a message without a ``reply-to`` header: there is nowhere
+    to send the reply. Nothing was sent."""
 
 
 class RemoteProtocolError(ProtocolError):
@@ -145,6 +152,10 @@ class HeartbeatTimeout(ConnectionLost, StompTimeout):
 
 class ReceiptTimeout(StompTimeout):
     """The RECEIPT for a frame did not arrive in time."""
+
+
+class RequestTimeout(StompTimeout):
+    """No reply to a ``request()`` arrived in time; a reply that comes later is dropped."""
 
 
 class TransactionLost(StompError):

@@ -28,6 +28,14 @@ Destinations: names starting with ``/topic/`` are topics (each message goes to e
 current subscriber and is dropped when there is none); every other name is a queue
 (each message goes to one subscriber, round-robin, and waits while nobody listens).
 
+Temporary queues, the way RabbitMQ has them: a SEND whose ``reply-to`` names
+``/temp-queue/NAME`` makes (once per connection and name) a queue private to that
+connection, ``/reply-queue/amq.gen-...``, which the ``reply-to`` of the delivered
+message names instead; the connection receives what is sent there on a subscription
+it never asked for, whose id is ``/temp-queue/NAME`` (``auto`` ack). SUBSCRIBE to a
+``/temp-queue/`` or ``/reply-queue/`` is refused. The queue goes with its connection
+(or an UNSUBSCRIBE of that id); what is sent to it afterwards is dropped.
+
 Flow control: a session receives no deliveries while its unsent output is above
 ``write_buffer`` bytes, and a ``client`` / ``client-individual`` subscription none
 while it holds ``prefetch`` unacknowledged messages. Deliveries resume when the
@@ -83,6 +91,10 @@ _BROKER_HEADERS: Final = frozenset(
     }
 )
 _TOPIC_PREFIX: Final = "/topic/"
+#: A ``reply-to`` starting with this names a temporary queue (RabbitMQ's convention)...
+_TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
+#: ... which the broker makes under this prefix, and which only its connection reads.
+_REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
 
 logger: Final = logging.getLogger("stompy.testing")
 
@@ -390,6 +402,7 @@ class BrokerCore:
         self._next_session = 0
         self._next_message = 0
         self._next_ack = 0
+        self._next_temp = 0
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -497,6 +510,13 @@ class BrokerCore:
             )
 
     def _publish(self, send: _TxSend) -> None:
+        if send.destination.startswith(_REPLY_QUEUE_PREFIX) and (
+            send.destination not in self._destinations
+        ):
+            # A temporary queue whose connection is gone: RabbitMQ drops the message.
+            self._counters.messages_received += 1
+            self._counters.messages_dropped += 1
+            return
         self._next_message += 1
         message = StoredMessage(
             f"message-{self._token}-{self._next_message}", send.destination, send.headers, send.body
@@ -534,6 +554,18 @@ class BrokerCore:
                     sub.destination.name,
                     self.config.max_queue,
                 )
+
+    def _discard(self, dest: _Destination) -> None:
+        """Drop every message waiting in ``dest`` (a temporary queue going away)."""
+        self._counters.messages_dropped += len(dest.messages)
+        self._stored_bytes -= dest.bytes
+        dest.messages.clear()
+        dest.bytes = 0
+
+    def _new_temp_queue(self) -> _Destination:
+        self._next_temp += 1
+        name = f"{_REPLY_QUEUE_PREFIX}amq.gen-{self._token}-{self._next_temp}"
+        return self._destination(name)
 
     def _requeue(self, dest: _Destination, messages: list[StoredMessage]) -> None:
         """Put delivered messages back at the front, in their order, for redelivery."""
@@ -604,6 +636,9 @@ class ServerSession:
         self._subscriptions: dict[str, _Subscription] = {}
         self._ack_index: dict[str, tuple[_Subscription, StoredMessage]] = {}
         self._transactions: dict[str, list[_TxSend | _TxSettle]] = {}
+        #: The temporary queues named in its SENDs' reply-to: their implicit
+        #: subscriptions, by id (the ``/temp-queue/NAME`` itself).
+        self._temp_queues: dict[str, _Subscription] = {}
         self._released = False
 
     # -- views -------------------------------------------------------------------------
@@ -930,6 +965,9 @@ class ServerSession:
         destination = self._required(frame, "destination")
         ops = self._transaction(frame)
         headers = tuple((k, v) for k, v in frame.headers if k not in _BROKER_HEADERS)
+        reply_to = frame.get("reply-to")
+        if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
+            headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
         send = _TxSend(destination, headers, frame.body)
         if ops is not None:
             ops.append(send)
@@ -938,9 +976,36 @@ class ServerSession:
             self.core._publish(send)
         self._receipt(frame)
 
+    def _temp_queue(self, name: str) -> str:
+        """The private queue that stands for the temporary queue ``name`` (made at its
+        first use on this connection, with its implicit subscription); its name."""
+        if not name.startswith(_TEMP_QUEUE_PREFIX):
+            return name  # a reply-to entry that names no temporary queue stays as it is
+        sub = self._temp_queues.get(name)
+        if sub is None:
+            limit = self.core.config.max_subscriptions
+            if len(self._subscriptions) >= limit:
+                raise _Reject(f"too many subscriptions (the limit is {limit}) for {name!r}")
+            if name in self._subscriptions:
+                raise _Reject(f"reply-to {name!r}: a subscription of this connection has that id")
+            dest = self.core._new_temp_queue()
+            sub = _Subscription(self, name, dest, "auto", self.core.config.prefetch)
+            self._subscriptions[name] = sub
+            self._temp_queues[name] = sub
+            dest.subscriptions.append(sub)
+        return sub.destination.name
+
     def _on_subscribe(self, frame: Frame) -> None:
         config = self.core.config
         destination = self._required(frame, "destination")
+        if destination.startswith((_TEMP_QUEUE_PREFIX, _REPLY_QUEUE_PREFIX)):
+            # As RabbitMQ: a temporary queue is named in a SEND's reply-to, and its
+            # replies arrive on the subscription the broker makes then.
+            raise _Reject(
+                f"SUBSCRIBE to {destination!r}: a temporary queue cannot be subscribed to; "
+                "name /temp-queue/NAME in a SEND's reply-to header and its replies arrive "
+                "on subscription /temp-queue/NAME"
+            )
         if self.version == V10 and frame.get("id") is None:
             # STOMP 1.0 makes the id optional; the destination then names it.
             sub_id = destination
@@ -1001,6 +1066,9 @@ class ServerSession:
             dest.next_index %= len(dest.subscriptions)
         else:
             dest.next_index = 0
+        if self._temp_queues.get(sub.id) is sub:
+            del self._temp_queues[sub.id]
+            core._discard(dest)  # private to this connection: nobody else can read it
         unacked = [self._ack_index.pop(ack_id)[1] for ack_id in sub.by_message_id.values()]
         sub.by_message_id.clear()
         core._counters.messages_dropped += len(sub.backlog)

@@ -147,3 +147,31 @@ def test_async_close_is_prompt_when_the_broker_answers_at_once(broker: BrokerTar
 
     anyio.run(main, backend="trio")
     assert not slow, f"close() took {slow[0]:.2f} s (receipt_timeout {receipt_timeout} s)"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_request_reply(broker: BrokerTarget, unique: str, flavour: str) -> None:
+    """``request()`` / ``reply()`` through the broker's temporary queues: RabbitMQ's
+    implicit subscription, ActiveMQ's SUBSCRIBE to the temp queue (the session's own)."""
+    service = f"/queue/stompy-rpc-{flavour}-{unique}"
+    with stompy.Connection(broker.url, connect_timeout=TIMEOUT) as server:
+        server.subscribe(service, on_message=lambda msg: msg.reply(msg.text.upper()), receipt=True)
+        if flavour == "sync":
+            with stompy.Connection(broker.url, connect_timeout=TIMEOUT) as conn:
+                texts = [conn.request(service, f"ping {i}", timeout=TIMEOUT).text for i in range(3)]
+        else:
+
+            async def main() -> list[str]:
+                async with stompy.AsyncConnection(broker.url, connect_timeout=TIMEOUT) as conn:
+                    got: dict[int, str] = {}
+
+                    async def ask(i: int) -> None:
+                        got[i] = (await conn.request(service, f"ping {i}", timeout=TIMEOUT)).text
+
+                    async with anyio.create_task_group() as tg:
+                        for i in range(3):
+                            tg.start_soon(ask, i)
+                    return [got[i] for i in range(3)]
+
+            texts = anyio.run(main, backend=flavour)
+    assert texts == ["PING 0", "PING 1", "PING 2"]

@@ -1,0 +1,315 @@
+"""Request/reply in the engine (Session + Call.request / Call.reply) with a fake clock.
+
+The blocking, asyncio and trio clients all run these generators: which reply goes to
+which request, how long a request waits, what happens to a late reply and to the
+requests in flight when the connection is lost, and where a MESSAGE nobody
+subscribed to goes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import stompy
+from stompy import Frame, encode
+from stompy._calls import REQUEST_TIMEOUT, Call, Running, Steps, Wait, Waiting
+from stompy._keywords import RequestOptions
+from stompy._session import REPLY_QUEUE, Session
+from stompy.errors import (
+    ConfigurationError,
+    ConnectionLost,
+    NoReplyTo,
+    RequestTimeout,
+    StompTimeout,
+)
+from tests.test_calls import drive, time_passes
+from tests.test_session import T0, Delivered, establish, make_session, message
+
+
+def reply(correlation_id: str | None, body: str, sub: str = REPLY_QUEUE, n: int = 1) -> bytes:
+    """A MESSAGE as the broker delivers a reply to the session's temporary queue."""
+    headers = [
+        ("destination", "/reply-queue/amq.gen-x"),
+        ("message-id", f"r-{n}-{body}"),
+        ("subscription", sub),
+    ]
+    if correlation_id is not None:
+        headers.append(("correlation-id", correlation_id))
+    return encode(Frame("MESSAGE", tuple(headers), body.encode()))
+
+
+def deliver(session: Session[Delivered], data: bytes, now: float = T0) -> list[str]:
+    """Feed what the broker sent and pump; the correlation ids that got their reply."""
+    session.receive(data, now)
+    return list(session.pump(now).replied)
+
+
+def sent_frames(session: Session[Delivered], command: str) -> list[dict[str, str]]:
+    """The headers of each ``command`` frame in the outgoing buffer (taken from it)."""
+    frames = []
+    for chunk in bytes(session.outgoing).split(b"\x00"):
+        lines = chunk.lstrip(b"\n").decode().split("\n")
+        if lines[0] == command:
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                if not line:
+                    break
+                name, _, value = line.partition(":")
+                headers.setdefault(name, value)
+            frames.append(headers)
+    session.outgoing.clear()
+    return frames
+
+
+def ask(
+    session: Session[Delivered], destination: str = "/queue/rpc", **options: object
+) -> Steps[Delivered]:
+    opts: RequestOptions = options  # type: ignore[assignment]
+    return Call(session, T0).request(destination, "ping", opts)
+
+
+def connected_session(**options: object) -> Session[Delivered]:
+    session = make_session(**options)
+    establish(session)
+    session.outgoing.clear()
+    return session
+
+
+def test_a_request_names_the_temp_queue_and_returns_the_reply_with_its_correlation_id() -> None:
+    session = connected_session()
+
+    def answer(wait: Wait) -> float:
+        assert wait.what is Waiting.REPLY
+        (request,) = sent_frames(session, "SEND")
+        assert request["destination"] == "/queue/rpc"
+        assert request["reply-to"] == REPLY_QUEUE
+        assert wait.correlation_id == request["correlation-id"]
+        # Someone else's reply first: it is not this request's.
+        assert deliver(session, reply("not-ours", "other"), T0 + 1) == []
+        assert deliver(session, reply(wait.correlation_id, "pong"), T0 + 1) == [wait.correlation_id]
+        return T0 + 1
+
+    result, waits = drive(ask(session, timeout=5.0), answer)
+    assert result.event.frame.body == b"pong"
+    assert [w.deadline for w in waits] == [T0 + 5.0]
+    assert session.requests == {}  # the wait is over: nothing kept
+
+
+def test_concurrent_requests_each_get_their_own_reply() -> None:
+    session = connected_session()
+    running = [Running(ask(session, f"/queue/rpc-{i}")) for i in range(3)]
+    waits = [r.resume() for r in running]
+    ids = [w.correlation_id for w in waits if w is not None]
+    assert len(set(ids)) == 3  # a fresh correlation-id each
+    assert [f["destination"] for f in sent_frames(session, "SEND")] == [
+        "/queue/rpc-0",
+        "/queue/rpc-1",
+        "/queue/rpc-2",
+    ]
+    # Replies come in another order than the requests went out, all in one read.
+    data = b"".join(reply(cid, f"to {i}", n=i) for i, cid in reversed(list(enumerate(ids))))
+    assert deliver(session, data) == list(reversed(ids))
+    for i, r in enumerate(running):
+        assert r.resume(T0 + 1) is None
+        assert r.result.event.frame.body == f"to {i}".encode()
+    assert session.requests == {}
+
+
+def test_a_request_without_reply_times_out_and_a_late_reply_is_dropped_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = connected_session()
+    steps = ask(session, timeout=2.0)
+    wait = next(steps)
+    cid = wait.correlation_id
+    with pytest.raises(RequestTimeout, match=r"within 2\.0 s") as raised:
+        steps.send(wait.deadline)
+    assert isinstance(raised.value, StompTimeout)
+    assert session.requests == {}
+    with caplog.at_level(logging.DEBUG, logger="stompy"):
+        assert deliver(session, reply(cid, "too late"), T0 + 3) == []
+    dropped = [r for r in caplog.records if "dropping a reply" in r.getMessage()]
+    assert [r.levelno for r in dropped] == [logging.DEBUG]
+    assert repr(cid) in dropped[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_default_timeout_and_a_timeout_of_zero() -> None:
+    session = connected_session()
+    wait = next(ask(session))
+    assert wait.deadline == T0 + REQUEST_TIMEOUT
+    with pytest.raises(RequestTimeout):
+        drive(ask(session, timeout=0), time_passes)
+
+
+def test_a_cancelled_request_is_forgotten() -> None:
+    session = connected_session()
+    steps = ask(session)
+    wait = next(steps)
+    assert wait.correlation_id in session.requests
+    steps.close()  # what a transport does when the waiting call is cancelled
+    assert session.requests == {}
+
+
+def test_requests_in_flight_fail_after_a_reconnect_and_new_ones_work() -> None:
+    session = connected_session(reconnect=stompy.Reconnect())
+    running = [Running(ask(session)) for _ in range(2)]
+    old = [r.resume() for r in running]
+    session.saw_end(ConnectionLost("cut"))
+    for r, wait in zip(running, old, strict=True):
+        # The transport saw the end but gave no verdict yet: the requests wait on.
+        assert wait is not None
+        again = r.resume(T0 + 0.5)
+        assert again is not None
+        assert again.what is Waiting.REPLY
+    session.lost(ConnectionLost("cut"))
+    for r in running:
+        with pytest.raises(ConnectionLost, match=r"lost before the reply .* cut"):
+            r.resume(T0 + 1)
+    assert session.requests == {}
+    establish(session, T0 + 2)
+    session.outgoing.clear()
+
+    def answer(wait: Wait) -> float:
+        deliver(session, reply(wait.correlation_id, "fresh"), T0 + 3)
+        return T0 + 3
+
+    result, _ = drive(Call(session, T0 + 2).request("/queue/rpc", "ping", {}), answer)
+    assert result.event.frame.body == b"fresh"
+    assert result.epoch == session.epoch
+
+
+def test_a_request_in_flight_raises_the_failure_without_reconnect() -> None:
+    session = connected_session()
+    steps = ask(session)
+    next(steps)
+    session.lost(ConnectionLost("gone"))
+    with pytest.raises(ConnectionLost, match="gone"):
+        steps.send(T0 + 1)
+
+
+def test_a_reply_that_came_before_the_connection_was_lost_is_returned() -> None:
+    session = connected_session(reconnect=stompy.Reconnect())
+    steps = ask(session)
+    wait = next(steps)
+    deliver(session, reply(wait.correlation_id, "just in time"))
+    session.lost(ConnectionLost("cut"))
+    with pytest.raises(StopIteration) as done:
+        steps.send(T0 + 1)
+    assert done.value.value.event.frame.body == b"just in time"
+
+
+def test_a_request_refuses_the_headers_it_writes_itself() -> None:
+    session = connected_session()
+    for name in ("reply-to", "correlation-id"):
+        with pytest.raises(ConfigurationError, match=name):
+            drive(ask(session, headers={name: "x"}), time_passes)
+    with pytest.raises(ConfigurationError, match="timeout"):
+        drive(ask(session, timeout=-1.0), time_passes)
+    assert not session.outgoing
+    assert session.requests == {}
+
+
+def test_activemq_gets_a_subscribe_to_the_temp_queue_once_per_connection() -> None:
+    def connect(session: Session[Delivered], server: str) -> None:
+        handshake = session.handshake(session.options.endpoints[0])
+        headers = (("version", "1.2"), ("server", server))
+        handshake.receive(encode(Frame("CONNECTED", headers)), T0)
+        session.install(handshake, T0)
+
+    session = make_session(reconnect=stompy.Reconnect())
+    connect(session, "ActiveMQ/5.17.2")
+    for _ in range(2):
+        Running(ask(session)).resume()
+    subscribes = sent_frames(session, "SUBSCRIBE")
+    assert subscribes == [{"destination": REPLY_QUEUE, "id": REPLY_QUEUE, "ack": "auto"}]
+    session.lost(ConnectionLost("cut"))
+    connect(session, "ActiveMQ/5.17.2")
+    assert sent_frames(session, "SUBSCRIBE") == []  # not replayed ...
+    Running(ask(session)).resume()
+    assert len(sent_frames(session, "SUBSCRIBE")) == 1  # ... made at the first request
+
+    rabbit = make_session()
+    connect(rabbit, "RabbitMQ/3.10.8")
+    Running(ask(rabbit)).resume()
+    assert sent_frames(rabbit, "SUBSCRIBE") == []  # RabbitMQ refuses one
+
+
+def test_reply_goes_to_reply_to_with_the_correlation_id() -> None:
+    session = connected_session()
+    inbox = session.subscribe("/queue/rpc", "auto", "svc", None, None, False).inbox
+    request = encode(
+        Frame(
+            "MESSAGE",
+            (
+                ("destination", "/queue/rpc"),
+                ("message-id", "m-1"),
+                ("subscription", "svc"),
+                ("reply-to", "/reply-queue/amq.gen-1"),
+                ("correlation-id", "c-7"),
+            ),
+            b"ping",
+        )
+    )
+    deliver(session, request)
+    event = inbox.items.popleft().event
+    session.outgoing.clear()
+    drive(Call(session, T0).reply(event, "pong", {"headers": {"x": "1"}}), time_passes)
+    (sent,) = sent_frames(session, "SEND")
+    assert sent["destination"] == "/reply-queue/amq.gen-1"
+    assert sent["correlation-id"] == "c-7"
+    assert sent["x"] == "1"
+
+
+def test_reply_to_a_message_without_reply_to_raises_and_sends_nothing() -> None:
+    session = connected_session()
+    inbox = session.subscribe("/queue/a", "auto", "s", None, None, False).inbox
+    deliver(session, message("s", 1))
+    event = inbox.items.popleft().event
+    session.outgoing.clear()
+    with pytest.raises(NoReplyTo, match="'m-1' from '/queue/a' has no reply-to"):
+        drive(Call(session, T0).reply(event, "pong", {}), time_passes)
+    assert not session.outgoing
+
+
+def test_a_message_for_no_open_subscription_is_logged_as_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = connected_session()
+    inbox = session.subscribe("/queue/a", "auto", "gone", None, None, False).inbox
+    session.unsubscribe(inbox, False)
+    with caplog.at_level(logging.WARNING, logger="stompy"):
+        deliver(session, message("gone", 1))  # in flight when we unsubscribed
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "'gone'" in record.getMessage()
+    assert "'m-1'" in record.getMessage()
+
+
+def test_a_message_set_aside_whose_subscription_ends_is_logged_as_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = connected_session()
+    inbox = session.subscribe("/queue/a", "auto", "s", None, 1, False).inbox
+    deliver(session, message("s", 1) + message("s", 2))
+    assert len(session.backlog) == 1  # the inbox holds one
+    session.unsubscribe(inbox, False)
+    with caplog.at_level(logging.WARNING, logger="stompy"):
+        session.drain_backlog()
+    (record,) = caplog.records
+    assert "'s'" in record.getMessage()
+    assert "'m-2'" in record.getMessage()
+
+
+def test_a_reply_is_not_held_up_by_a_full_inbox() -> None:
+    session = connected_session()
+    session.subscribe("/queue/a", "auto", "s", None, 1, False)
+    steps = ask(session)
+    wait = next(steps)
+    replied = deliver(session, message("s", 1) + message("s", 2) + reply(wait.correlation_id, "ok"))
+    assert session.paused  # the second message waits in the backlog...
+    assert replied == [wait.correlation_id]  # ... the reply does not
+    with pytest.raises(StopIteration):
+        steps.send(T0)

@@ -1,0 +1,222 @@
+"""Request/reply through the blocking, asyncio and trio clients and the in-process broker.
+
+A responder answers with ``msg.reply(...)``; requesters wait with ``conn.request(...)``,
+many at once on one connection. The broker makes the temporary queue the way RabbitMQ
+does (tests/test_broker_temp_queues.py); the rules are the engine's
+(tests/test_request.py), so here they are only shown to hold end to end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import anyio
+import anyio.abc
+import pytest
+
+import stompy
+from stompy.errors import ConnectionLost, NoReplyTo, RequestTimeout
+from stompy.testing import Broker, run_broker, serve
+
+#: Every wait of these tests is bounded by this many seconds.
+LIMIT = 10.0
+
+
+def queue() -> str:
+    return f"/queue/rpc-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[Broker]:
+    with run_broker() as running:
+        yield running
+
+
+@contextlib.contextmanager
+def responder(url: str, destination: str) -> Iterator[stompy.Connection]:
+    """A service on its own connection that answers every request with its text upper-cased."""
+    with stompy.Connection(url) as conn:
+        conn.subscribe(destination, on_message=lambda msg: msg.reply(msg.text.upper()))
+        yield conn
+
+
+def dropped_messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "stompy" and r.levelno == level and "dropping a" in r.getMessage()
+    ]
+
+
+# -- the blocking client -------------------------------------------------------------------
+
+
+def test_a_responder_loop_answers_concurrent_requests_from_threads(broker: Broker) -> None:
+    service = queue()
+    with stompy.Connection(broker.url) as server:
+        sub = server.subscribe(service, receipt=True)
+
+        def serve_requests() -> None:
+            for msg in sub:  # ends when the connection closes
+                msg.reply(msg.text.upper(), headers={"served-by": "loop"})
+
+        loop = threading.Thread(target=serve_requests)
+        loop.start()
+        with stompy.Connection(broker.url) as client, ThreadPoolExecutor(8) as pool:
+            futures = [
+                pool.submit(client.request, service, f"ping {i}", timeout=LIMIT) for i in range(16)
+            ]
+            replies = [f.result(timeout=LIMIT) for f in futures]
+        assert [r.text for r in replies] == [f"PING {i}" for i in range(16)]
+        assert {r.headers["served-by"] for r in replies} == {"loop"}
+        assert len({r.headers["correlation-id"] for r in replies}) == 16
+    loop.join(LIMIT)
+    assert not loop.is_alive()
+
+
+def test_a_request_nobody_answers_times_out_and_its_late_reply_is_dropped(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = queue()
+    caplog.set_level(logging.DEBUG, logger="stompy")
+    with stompy.Connection(broker.url) as client:
+        with pytest.raises(RequestTimeout, match=service):
+            client.request(service, "anyone?", timeout=0.2)
+        with responder(broker.url, service):
+            # The responder answers the old request first, then this one: by the time
+            # this reply is back, the late one was handled.
+            assert client.request(service, "now", timeout=LIMIT).text == "NOW"
+    late = dropped_messages(caplog, logging.DEBUG)
+    assert len(late) == 1
+    assert "dropping a reply" in late[0]
+    assert dropped_messages(caplog, logging.WARNING) == []
+
+
+def test_reply_to_a_message_without_reply_to_raises(broker: Broker) -> None:
+    dest = queue()
+    with stompy.Connection(broker.url) as conn, conn.subscribe(dest) as sub:
+        conn.send(dest, "no return address")
+        msg = sub.get(timeout=LIMIT)
+        assert msg is not None
+        with pytest.raises(NoReplyTo, match="no reply-to"):
+            msg.reply("lost")
+        conn.send(dest, "still fine", receipt=True)  # nothing was sent: still connected
+
+
+def test_a_message_for_no_subscription_of_the_client_is_logged_as_a_warning(
+    broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = queue()
+    caplog.set_level(logging.DEBUG, logger="stompy")
+    with stompy.Connection(broker.url) as client, responder(broker.url, service):
+        # A temp queue of the user's own: its replies come on a subscription the
+        # client never made and nobody waits on.
+        client.send(service, "mine", headers={"reply-to": "/temp-queue/mine"})
+        assert client.request(service, "after", timeout=LIMIT).text == "AFTER"
+    (warning,) = dropped_messages(caplog, logging.WARNING)
+    assert "'/temp-queue/mine'" in warning
+
+
+def test_requests_in_flight_fail_after_a_reconnect_and_new_ones_work() -> None:
+    service = queue()
+    policy = stompy.Reconnect(initial_delay=0.05, max_delay=0.2, send_timeout=LIMIT)
+    with (
+        run_broker() as broker,
+        stompy.Connection(broker.url, reconnect=policy) as client,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        pending = pool.submit(client.request, service, "lost", timeout=LIMIT)
+        broker.wait_until(lambda: broker.queue_depth(service) == 1)
+        broker.drop_all_connections()
+        with pytest.raises(ConnectionLost, match="lost before the reply"):
+            pending.result(timeout=LIMIT)
+        with responder(broker.url, service):
+            assert client.request(service, "again", timeout=LIMIT).text == "AGAIN"
+
+
+# -- the async client, on asyncio and trio -----------------------------------------------
+
+
+async def respond(url: str, destination: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+    async with stompy.AsyncConnection(url) as conn, conn.subscribe(destination) as sub:
+        task_status.started()
+        async for msg in sub:
+            await msg.reply(msg.text.upper())
+
+
+@pytest.mark.anyio
+async def test_async_concurrent_requests_each_get_their_own_reply() -> None:
+    service = queue()
+    replies: dict[int, str] = {}
+    with anyio.fail_after(LIMIT):
+        async with serve() as broker, anyio.create_task_group() as tg:
+            await tg.start(respond, broker.url, service)
+            async with stompy.AsyncConnection(broker.url) as client:
+
+                async def ask(i: int) -> None:
+                    reply = await client.request(service, f"ping {i}", timeout=LIMIT)
+                    replies[i] = reply.text
+
+                async with anyio.create_task_group() as requests:
+                    for i in range(16):
+                        requests.start_soon(ask, i)
+                with pytest.raises(RequestTimeout):
+                    await client.request(queue(), "nobody", timeout=0.1)
+            tg.cancel_scope.cancel()
+    assert replies == {i: f"PING {i}" for i in range(16)}
+
+
+@pytest.mark.anyio
+async def test_async_reply_without_reply_to_and_an_unknown_subscription(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = queue()
+    caplog.set_level(logging.WARNING, logger="stompy")
+    with anyio.fail_after(LIMIT):
+        async with serve() as broker, anyio.create_task_group() as tg:
+            await tg.start(respond, broker.url, service)
+            async with stompy.AsyncConnection(broker.url) as client:
+                async with client.subscribe(queue()) as sub:
+                    await client.send(sub.destination, "plain")
+                    msg = await sub.get()
+                    assert msg is not None
+                    with pytest.raises(NoReplyTo):
+                        await msg.reply("nowhere")
+                await client.send(service, "mine", headers={"reply-to": "/temp-queue/mine"})
+                assert (await client.request(service, "after")).text == "AFTER"
+            tg.cancel_scope.cancel()
+    (warning,) = dropped_messages(caplog, logging.WARNING)
+    assert "'/temp-queue/mine'" in warning
+
+
+@pytest.mark.anyio
+async def test_async_requests_in_flight_fail_after_a_reconnect() -> None:
+    service = queue()
+    policy = stompy.Reconnect(initial_delay=0.05, max_delay=0.2, send_timeout=LIMIT)
+    with anyio.fail_after(LIMIT):
+        async with (
+            serve() as broker,
+            stompy.AsyncConnection(broker.url, reconnect=policy) as client,
+        ):
+            failed: list[BaseException] = []
+
+            async def lost() -> None:
+                try:
+                    await client.request(service, "lost", timeout=LIMIT)
+                except ConnectionLost as exc:
+                    failed.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lost)
+                await broker.wait_until(lambda: broker.queue_depth(service) == 1)
+                await broker.drop_all_connections()
+            assert len(failed) == 1
+            async with anyio.create_task_group() as tg:
+                await tg.start(respond, broker.url, service)
+                assert (await client.request(service, "again")).text == "AGAIN"
+                tg.cancel_scope.cancel()
