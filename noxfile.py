@@ -56,6 +56,7 @@ def tests(session: nox.Session) -> None:
 #: both clients', and the check of stompy.COMPILED.
 WHEEL_TESTS = (
     "tests/test_codec.py",
+    "tests/test_codec_lazy.py",
     "tests/test_codec_properties.py",
     "tests/test_frames.py",
     "tests/test_heartbeat.py",

@@ -28,6 +28,7 @@ from stompy._frames import (
     V12,
     VERSIONS,
     Frame,
+    ReceivedFrame,
     escape,
     unescape,
 )
@@ -41,6 +42,14 @@ _KNOWN_PAIRS: Final = 128
 _KNOWN_LINE_MAX: Final = 200
 #: From this size on a body leaves the buffer through a memoryview (one copy, not two).
 _VIEW_COPY_MIN: Final = 16 * 1024
+#: Every byte but the colon and the LF, for ``bytes.translate`` to delete.
+_NOT_SEPARATORS: Final = bytes(b for b in range(256) if b not in b":\n")
+#: What is left of a header block whose lines each hold one colon, for up to 4,096 lines
+#: (a longer block takes the slow path).
+_SEPARATORS: Final = b"\n:" * 4096
+_NO_BLOCK: Final = bytearray()
+#: Stands for "no frame" in the parser's state, so that the attribute is never None.
+_NO_FRAME: Final = Frame("")
 
 
 def _shown(text: str) -> str:
@@ -118,10 +127,22 @@ class FrameParser:
         self._line_start = 0  # start of the header line being scanned
         self._lines = 0  # complete lines seen in the current header block
         # A frame whose headers are parsed and whose body is still arriving.
-        self._command = ""
-        self._headers: tuple[tuple[str, str], ...] = ()
+        self._frame = _NO_FRAME
         self._body_start = -1
         self._length = -1  # the content-length, or -1 to read up to the NUL
+
+    @property
+    def limits(self) -> FrameLimits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: FrameLimits) -> None:
+        self._limits = limits
+        self._max_body = limits.max_body
+        # A header block no longer than this is within every limit, whatever it holds.
+        self._small_block = min(
+            limits.max_header_block, 2 * limits.max_headers, limits.max_header_line
+        )
 
     @property
     def version(self) -> str:
@@ -158,25 +179,120 @@ class FrameParser:
         if self._error is not None:
             raise self._error
         frames: list[Frame] = []
-        # next_frame() in a loop, unrolled: this is the hot path of every consumer.
-        try:
-            while self._body_start >= 0 or self._read_headers():
-                frame = self._read_body()
-                if frame is None:
-                    break
-                frames.append(frame)
-        except ProtocolError as exc:
-            self._error = exc
-            raise
+        next_frame = self.next_frame
+        frame = next_frame()
+        while frame is not None:
+            frames.append(frame)
+            frame = next_frame()
         return frames
 
     def next_frame(self) -> Frame | None:
         """Return the next complete frame, or ``None`` if more bytes are needed."""
+        # The hot path of every consumer, in one function (a call costs).
         if self._error is not None:
             raise self._error
         try:
-            if self._body_start < 0 and not self._read_headers():
-                return None
+            if self._body_start >= 0:
+                return self._read_body()
+            buf = self._buf
+            end = len(buf)
+            pos = self._pos
+            scan = self._scan
+            fresh = scan <= pos  # between frames: no byte of this one scanned yet
+            if fresh:
+                if pos >= end:
+                    return None
+                if buf[pos] < 14:  # an EOL, probably (no command starts below "A")
+                    pos = self._skip_eols(pos, end)
+                    if pos >= end or buf[pos] == 13:
+                        return None
+                scan = pos
+            stop = buf.find(b"\n\n", scan)
+            block = buf[pos:stop] if stop >= 0 else _NO_BLOCK
+            skip = 2  # the blank line: "\n\n" or "\n\r\n"
+            if stop < 0 or 13 in block:
+                # A block ended by "\n\r\n" may end sooner. Most peers send no CR at all,
+                # and looking for one byte (memchr) is much cheaper than for three.
+                if buf.find(b"\r", scan, end if stop < 0 else stop) >= 0:
+                    crlf = buf.find(b"\n\r\n", scan, end if stop < 0 else stop + 2)
+                    if crlf >= 0:
+                        stop = crlf
+                        skip = 3
+                        block = buf[pos:stop]
+                if stop < 0:
+                    if fresh:
+                        self._line_start = pos
+                        self._lines = 0
+                    self._check_partial_header(scan, end)
+                    return None
+            body_start = stop + skip
+            if len(block) > self._small_block:
+                if fresh:
+                    self._line_start = pos
+                    self._lines = 0
+                self._check_block_size(pos, pos + len(block))
+            try:
+                text = block.decode()
+            except UnicodeDecodeError as exc:
+                raise self._fail(
+                    f"header block is not valid UTF-8: {exc.reason}", pos + exc.start
+                ) from None
+            # The usual block: LF only, one colon per header line after a name, escapes
+            # that the version defines. It is checked here in a few C-level passes, and
+            # its pairs are made only if somebody reads them (see ReceivedFrame).
+            command = "MESSAGE" if text[:8] == "MESSAGE\n" else text.partition("\n")[0]
+            escaping = ""  # stays "" for a block that takes the line-by-line path
+            if command in COMMANDS and "\r" not in text:
+                # What separates names from values and lines, alone, must alternate.
+                separators = block.translate(None, _NOT_SEPARATORS)
+                if (
+                    _SEPARATORS.startswith(separators)
+                    and not len(separators) & 1
+                    # (find, not "in": a bytearray tries "in" as an int first, costly)
+                    and block.find(b"\n:") < 0
+                ):
+                    escaping = V10 if command in UNESCAPED_COMMANDS else self._version
+                    if escaping != V10 and "\\" in text:
+                        # Each backslash must begin a sequence the version defines (one
+                        # after an escaped backslash, "\\\\c", is left to the slow path).
+                        rest = text.replace("\\c", "")
+                        if "\\" in rest:
+                            rest = rest.replace("\\n", "")
+                            if escaping == V12:
+                                rest = rest.replace("\\r", "")
+                            if "\\" in rest:
+                                escaping = ""
+            if not escaping:
+                self._read_lines(text, pos)
+                self._body_start = self._scan = body_start
+                return self._read_body()
+            length = -1
+            at = text.find("\ncontent-length:")
+            if at >= 0:
+                at += 16
+                value_end = text.find("\n", at)
+                value = text[at:value_end] if value_end >= 0 else text[at:]
+                if len(value) < 19 and value.isdigit() and value.isascii():
+                    length = int(value)
+                    if length > self._max_body:
+                        self._length_of(value, command, pos)  # raises
+                else:
+                    if "\\" in value and escaping != V10:  # for the error message
+                        value = unescape(value, escaping)
+                    length = self._length_of(value, command, pos)
+                nul = body_start + length
+                if (
+                    nul < end
+                    and not buf[nul]
+                    and length < _VIEW_COPY_MIN
+                    and (command in BODY_COMMANDS or not length or not self.strict)
+                ):
+                    # The whole frame is here, as it mostly is: done in one go.
+                    self._pos = self._scan = nul + 1
+                    return ReceivedFrame(command, text, escaping, bytes(buf[body_start:nul]))
+            self._frame = ReceivedFrame(command, text, escaping, b"")
+            self._length = length
+            self._body_start = self._scan = body_start
             return self._read_body()
         except ProtocolError as exc:
             self._error = exc
@@ -187,38 +303,16 @@ class FrameParser:
         cls = FrameTooLarge if too_large else RemoteProtocolError
         return cls(message + where)
 
-    def _read_headers(self) -> bool:
-        buf = self._buf
-        end = len(buf)
-        pos = self._pos
-        if self._scan <= pos:  # between frames
-            if pos < end and (buf[pos] == 10 or buf[pos] == 13):
-                pos = self._skip_eols(pos, end)
-            if pos >= end or buf[pos] == 13:
-                return False
-            self._scan = self._line_start = pos
-            self._lines = 0
-
-        scan = self._scan
-        stop = buf.find(b"\n\n", scan)
-        # A block ended by "\n\r\n" may end sooner. Most peers send no CR at all,
-        # and looking for one byte (memchr) is much cheaper than for three.
-        if buf.find(b"\r", scan, end if stop < 0 else stop) >= 0:
-            crlf = buf.find(b"\n\r\n", scan, end if stop < 0 else stop + 2)
-            if crlf >= 0:
-                stop = crlf
-        if stop < 0:
-            self._check_partial_header(scan, end)
-            return False
-
-        limits = self.limits
+    def _check_block_size(self, pos: int, stop: int) -> None:
+        """Check a complete header block that may cross a limit."""
+        limits = self._limits
         size = stop - pos
         # Size checks come first and work on bytes. A block that crosses a limit is
         # checked line by line, as one arriving in pieces is: the first problem in the
         # stream wins, so the error does not depend on how the bytes were cut.
         if size > limits.max_header_block or (
             size > 2 * limits.max_headers  # else it cannot hold too many lines
-            and buf.count(b"\n", pos, stop) > limits.max_headers
+            and self._buf.count(b"\n", pos, stop) > limits.max_headers
         ):
             self._check_lines(stop + 1, complete=True)
             raise self._fail(
@@ -229,12 +323,10 @@ class FrameParser:
             )
         if size > limits.max_header_line:  # else no line can be too long
             self._check_lines(stop + 1, complete=True)
-        try:
-            text = buf[pos:stop].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise self._fail(
-                f"header block is not valid UTF-8: {exc.reason}", pos + exc.start
-            ) from None
+
+    def _read_lines(self, text: str, pos: int) -> None:
+        """Parse a header block line by line: the one with CRs, colons in values,
+        escapes to refuse or to keep, or a problem to report."""
         lines = text.split("\n")
         command = lines[0]
         # Most peers end lines with LF alone: CRs are looked for only if there are any.
@@ -288,12 +380,8 @@ class FrameParser:
         # No escape sequence stands for a letter or a dash: the name is in the text.
         if "content-length" in text:
             length = self._content_length(command, headers, pos)
-        self._command = command
-        self._headers = tuple(headers)
+        self._frame = Frame(command, tuple(headers))
         self._length = length
-        # Skip the blank line: "\n\n" or "\n\r\n".
-        self._body_start = self._scan = stop + (3 if buf[stop + 1] == 13 else 2)
-        return True
 
     def _skip_eols(self, pos: int, end: int) -> int:
         """Consume the EOLs at ``pos``: heart-beats, or padding after a frame's NUL.
@@ -320,25 +408,30 @@ class FrameParser:
 
     def _content_length(self, command: str, headers: list[tuple[str, str]], pos: int) -> int:
         """The value of the first ``content-length`` header, or -1 if there is none."""
-        limits = self.limits
         for key, value in headers:
             if key == "content-length":
-                # ASCII digits only: str.isdigit() alone accepts other scripts' digits.
-                if not (value.isascii() and value.isdigit()):
-                    raise self._fail(f"invalid content-length {_shown(value)} in {command}", pos)
-                # Measured before int(): a long run of digits is both too large and
-                # beyond what int() converts (sys.get_int_max_str_digits).
-                digits = value.lstrip("0")
-                length = int(digits or "0") if len(digits) <= 18 else limits.max_body + 1
-                if length > limits.max_body:
-                    raise self._fail(
-                        f"content-length {_shown(value)} is over the body limit of "
-                        f"{limits.max_body}",
-                        pos,
-                        too_large=True,
-                    )
-                return length
+                return self._length_of(value, command, pos)
         return -1
+
+    def _length_of(self, value: str, command: str, pos: int) -> int:
+        """The body length a ``content-length`` value gives, checked."""
+        # ASCII digits only: str.isdigit() alone accepts other scripts' digits.
+        if not (value.isascii() and value.isdigit()):
+            raise self._fail(f"invalid content-length {_shown(value)} in {command}", pos)
+        if len(value) <= 18:
+            length = int(value)
+        else:
+            # Measured before int(): a long run of digits is both too large and beyond
+            # what int() converts (sys.get_int_max_str_digits).
+            digits = value.lstrip("0")
+            length = int(digits or "0") if len(digits) <= 18 else self.limits.max_body + 1
+        if length > self.limits.max_body:
+            raise self._fail(
+                f"content-length {_shown(value)} is over the body limit of {self.limits.max_body}",
+                pos,
+                too_large=True,
+            )
+        return length
 
     def _line_too_long(self, start: int) -> RemoteProtocolError:
         limit = self.limits.max_header_line
@@ -424,7 +517,7 @@ class FrameParser:
                 return None
             if buf[nul] != 0:
                 raise self._fail(
-                    f"{self._command} body of content-length {length} is not followed by NUL",
+                    f"{self._frame.command} body of content-length {length} is not followed by NUL",
                     nul,
                 )
         else:
@@ -443,7 +536,8 @@ class FrameParser:
                 raise self._fail(
                     f"body over the limit of {self.limits.max_body} bytes", start, too_large=True
                 )
-        command = self._command
+        frame = self._frame
+        command = frame.command
         if command not in BODY_COMMANDS and length and self.strict:
             raise self._fail(f"{command} frame must not have a body", start)
         if length < _VIEW_COPY_MIN:
@@ -453,7 +547,8 @@ class FrameParser:
             # worth the view's own cost for a large body only.
             with memoryview(buf) as view:
                 body = view[start:nul].tobytes()
-        frame = Frame(command, self._headers, body)
+        frame.body = body
+        self._frame = _NO_FRAME
         self._pos = self._scan = nul + 1
         self._body_start = -1
         return frame
@@ -474,7 +569,10 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     must never be able to inject a header or a frame. A name or value that is not a
     ``str`` is a :class:`TypeError`.
     """
-    return encode_frame(frame.command, frame.headers, frame.body, version)
+    headers = frame._headers  # a received frame's pairs are made when first read
+    return encode_frame(
+        frame.command, frame.headers if headers is None else headers, frame.body, version
+    )
 
 
 def encode_frame(

@@ -9,8 +9,7 @@ Header Entries). Looking a name up therefore returns the *first* entry.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import ClassVar, Final, Literal
 
 from stompy.errors import RemoteProtocolError
 
@@ -46,27 +45,95 @@ BODY_COMMANDS: Final = frozenset({"SEND", "MESSAGE", "ERROR"})
 UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 
 
-@dataclass(slots=True)
 class Frame:
     """One STOMP frame: a command, ordered headers and a binary body.
 
-    Treat it as read-only. It is not a frozen dataclass because every received
-    message makes one, and a frozen dataclass's ``__init__`` (an ``object.__setattr__``
-    call per field) costs more than half again as much as the rest of it.
+    ``Frame(command, headers=(), body=b"")``; frames compare by value. Treat it as
+    read-only. A plain class rather than a dataclass: every received message makes one,
+    and a frame from the parser keeps its header block as the text that arrived and
+    makes the ``(name, value)`` pairs only when ``headers`` is first read (see
+    :class:`ReceivedFrame`): a consumer that reads two headers of ten pays for two.
     """
 
-    command: str
-    headers: Headers = ()
-    body: bytes = b""
+    __slots__ = ("_block", "_escaping", "_headers", "body", "command")
+
+    #: As a dataclass has them, for ``match`` statements.
+    __match_args__: ClassVar[tuple[str, ...]] = ("command", "headers", "body")
+
+    def __init__(self, command: str, headers: Headers = (), body: bytes = b"") -> None:
+        self.command = command
+        self._headers: Headers | None = headers
+        self.body = body
+        #: The received header block (command line included) whose pairs are not made
+        #: yet, or "" once they are (or if the frame was not received).
+        self._block = ""
+        #: The version whose escaping the block uses ("1.0": none).
+        self._escaping = V10
+
+    @property
+    def headers(self) -> Headers:
+        """Every header entry, in the order received, repeats kept."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = self._make_headers()
+        return headers
+
+    @headers.setter
+    def headers(self, headers: Headers) -> None:
+        self._headers = headers
+        self._block = ""
+
+    def _make_headers(self) -> Headers:
+        """The pairs of a received block (see :class:`ReceivedFrame`), in a few C-level
+        passes."""
+        block = self._block
+        self._block = ""
+        at = block.find("\n")
+        if at < 0:
+            return ()
+        # One colon per line: splitting at both separators alternates names and values.
+        text = block[at + 1 :]
+        escaping = self._escaping
+        if escaping == V10 or "\\" not in text:
+            flat = text.replace("\n", ":").split(":")
+        elif "\x00" not in text:
+            # Unescaping makes colons and LFs: mark the separators with a NUL first.
+            text = text.replace(":", "\x00").replace("\n", "\x00")
+            flat = unescape(text, escaping, strict=False).split("\x00")
+        else:
+            flat = [
+                unescape(part, escaping, strict=False)
+                for part in text.replace("\n", ":").split(":")
+            ]
+        return tuple(zip(flat[::2], flat[1::2], strict=True))
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Return the value of the first header entry called ``name``."""
+        block = self._block
+        if block:
+            # The first line that starts with the name as sent, and a colon, is the
+            # name's first entry: a line holds one colon (and a name no colon, no LF,
+            # no CR), and an escaped name has one spelling only.
+            sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
+            at = block.find(f"\n{sent}:")
+            if at < 0:
+                return default
+            start = at + len(sent) + 2
+            end = block.find("\n", start)
+            value = block[start:end] if end >= 0 else block[start:]
+            if "\\" in value and self._escaping != V10:
+                value = unescape(value, self._escaping, strict=False)
+            return value
         for key, value in self.headers:
             if key == name:
                 return value
         return default
 
     def __contains__(self, name: object) -> bool:
+        block = self._block
+        if block and isinstance(name, str):
+            sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
+            return block.find(f"\n{sent}:") >= 0  # as in get(), the value left alone
         return any(key == name for key, _ in self.headers)
 
     def header_map(self) -> dict[str, str]:
@@ -76,10 +143,66 @@ class Frame:
             result.setdefault(key, value)
         return result
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return (
+            self.command == other.command
+            and self.body == other.body
+            and self.headers == other.headers
+        )
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return not self == other
+
+    #: Unhashable, as a dataclass that compares by value and is not frozen.
+    __hash__ = None  # type: ignore[assignment]
+
     def __repr__(self) -> str:
         shown = tuple((k, "********") if k == "passcode" else (k, v) for k, v in self.headers)
         body = self.body if len(self.body) <= 64 else self.body[:64] + b"..."
         return f"Frame(command={self.command!r}, headers={shown!r}, body={body!r})"
+
+
+class ReceivedFrame(Frame):
+    """A frame from the parser, whose pairs are made from its header block on first use.
+
+    The parser has checked ``block`` (the command line and the header lines, LF only,
+    no EOL at the end) as it checks every block, and more: each header line holds
+    exactly one colon, after a name that is not empty, and every escape sequence in it
+    is one that ``escaping`` defines ("1.0": none is unescaped). That is what makes the
+    shortcuts of :meth:`Frame.get` and :meth:`Frame._make_headers` exact. Otherwise
+    it is a :class:`Frame` like any other, and compares equal to one.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, command: str, block: str, escaping: str, body: bytes) -> None:
+        # Frame.__init__ is not called: one call per received message is saved.
+        self.command = command
+        self._headers = None
+        self.body = body
+        self._block = block
+        self._escaping = escaping
+
+
+#: Header names that no version escapes, looked up often: :meth:`Frame.get` searches
+#: for them as they are.
+_PLAIN_NAMES: Final = frozenset(
+    {
+        "ack",
+        "content-length",
+        "content-type",
+        "destination",
+        "message",
+        "message-id",
+        "receipt-id",
+        "redelivered",
+        "subscription",
+    }
+)
 
 
 def make_headers(
@@ -157,7 +280,10 @@ def unescape(text: str, version: str, *, strict: bool = True) -> str:
         # A backslash beyond those that joined the pieces began an undefined sequence.
         undefined = result.count("\\") >= len(pieces)
     else:
-        result = _replace_sequences(text, version)
+        # Brokers' message ids are full of colons: the one sequence most values hold.
+        result = text.replace("\\c", ":")
+        if "\\" in result:
+            result = _replace_sequences(result, version)
         undefined = "\\" in result
     if undefined and strict:
         shown = text if len(text) <= 40 else text[:40] + "..."

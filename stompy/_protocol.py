@@ -381,7 +381,7 @@ class ClientProtocol:
         if user:
             items += user
         self._emit("SEND", items, mark, receipt_id, body if type(body) is bytes else bytes(body))
-        if "reply-to" in names:
+        if "reply-to" in names and names["reply-to"].startswith(_TEMP_QUEUE_PREFIX):
             self._note_temp_queue(names["reply-to"])
         return receipt_id
 
@@ -672,12 +672,13 @@ class ClientProtocol:
         return Connected(version, self.server, self.session, self.negotiated_heartbeats, frame)
 
     def _handle_message(self, frame: Frame) -> MessageReceived:
-        if self.state not in (State.CONNECTED, State.DISCONNECTING):
-            raise RemoteProtocolError(f"MESSAGE frame in state {self.state.name}")
+        state = self.state
+        if state is not State.CONNECTED and state is not State.DISCONNECTING:
+            raise RemoteProtocolError(f"MESSAGE frame in state {state.name}")
         # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
         # it will): without one the message could not be acknowledged, which would
         # surface later as the caller's error. The peer's fault is reported as such.
-        if frame.get("message-id") is None:
+        if "message-id" not in frame:  # (not get(): the value would be unescaped)
             raise RemoteProtocolError("MESSAGE frame without the message-id header STOMP requires")
         sub_id = frame.get("subscription")
         if sub_id is None:

@@ -1,0 +1,156 @@
+"""Instructions per message, counted by valgrind's callgrind: figures the load cannot move.
+
+``python -m benchmarks.instructions`` runs each path twice under ``valgrind
+--tool=callgrind`` in a child Python, both times building the input of ``--count``
+messages, once doing the work on them and once not (for a client: only connecting and
+disconnecting), and prints the difference divided by the count: the instructions one
+message costs, set-up and interpreter start-up left out. Paths:
+
+* ``parse``: ``FrameParser("1.2").parse`` on the codec benchmark's 64 KiB chunks;
+* ``encode``: ``encode(frame, "1.2")`` of the codec benchmark's MESSAGE frames;
+* ``consume``: the blocking client taking messages (auto ack) from the blast server;
+* ``publish``: the blocking client sending to the sink server, a receipt on the last;
+
+and the same for stomp.py (``stomp.py-parse`` and so on; see :mod:`benchmarks.codec`
+and :mod:`benchmarks.clients`, whose code each path runs). The client paths count every
+thread of the client (its I/O thread too); the server runs in a process of its own,
+which callgrind does not follow. Needs ``valgrind`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+_ROOT: Final = Path(__file__).resolve().parent.parent
+PATHS: Final = ("parse", "encode", "consume", "publish")
+STOMPPY_PATHS: Final = tuple(f"stomp.py-{p}" for p in PATHS)
+
+
+def _setup(path: str, count: int) -> Callable[[], object]:
+    """Build the input of ``path`` (outside what is compared) and return the work."""
+    from benchmarks import codec, workload
+
+    if path in ("parse", "stomp.py-parse"):
+        chunks = workload.chunks(workload.message_stream(count), codec.CHUNK) if count else []
+        if path == "parse":
+            return lambda: codec._stompy_parse(chunks)
+        parse = codec._stomppy_parser()
+        return lambda: parse(chunks)
+    if path in ("encode", "stomp.py-encode"):
+        messages = [(workload.message_headers(i), workload.body(i)) for i in range(count)]
+        if path == "encode":
+            from stompy import Frame, encode
+
+            frames = [Frame("MESSAGE", h, b) for h, b in messages]
+            return lambda: [encode(f, "1.2") for f in frames]
+        from stomp import protocol, utils
+
+        maps = [dict(h) for h, _ in messages]
+
+        def stomppy_encode() -> list[bytes]:
+            out = []
+            for headers, (_, body) in zip(maps, messages, strict=True):
+                protocol.Protocol12._escape_headers(None, headers)
+                out.append(utils.pack(utils.convert_frame(utils.Frame("MESSAGE", headers, body))))
+            return out
+
+        return stomppy_encode
+    raise ValueError(f"unknown path {path!r}")
+
+
+def _client(path: str, count: int, work: bool) -> None:
+    """Run a client path against its bare server; without ``work``, only connect."""
+    from benchmarks import clients
+    from benchmarks.rawstomp import Server
+    from benchmarks.servers import ServerProcess
+
+    consume = path.endswith("consume")
+    kind = "blast" if consume else "sink"
+    stomppy = path.startswith("stomp.py")
+    with ServerProcess(kind, count=count) as server:
+        job = clients.Job(Server(kind, *server.address), count, 600.0)
+        if not work:
+            if stomppy:
+                conn, listener = clients._stomppy_connection(job, job.deadline())
+                clients._stomppy_close(conn, listener)
+            else:
+                with clients._stompy_connection(job):
+                    pass
+            return
+        if consume:
+            bench = clients.stomppy_consume if stomppy else clients.stompy_sync_consume
+        else:
+            bench = clients.stomppy_publish if stomppy else clients.stompy_sync_publish
+        bench(job)
+
+
+def _inner(path: str, count: int, work: bool) -> None:
+    if path.endswith(("consume", "publish")):
+        _client(path, count, work)
+        return
+    run = _setup(path, count)
+    if work:
+        run()
+
+
+def _instructions(path: str, count: int, work: bool, python: str) -> int:
+    """The instructions of one child run of ``path``: the set-up for ``count``
+    messages, and with ``work`` the work on them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            python,
+            "-m",
+            "benchmarks.instructions",
+            "--inner",
+            path,
+            "--count",
+            str(count),
+            "--work" if work else "--no-work",
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
+        subprocess.run(command, check=True, capture_output=True, cwd=_ROOT, env=env)
+        text = Path(out).read_text()
+    match = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"no instruction total in the callgrind output of {path}")
+    return int(match.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
+    parser.add_argument("paths", nargs="*", help=f"default: {' '.join(PATHS)}")
+    parser.add_argument("--count", type=int, default=3000)
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
+    parser.add_argument("--work", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.inner:
+        _inner(args.inner, args.count, bool(args.work))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed", file=sys.stderr)
+        return 1
+    for path in args.paths or PATHS:
+        if path not in PATHS + STOMPPY_PATHS:
+            parser.error(f"unknown path {path!r}")
+        full = _instructions(path, args.count, True, sys.executable)
+        empty = _instructions(path, args.count, False, sys.executable)
+        print(f"{path:20} {(full - empty) / args.count:12,.0f} instructions per message")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
