@@ -52,7 +52,7 @@ _NO_BLOCK: Final = bytearray()
 _NO_FRAME: Final = Frame("")
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
     """``text`` for an error message: a peer's megabyte of garbage is cut short."""
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
@@ -334,7 +334,7 @@ class FrameParser:
         if has_cr and command.endswith("\r"):
             command = command[:-1]
         if command not in COMMANDS:
-            raise self._fail(f"unknown command {_shown(command)}", pos)
+            raise self._fail(f"unknown command {shown(command)}", pos)
         raw = command in UNESCAPED_COMMANDS
         version = self._version
         del lines[0]
@@ -357,7 +357,7 @@ class FrameParser:
                 name, colon, value = line.partition(":")
                 if not name or not colon:
                     what = "with an empty name" if colon else "without a colon"
-                    raise self._fail(f"header line {what}: {_shown(line)} in {command}", pos)
+                    raise self._fail(f"header line {what}: {shown(line)} in {command}", pos)
                 if "\\" in line:
                     # Not kept: what it means depends on the version and the command.
                     if unescaping:
@@ -417,7 +417,7 @@ class FrameParser:
         """The body length a ``content-length`` value gives, checked."""
         # ASCII digits only: str.isdigit() alone accepts other scripts' digits.
         if not (value.isascii() and value.isdigit()):
-            raise self._fail(f"invalid content-length {_shown(value)} in {command}", pos)
+            raise self._fail(f"invalid content-length {shown(value)} in {command}", pos)
         if len(value) <= 18:
             length = int(value)
         else:
@@ -427,7 +427,7 @@ class FrameParser:
             length = int(digits or "0") if len(digits) <= 18 else self.limits.max_body + 1
         if length > self.limits.max_body:
             raise self._fail(
-                f"content-length {_shown(value)} is over the body limit of {self.limits.max_body}",
+                f"content-length {shown(value)} is over the body limit of {self.limits.max_body}",
                 pos,
                 too_large=True,
             )
@@ -495,11 +495,11 @@ class FrameParser:
                 line = line[:-1]
             command = line.decode("utf-8", "replace")
             if command not in COMMANDS:
-                raise self._fail(f"unknown command {_shown(command)}", self._pos)
+                raise self._fail(f"unknown command {shown(command)}", self._pos)
         elif buf.find(b":", start, newline) <= start:
             text = bytes(buf[start:newline]).decode("utf-8", "replace")
             what = "with an empty name" if text.startswith(":") else "without a colon"
-            raise self._fail(f"header line {what}: {_shown(text)}", self._pos)
+            raise self._fail(f"header line {what}: {shown(text)}", self._pos)
 
     def _block_too_large(self) -> RemoteProtocolError:
         limit = self.limits.max_header_block

@@ -9,8 +9,8 @@ from stompy._frames import Frame
 
 __all__ = (
     "AckMode",
-    "ConnectionClosed",
     "Connected",
+    "ConnectionClosed",
     "Error",
     "Event",
     "HeartbeatTimedOut",

@@ -8,7 +8,8 @@ Header Entries). Looking a name up therefore returns the *first* entry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate
 from typing import ClassVar, Final, Literal
 
 from stompy.errors import RemoteProtocolError
@@ -91,20 +92,7 @@ class Frame:
         at = block.find("\n")
         if at < 0:
             return ()
-        # One colon per line: splitting at both separators alternates names and values.
-        text = block[at + 1 :]
-        escaping = self._escaping
-        if escaping == V10 or "\\" not in text:
-            flat = text.replace("\n", ":").split(":")
-        elif "\x00" not in text:
-            # Unescaping makes colons and LFs: mark the separators with a NUL first.
-            text = text.replace(":", "\x00").replace("\n", "\x00")
-            flat = unescape(text, escaping, strict=False).split("\x00")
-        else:
-            flat = [
-                unescape(part, escaping, strict=False)
-                for part in text.replace("\n", ":").split(":")
-            ]
+        flat = _split_header_text(block[at + 1 :], self._escaping)
         return tuple(zip(flat[::2], flat[1::2], strict=True))
 
     def get(self, name: str, default: str | None = None) -> str | None:
@@ -292,3 +280,59 @@ def unescape(text: str, version: str, *, strict: bool = True) -> str:
             f"in header {shown!r} (STOMP {version})"
         )
     return result
+
+
+def header_columns(frames: Sequence[Frame]) -> tuple[list[int], list[str], list[str]]:
+    """The header entries of many frames as columns: ``(starts, names, values)``.
+
+    Frame ``i``'s entries are ``names[starts[i]:starts[i + 1]]`` (and the same slice
+    of ``values``), in the order received, repeats kept. For a table of received
+    messages: the header blocks of frames from the parser (see :class:`ReceivedFrame`)
+    are split in a few C-level passes over many of them at once, with no tuple of pairs
+    per frame.
+    """
+    counts: list[int] = []
+    names: list[str] = []
+    values: list[str] = []
+    run: list[Frame] = []
+    for frame in frames:
+        if frame._block and (not run or frame._escaping == run[0]._escaping):
+            run.append(frame)
+            continue
+        if run:
+            _split_blocks(run, counts, names, values)
+            run = [frame] if frame._block else []
+        if not run:
+            pairs = frame.headers
+            counts.append(len(pairs))
+            names += [name for name, _ in pairs]
+            values += [value for _, value in pairs]
+    if run:
+        _split_blocks(run, counts, names, values)
+    return list(accumulate(counts, initial=0)), names, values
+
+
+def _split_blocks(
+    frames: list[Frame], counts: list[int], names: list[str], values: list[str]
+) -> None:
+    """:func:`header_columns` for received frames of one escaping, appended."""
+    blocks = [frame._block for frame in frames]
+    # Each block without its command line (a block of no header adds nothing).
+    text = "\n".join([block[block.find("\n") + 1 :] for block in blocks if "\n" in block])
+    flat = _split_header_text(text, frames[0]._escaping) if text else []
+    counts += [block.count("\n") for block in blocks]
+    names += flat[::2]
+    values += flat[1::2]
+
+
+def _split_header_text(text: str, escaping: str) -> list[str]:
+    """Names and values, alternating, of LF-separated header lines of received blocks
+    (see :class:`ReceivedFrame`), unescaped, in a few C-level passes over the text."""
+    # One colon per line: splitting at both separators alternates names and values.
+    if escaping == V10 or "\\" not in text:
+        return text.replace("\n", ":").split(":")
+    if "\x00" not in text:
+        # Unescaping makes colons and LFs: mark the separators with a NUL first.
+        text = text.replace(":", "\x00").replace("\n", "\x00")
+        return unescape(text, escaping, strict=False).split("\x00")
+    return [unescape(part, escaping, strict=False) for part in text.replace("\n", ":").split(":")]

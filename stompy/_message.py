@@ -60,6 +60,9 @@ class MessageBase:
             return body.decode(charset)
         except UnicodeDecodeError as exc:
             start, end, reason = exc.start, exc.end, exc.reason
+        except UnicodeError as exc:
+            # Some codecs (punycode, "undefined") fail without saying where.
+            start, end, reason = 0, len(body), str(exc)
         except LookupError:
             start, end, reason = 0, len(body), f"unknown charset {charset!r}"
         shown = self.content_type or f"none, so {charset}"

@@ -27,6 +27,10 @@ An intent that is not allowed raises :class:`LocalProtocolError` before anything
 changes: no byte is queued and no id, receipt, subscription or transaction is
 recorded. Entering CLOSED forgets open transactions (the server aborts them).
 
+What the peer sends is refused as a :class:`RemoteProtocolError` when the spec forbids
+it, and accepted where the spec leaves room: a RECEIPT that answers no frame (CoilMQ
+sends a transacted SEND's receipt again at COMMIT) is logged at INFO and dropped.
+
 Every decision the protocol makes lives here: version negotiation, which ACK frame a
 version needs, receipt matching, subscription routing, transaction bookkeeping and
 heart-beat deadlines. Transports only move bytes and keep time.
@@ -35,11 +39,19 @@ heart-beat deadlines. Transports only move bytes and keep time.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode, encode_frame
+from stompy._codec import (
+    DEFAULT_LIMITS,
+    FrameLimits,
+    FrameParser,
+    encode,
+    encode_frame,
+    shown,
+)
 from stompy._events import (
     AckMode,
     Connected,
@@ -57,6 +69,8 @@ from stompy.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 __all__ = ("ACK_MODES", "ClientProtocol", "State", "SubscriptionInfo")
 
 ACK_MODES: Final[tuple[AckMode, ...]] = ("auto", "client", "client-individual")
+
+log: Final = logging.getLogger("stompy")
 
 HeaderInput = Mapping[str, str] | Iterable[tuple[str, str]] | None
 
@@ -619,10 +633,13 @@ class ClientProtocol:
         # the limits (and anything it can send there is a protocol error or ERROR).
         try:
             frame = self._parser.next_frame()
-            if frame is not None:
+            while frame is not None:
                 if frame.command == "MESSAGE":  # the one that matters for speed
                     return self._handle_message(frame)
-                return self._handle_frame(frame)
+                event = self._handle_frame(frame)
+                if event is not None:
+                    return event
+                frame = self._parser.next_frame()  # a frame to ignore: the next one
         except ProtocolError:
             self._close()
             raise
@@ -632,7 +649,8 @@ class ClientProtocol:
         self._close()
         return ConnectionClosed(expected=expected)
 
-    def _handle_frame(self, frame: Frame) -> Event:
+    def _handle_frame(self, frame: Frame) -> Event | None:
+        """The event for a frame other than MESSAGE; None for one that is ignored."""
         command = frame.command  # not MESSAGE: next_event() takes those
         if command == "RECEIPT":
             return self._handle_receipt(frame)
@@ -718,14 +736,21 @@ class ClientProtocol:
             f"{len(self._subscriptions)} subscriptions"
         )
 
-    def _handle_receipt(self, frame: Frame) -> Receipt:
+    def _handle_receipt(self, frame: Frame) -> Receipt | None:
         if self.state not in (State.CONNECTED, State.DISCONNECTING):
             raise RemoteProtocolError(f"RECEIPT frame in state {self.state.name}")
         receipt_id = frame.get("receipt-id")
         if receipt_id is None:
             raise RemoteProtocolError("RECEIPT frame without a receipt-id header")
         if self._receipts.pop(receipt_id, None) is None:
-            raise RemoteProtocolError(f"RECEIPT for {receipt_id!r}, which we never asked for")
+            # A RECEIPT answers a frame that asked for it; one that answers nothing
+            # harms nothing, and some servers send them (CoilMQ: a transacted SEND's
+            # receipt again at COMMIT). Liberal in what is accepted: it is dropped.
+            log.info(
+                "ignoring a RECEIPT for %s, which no frame asked for (or which came already)",
+                shown(receipt_id),
+            )
+            return None
         if receipt_id == self._disconnect_receipt:
             self._close()
         return Receipt(receipt_id, frame)

@@ -13,13 +13,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 __all__ = ("Endpoint", "parse_url", "parse_urls")
 
 DEFAULT_PORTS: Final = {"stomp": 61613, "stomp+ssl": 61614, "ws": 80, "wss": 443}
 TLS_SCHEMES: Final = frozenset({"stomp+ssl", "wss"})
 SCHEMES: Final = frozenset(DEFAULT_PORTS)
+#: What an error about a URL that urlsplit misreads says.
+_ENCODE: Final = (
+    "a login or passcode must percent-encode '/', '?', '#', '@', '[' and ']' "
+    "(%2F, %3F, %23, %40, %5B, %5D)"
+)
 #: Where a comma-separated list of URLs is cut: before each next scheme.
 _NEXT_URL: Final = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)")
 
@@ -54,23 +59,51 @@ class Endpoint:
         return f"{self.scheme}://{user}{host}:{self.port}{tail}"
 
 
+def _place(parts: SplitResult) -> str:
+    """Where a URL points, for an error message: never a passcode.
+
+    Only the scheme and what follows the userinfo's ``@`` are shown; without an ``@``,
+    nothing after the host's colon (``stomp://guest:guest`` lacks its host: the "port"
+    is a passcode). The path is left out too: a passcode holding a raw ``/``, ``?`` or
+    ``#`` spills into it.
+    """
+    _, at, place = parts.netloc.rpartition("@")
+    if not at and not place.startswith("["):
+        host, colon, _ = place.partition(":")
+        place = host + (":..." if colon else "")
+    return f"{parts.scheme}://{place}"
+
+
 def parse_url(url: str) -> Endpoint:
-    """Parse one address. Raises :class:`ValueError` naming what is wrong."""
+    """Parse one address.
+
+    Raises :class:`ValueError` naming what is wrong, and never showing a passcode.
+    """
     text = url.strip()
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        # urlsplit's own message quotes the text, passcode and all.
+        raise ValueError(f"not a valid URL: {_ENCODE}, and an IPv6 host in brackets") from None
     scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
-        shown = text.split("@")[-1]  # never echo a passcode
+    # "stomp://app:pa/ss@host": urlsplit takes "app" for the host, the rest for a path.
+    spilled = "@" in parts.path or "@" in parts.query or "@" in parts.fragment
+    if scheme not in SCHEMES or "://" not in text:
+        shown = f" {_place(parts)!r}" if parts.netloc and not spilled else ""
         raise ValueError(
-            f"unsupported URL {shown!r}: the scheme must be one of {', '.join(sorted(SCHEMES))}"
+            f"unsupported URL{shown}: the scheme must be one of {', '.join(sorted(SCHEMES))} "
+            "(as in stomp://host:61613)"
         )
+    if spilled:
+        # Where the userinfo ends is unknown: nothing of the netloc is shown.
+        raise ValueError(f"a {scheme}:// URL is not valid: {_ENCODE}")
     host = parts.hostname
     if not host:
-        raise ValueError(f"URL {text.split('@')[-1]!r} has no host")
+        raise ValueError(f"URL {_place(parts)!r} has no host")
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError:
-        raise ValueError(f"URL {text.split('@')[-1]!r} has an invalid port") from None
+        raise ValueError(f"URL {_place(parts)!r} has an invalid port") from None
     login = unquote(parts.username) if parts.username is not None else None
     passcode = unquote(parts.password) if parts.password is not None else None
     if scheme in ("ws", "wss"):

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-from stompy._events import (
-    AckMode,
-    Connected,
-    ConnectionClosed,
-    Error,
-    Event,
-    HeartbeatTimedOut,
-    MessageReceived,
-    Receipt,
-)
-
-__all__ = (
-    "AckMode",
-    "Connected",
-    "ConnectionClosed",
-    "Error",
-    "Event",
-    "HeartbeatTimedOut",
-    "MessageReceived",
-    "Receipt",
-)
+# The events are defined, and listed in __all__, once: in stompy._events.
+from stompy import _events
+from stompy._events import *  # noqa: F403
+from stompy._events import __all__ as __all__
 
 
 def __getattr__(name: str) -> object:
@@ -36,5 +19,5 @@ def __getattr__(name: str) -> object:
             DeprecationWarning,
             stacklevel=2,
         )
-        return MessageReceived
+        return _events.MessageReceived
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -90,16 +90,16 @@ def test_a_frame_over_the_limits_is_a_remote_protocol_error() -> None:
 def test_a_frame_the_state_forbids_is_a_remote_protocol_error() -> None:
     proto = ClientProtocol()
     proto.connect("/")
-    proto.receive_data(b"CONNECTED\nversion:1.2\n\n\x00RECEIPT\nreceipt-id:never\n\n\x00", 0.0)
+    proto.receive_data(b"CONNECTED\nversion:1.2\n\n\x00CONNECTED\nversion:1.2\n\n\x00", 0.0)
     proto.next_event()
     try:
         proto.next_event()
     except ProtocolError as exc:
         caught: ProtocolError = exc
     else:
-        pytest.fail("a RECEIPT nobody asked for was accepted")
+        pytest.fail("a second CONNECTED was accepted")
     assert type(caught) is RemoteProtocolError
-    assert "never asked for" in str(caught)
+    assert "unexpected CONNECTED" in str(caught)
     assert proto.state is State.CLOSED
 
 

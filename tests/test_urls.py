@@ -1,7 +1,12 @@
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stompy import cli
 from stompy._urls import Endpoint, parse_url, parse_urls
 
 
@@ -81,3 +86,97 @@ def test_a_bad_list_never_echoes_a_passcode_with_a_comma() -> None:
         parse_urls("stomp://app:Hunter2,Tail@host:notaport/")
     assert "Hunter2" not in str(info.value)
     assert "Tail" not in str(info.value)
+
+
+# -- a passcode never shows in an error --------------------------------------------------
+
+#: Passcodes made of characters that appear nowhere else in the URLs or the messages,
+#: mixed with what a URL gives a meaning to, raw (as a user types them, not encoded).
+secrets = st.text(st.sampled_from("ΩßΩß,:/?#@%[]!;= "), min_size=1, max_size=12).filter(
+    lambda p: "Ω" in p or "ß" in p
+)
+#: What can go wrong around the passcode: a missing host, a bad port, a bad scheme...
+shapes = st.sampled_from(
+    [
+        "stomp://app:{p}@h1.example:61613/vh",
+        "stomp://app:{p}@h1.example:notaport/",
+        "stomp://app:{p}",
+        "stomp://app:{p}/vh",
+        "stomp://:{p}",
+        "stomp://:{p}@",
+        "amqp://app:{p}@h1.example",
+        "app:{p}@h1.example",
+        "stomp//app:{p}@h1.example",
+        "stomp://app:{p}@[::1]:bad",
+        "ws://app:{p}@h1.example:bad/stomp",
+        "stomp://h2.example:1,stomp://app:{p}@h1.example:x",
+        "stomp://app:{p}@h1.example:1, stomp+ssl://app:{p}@h2.example",
+        "stomp://h2.example:1, stomp+ssl://app:{p}",
+    ]
+)
+
+
+@given(shapes, secrets)
+def test_no_error_shows_any_part_of_a_passcode(shape: str, passcode: str) -> None:
+    url = shape.format(p=passcode)
+    try:
+        endpoints = parse_urls(url)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        message = ""
+    assert "Ω" not in message
+    assert "ß" not in message
+    if message or "{p}@" not in shape:
+        # Without its "@host", "stomp://app:/ß" is a valid URL (vhost ß), and
+        # "stomp://app:@ß" another (host ß): nothing can tell them from a mistake.
+        return
+    for endpoint in endpoints:
+        # Parsed: what a passcode with a raw "/", "?", "#" or "@" made of the URL is
+        # refused above, so no part of one can hide in a host or a virtual host.
+        assert "Ω" not in str(endpoint)
+        assert "Ω" not in repr(endpoint)
+        assert "ß" not in str(endpoint)
+        assert "ß" not in repr(endpoint)
+
+
+@given(st.text(st.sampled_from("Ωß,:!;= "), min_size=1, max_size=12))
+def test_a_passcode_without_url_delimiters_is_taken_whole(passcode: str) -> None:
+    url = f"stomp://app:{passcode}@h1.example:1,stomp://other:{passcode}@h2.example:2/v"
+    first, second = parse_urls(url)
+    assert (first.passcode, first.host, first.port) == (passcode, "h1.example", 1)
+    assert (second.login, second.passcode, second.vhost) == ("other", passcode, "v")
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("stomp://guest:Secret9", "'stomp://guest:...' has an invalid port"),
+        ("stomp://:Secret9", "'stomp://:...' has no host"),
+        ("stomp://app:Sec/ret9@h1.example/", "must percent-encode"),
+        ("stomp://app:Sec#ret9@h1.example/", "must percent-encode"),
+        ("amqp://app:Secret9@h1.example", "unsupported URL 'amqp://h1.example'"),
+        ("app:Secret9@h1.example", "the scheme must be one of"),
+        ("stomp://app:Secret9@h1.example:bad", "'stomp://h1.example:bad' has an invalid port"),
+    ],
+)
+def test_the_error_says_what_is_wrong_and_where(url: str, what: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(what)) as info:
+        parse_url(url)
+    assert "Secret9" not in str(info.value)
+    assert "ret9" not in str(info.value)
+
+
+def test_an_encoded_delimiter_in_a_passcode_is_fine() -> None:
+    ep = parse_url("stomp://app:Sec%2Fr%23e%3Ft%40@h1.example/%2F")
+    assert (ep.passcode, ep.host, ep.vhost) == ("Sec/r#e?t@", "h1.example", "/")
+
+
+def test_the_cli_shows_no_passcode_of_a_bad_url(capsys: pytest.CaptureFixture[str]) -> None:
+    # cli.py reports the library's message: nothing to mask, since none holds a passcode.
+    for url in ("stomp://app:Hunter2,Tail@host:notaport/", "stomp://guest:Hunter2"):
+        assert cli.main(["send", url, "/queue/a", "x"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "invalid port" in err
+        assert "Hunter2" not in err
+        assert "Tail" not in err

@@ -8,7 +8,6 @@ split across messages, packed into one, as text and as binary, pings, and closes
 from __future__ import annotations
 
 import socket
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from stompy._websocket import (
     subprotocols_for,
 )
 from stompy.errors import ConnectFailed, ConnectionLost, FrameTooLarge, RemoteProtocolError
+from tests.test_lenient import serve_one
 
 TIMEOUT = 5.0
 ALL = ["v12.stomp", "v11.stomp", "v10.stomp"]
@@ -327,29 +327,8 @@ class Peer:
 @contextmanager
 def scripted(script: Callable[[Peer], None]) -> Iterator[str]:
     """Run ``script`` for the one connection a client makes; yield the URL to use."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(TIMEOUT)
-    port = listener.getsockname()[1]
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sock, _ = listener.accept()
-            with sock:
-                script(Peer(sock))
-        except BaseException as exc:
-            failures.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with serve_one(lambda sock: script(Peer(sock)), TIMEOUT) as port:
         yield f"ws://127.0.0.1:{port}/stomp?x=1"
-    finally:
-        thread.join(TIMEOUT * 2)
-        listener.close()
-    assert not thread.is_alive()
-    if failures:
-        raise failures[0]
 
 
 def test_handshake_carries_headers_path_and_subprotocols() -> None:

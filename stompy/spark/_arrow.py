@@ -2,18 +2,22 @@
 
 Spark hands a Python data source Arrow record batches and takes them back (PySpark
 4.0 and later), so per message there is no Python row object, no pickled tuple and
-no type conversion by Spark: the columns are built with list comprehensions over
-the received frames and copied into Arrow buffers in one call each.
+no type conversion by Spark. The header entries of a whole batch are split out of
+the received header blocks at once (:func:`~stompy._frames.header_columns`), the
+columns taken from them are looked up in the map column by Arrow, and each column is
+copied into Arrow buffers in one call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, chain
+from itertools import pairwise
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from stompy._frames import header_columns
 from stompy._message import MessageBase
 
 __all__ = (
@@ -58,28 +62,41 @@ def message_batch(
     keeps the first entry of a repeated header, as :attr:`~stompy.Message.headers`.
     """
     frames = [m.frame for m in messages]
-    maps = [dict(f.headers) for f in frames]
-    for index, frame in enumerate(frames):
-        if len(maps[index]) != len(frame.headers):  # a repeated header: the first wins
-            maps[index] = frame.header_map()
-    header_offsets = list(accumulate((len(d) for d in maps), initial=0))
+    starts, names, values = header_columns(frames)
+    if any(len(set(names[low:high])) != high - low for low, high in pairwise(starts)):
+        starts, names, values = _first_entries(starts, names, values)
     headers = pa.MapArray.from_arrays(
-        pa.array(header_offsets, pa.int32()),
-        pa.array(list(chain.from_iterable(maps)), pa.string()),
-        pa.array(list(chain.from_iterable(d.values() for d in maps)), pa.string()),
+        pa.array(starts, pa.int32()), pa.array(names, pa.string()), pa.array(values, pa.string())
     )
     columns = [
-        pa.array([d.get("destination", "") for d in maps], pa.string()),
+        pc.map_lookup(headers, "destination", "first").fill_null(""),
         pa.array([m.subscription for m in messages], pa.string()),
-        pa.array([d.get("message-id", "") for d in maps], pa.string()),
-        pa.array([d.get("redelivered") == "true" for d in maps], pa.bool_()),
-        pa.array([d.get("content-type") for d in maps], pa.string()),
+        pc.map_lookup(headers, "message-id", "first").fill_null(""),
+        pc.equal(pc.map_lookup(headers, "redelivered", "first"), "true").fill_null(False),
+        pc.map_lookup(headers, "content-type", "first"),
         headers,
         pa.array([f.body for f in frames], pa.binary()),
         pa.array(received_us, pa.timestamp("us", tz="UTC")),
         pa.array(offsets, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
+
+
+def _first_entries(
+    starts: Sequence[int], names: Sequence[str], values: Sequence[str]
+) -> tuple[list[int], list[str], list[str]]:
+    """The columns without the repeats of a name within a frame (the first one wins)."""
+    kept_starts = [0]
+    kept_names: list[str] = []
+    kept_values: list[str] = []
+    for low, high in pairwise(starts):
+        first: dict[str, str] = {}
+        for name, value in zip(names[low:high], values[low:high], strict=True):
+            first.setdefault(name, value)
+        kept_names += first
+        kept_values += first.values()
+        kept_starts.append(len(kept_names))
+    return kept_starts, kept_names, kept_values
 
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:

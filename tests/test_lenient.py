@@ -1,0 +1,250 @@
+"""Liberal in what is accepted from a server, where the spec allows it (issue 19).
+
+A RECEIPT nobody asked for is logged and dropped, not a protocol error that ends the
+connection: CoilMQ answers a SEND in a transaction with a RECEIPT when it arrives and
+again when the transaction commits. Tested on the state machine and through the
+blocking client against a raw server on the loopback interface that answers as CoilMQ
+does. The raw server (``scripted``) serves the other client tests of this directory too.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+import stompy
+from stompy._codec import FrameParser, encode
+from stompy._frames import Frame
+from stompy.events import Connected, MessageReceived, Receipt
+from stompy.testing import run_broker
+
+#: Seconds any one step of a raw server or a client may take.
+TIMEOUT = 10.0
+
+
+class Peer:
+    """The server's side of one connection: reads the client's frames, writes its own."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        sock.settimeout(TIMEOUT)
+        self.version = "1.2"
+        self._parser = FrameParser(self.version)
+
+    def frame(self) -> Frame:
+        """The client's next frame; EOFError when it closed the connection."""
+        for _ in range(10_000):  # bounded: a frame cannot take more reads than that
+            frame = self._parser.next_frame()
+            if frame is not None:
+                return frame
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("the client closed the connection")
+            self._parser.feed(data)
+        raise AssertionError("no whole frame in 10,000 reads")
+
+    def send(self, command: str, *headers: tuple[str, str], body: bytes = b"") -> None:
+        self.sock.sendall(encode(Frame(command, headers, body), self.version))
+
+    def connected(self, version: str = "1.2") -> Frame:
+        """Read the CONNECT, answer CONNECTED; the CONNECT frame."""
+        connect = self.frame()
+        assert connect.command in ("CONNECT", "STOMP"), connect
+        self.send("CONNECTED", ("version", version), ("server", "raw/1.0"))
+        self.version = self._parser.version = version
+        return connect
+
+
+@contextmanager
+def serve_one(handle: Callable[[socket.socket], None], timeout: float = TIMEOUT) -> Iterator[int]:
+    """Serve one connection on the loopback interface: ``handle(sock)`` runs in a thread
+    for the one connection a client makes, which must come within ``timeout``. Yields
+    the port; raises at the end what ``handle`` raised."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(timeout)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sock, _ = listener.accept()
+            with sock:
+                handle(sock)
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        thread.join(timeout * 2)
+        listener.close()
+    assert not thread.is_alive()
+    if failures:
+        raise failures[0]
+
+
+@contextmanager
+def scripted(script: Callable[[Peer], None]) -> Iterator[str]:
+    """Run ``script`` for the one connection a client makes; yield the URL to use."""
+    with serve_one(lambda sock: script(Peer(sock))) as port:
+        yield f"stomp://127.0.0.1:{port}/"
+
+
+def coilmq(peer: Peer, log: list[tuple[str, str | None]]) -> None:
+    """Answer as CoilMQ does, until DISCONNECT: a frame's receipt when it arrives, and
+    for a SEND in a transaction its receipt again when the transaction commits."""
+    peer.connected()
+    held: dict[str, list[str]] = {}  # transaction -> receipts of its SENDs
+    for _ in range(1000):  # bounded: the test sends a handful of frames
+        frame = peer.frame()
+        receipt = frame.get("receipt")
+        log.append((frame.command, receipt))
+        transaction = frame.get("transaction")
+        if frame.command == "SEND" and transaction is not None and receipt is not None:
+            held.setdefault(transaction, []).append(receipt)
+        if frame.command == "COMMIT" and transaction is not None:
+            # CoilMQ replays the transaction's frames, receipts included.
+            for again in held.pop(transaction, []):
+                peer.send("RECEIPT", ("receipt-id", again))
+        if receipt is not None:
+            peer.send("RECEIPT", ("receipt-id", receipt))
+        if frame.command == "DISCONNECT":
+            return
+    raise AssertionError("more than 1,000 frames")
+
+
+def test_a_second_receipt_for_a_transacted_send_is_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+    with (
+        caplog.at_level(logging.INFO, logger="stompy"),
+        scripted(lambda peer: coilmq(peer, seen)) as url,
+        stompy.Connection(url, receipt_timeout=TIMEOUT) as conn,
+    ):
+        with conn.transaction() as tx:
+            tx.send("/queue/a", "in the transaction", receipt=True)
+        # The connection survived the second RECEIPT: it still confirms a send.
+        conn.send("/queue/a", "after the commit", receipt=True)
+        assert conn.connected
+        assert conn.failure is None
+    commands = [command for command, _ in seen]
+    assert commands == ["BEGIN", "SEND", "COMMIT", "SEND", "DISCONNECT"]
+    transacted = seen[1][1]
+    assert transacted is not None
+    ignored = [r for r in caplog.records if "no frame asked for" in r.getMessage()]
+    assert len(ignored) == 1
+    assert repr(transacted) in ignored[0].getMessage()
+    assert ignored[0].levelno == logging.INFO
+
+
+# -- the state machine ---------------------------------------------------------------------
+
+
+def connected_protocol() -> stompy.ClientProtocol:
+    proto = stompy.ClientProtocol()
+    proto.connect("/")
+    proto.receive_data(b"CONNECTED\nversion:1.2\n\n\x00", 0.0)
+    assert isinstance(proto.next_event(), Connected)
+    proto.data_to_send()
+    return proto
+
+
+def receipt(receipt_id: str) -> bytes:
+    return encode(Frame("RECEIPT", (("receipt-id", receipt_id),)))
+
+
+def test_an_unknown_receipt_is_dropped_and_the_next_frame_comes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    proto = connected_protocol()
+    sub = proto.subscribe("/queue/a")
+    mine = proto.send("/queue/a", "x", receipt=True)
+    assert mine is not None
+    message = encode(
+        Frame(
+            "MESSAGE",
+            (("subscription", sub), ("message-id", "m1"), ("destination", "/queue/a")),
+            b"x",
+        )
+    )
+    with caplog.at_level(logging.INFO, logger="stompy"):
+        proto.receive_data(receipt("never") + receipt(mine) + receipt(mine) + message, 0.1)
+        got = proto.next_event()
+        assert isinstance(got, Receipt)
+        assert got.receipt_id == mine
+        # The second one for the same id is as unknown as one never asked for.
+        assert isinstance(proto.next_event(), MessageReceived)
+        assert proto.next_event() is None
+    assert proto.state is stompy.State.CONNECTED
+    assert proto.pending_receipts == frozenset()
+    ignored = [r.getMessage() for r in caplog.records]
+    assert len(ignored) == 2
+    assert all("RECEIPT" in text and "no frame asked for" in text for text in ignored)
+    assert "'never'" in ignored[0]
+
+
+def test_an_unknown_receipt_at_the_end_is_no_event() -> None:
+    proto = connected_protocol()
+    proto.receive_data(receipt("r-99"), 0.1)
+    assert proto.next_event() is None
+    proto.receive_eof()
+    closed = proto.next_event()
+    assert isinstance(closed, stompy.events.ConnectionClosed)
+    assert not closed.expected
+
+
+def test_an_unknown_receipt_while_disconnecting_does_not_close() -> None:
+    proto = connected_protocol()
+    goodbye = proto.disconnect()
+    assert goodbye is not None
+    proto.receive_data(receipt("stray") + receipt(goodbye), 0.1)
+    got = proto.next_event()
+    assert isinstance(got, Receipt)
+    assert got.receipt_id == goodbye
+    assert proto.state is stompy.State.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("frames", "what"),
+    [
+        (b"RECEIPT\n\n\x00", "without a receipt-id"),  # malformed: still refused
+        (b"CONNECTED\nversion:1.2\n\n\x00", "unexpected CONNECTED"),
+    ],
+)
+def test_what_the_spec_forbids_is_still_refused(frames: bytes, what: str) -> None:
+    proto = connected_protocol()
+    proto.receive_data(frames, 0.1)
+    with pytest.raises(stompy.RemoteProtocolError, match=what):
+        proto.next_event()
+    assert proto.state is stompy.State.CLOSED
+
+
+def test_a_receipt_before_connected_is_still_refused() -> None:
+    proto = stompy.ClientProtocol()
+    proto.connect("/")
+    proto.receive_data(receipt("early"), 0.0)
+    with pytest.raises(stompy.RemoteProtocolError, match="RECEIPT frame in state CONNECTING"):
+        proto.next_event()
+
+
+def test_the_in_process_broker_never_sends_an_unasked_receipt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The leniency is for other servers: ours answers each receipt once.
+    with (
+        caplog.at_level(logging.INFO, logger="stompy"),
+        run_broker() as broker,
+        stompy.Connection(broker.url) as conn,
+    ):
+        with conn.transaction() as tx:
+            tx.send("/queue/once", "x", receipt=True)
+        conn.send("/queue/once", "y", receipt=True)
+        assert broker.queue_depth("/queue/once") == 2
+    assert not [r for r in caplog.records if "no frame asked for" in r.getMessage()]
