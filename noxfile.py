@@ -10,8 +10,18 @@ import nox
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
 # interop and soak install and start RabbitMQ and ActiveMQ (root and apt needed the first
-# time); soak takes about 2 minutes.
-nox.options.sessions = ["lint", "typecheck", "tests", "wheel", "spark40", "interop", "soak"]
+# time); soak takes about 2 minutes. docs builds the site (strict: a broken link or
+# reference fails it) in under a minute, so a broken page does not land.
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "docs",
+    "tests",
+    "wheel",
+    "spark40",
+    "interop",
+    "soak",
+]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -233,8 +243,10 @@ def soak(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ with ``mkdocs build --strict``.
 
-    Any warning fails the build. The snippets in the pages are run by the tests
-    (tests/test_docs.py), not here. ``nox -s docs -- serve`` previews instead.
+    Any warning fails the build (a page missing from the navigation, a broken link or
+    anchor, an API reference that does not resolve). CI runs it. The snippets in the
+    pages are run by the tests (tests/test_docs.py), not here. ``nox -s docs -- serve``
+    previews instead.
     """
     session.install(*group("docs"))
     env = {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its own future, not ours

@@ -7,6 +7,8 @@ run it over blocking sockets (:class:`Connection`) and anyio (:class:`AsyncConne
 
 from __future__ import annotations
 
+import logging
+
 from stompy import errors, events
 from stompy._async import (
     AsyncConnection,
@@ -46,6 +48,10 @@ from stompy.errors import (
 )
 
 __version__ = "0.1.0"
+
+# A library logs only where the application configured logging: without this handler,
+# logging's last resort would print WARNINGs (a lost connection) to stderr.
+logging.getLogger("stompy").addHandler(logging.NullHandler())
 
 __all__ = (
     "COMPILED",

@@ -110,6 +110,12 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value
 
 
+def _ws_header(text: str) -> tuple[str, str]:
+    # HTTP ignores the white space around a field value: "Cookie: a=b" means "a=b".
+    name, value = _header(text)
+    return name, value.strip()
+
+
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
     def convert(text: str) -> int | float:
         try:
@@ -159,8 +165,22 @@ class _Parser(argparse.ArgumentParser):
             self._nested = False
 
 
-def _client_options() -> _Parser:
-    """Options shared by ``send`` and ``subscribe``: where and how to connect."""
+def _add_header_option(
+    parser: argparse._ActionsContainer,
+    *flags: str,
+    dest: str,
+    help: str,
+    type: Callable[[str], tuple[str, str]] = _header,
+) -> None:
+    """A repeatable ``NAME:VALUE`` option, collected in a list of pairs at ``dest``."""
+    parser.add_argument(
+        *flags, dest=dest, action="append", type=type, default=[], metavar="NAME:VALUE", help=help
+    )
+
+
+def _client_options(frame: str, header_example: str) -> _Parser:
+    """The arguments of ``send`` and ``subscribe``: URL, destination, the headers of the
+    ``frame`` it sends, and where and how to connect."""
     common = _Parser(add_help=False)
     common.add_argument(
         "url",
@@ -169,6 +189,13 @@ def _client_options() -> _Parser:
         "stomp+ssl://...; several separated by commas are tried in turn",
     )
     common.add_argument("destination", metavar="DESTINATION", help="e.g. /queue/orders")
+    _add_header_option(
+        common,
+        "-H",
+        "--header",
+        dest="extra_headers",
+        help=f"a {frame} header, e.g. {header_example} (repeatable)",
+    )
     group = common.add_argument_group("connection")
     group.add_argument("--login", help=f"login (default: from the URL, else ${LOGIN_VARIABLE})")
     group.add_argument(
@@ -191,6 +218,14 @@ def _client_options() -> _Parser:
     )
     group.add_argument(
         "--cafile", type=Path, metavar="PEM", help="trust these CA certificates for TLS"
+    )
+    _add_header_option(
+        group,
+        "--ws-header",
+        dest="ws_headers",
+        type=_ws_header,
+        help="an HTTP header for the WebSocket handshake of ws:// and wss:// URLs, e.g. "
+        "'Authorization: Bearer ...', a Cookie or an Origin (repeatable)",
     )
     group.add_argument(
         "--connect-timeout",
@@ -222,11 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"stompy {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    common = _client_options()
 
     send = commands.add_parser(
         "send",
-        parents=[common],
+        parents=[_client_options("SEND", "priority:9")],
         help="send a message",
         description="Send a message and wait until the broker confirms it (a receipt).",
         epilog="BODY is the text itself, '-' for standard input, or @FILE for a file's "
@@ -239,16 +273,6 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         default="-",
         help="the body: text, - for stdin (the default), or @FILE",
-    )
-    send.add_argument(
-        "-H",
-        "--header",
-        dest="extra_headers",
-        action="append",
-        type=_header,
-        default=[],
-        metavar="NAME:VALUE",
-        help="a header to add (repeatable)",
     )
     send.add_argument("--content-type", metavar="TYPE", help="e.g. application/json")
     send.add_argument(
@@ -264,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     subscribe = commands.add_parser(
         "subscribe",
-        parents=[common],
+        parents=[_client_options("SUBSCRIBE", "selector or prefetch-count")],
         help="print messages as they arrive",
         description="Subscribe and print each message's body (one per line) until "
         "interrupted, --count messages arrived, or --timeout seconds passed without one.",
@@ -293,26 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="exit when no message arrives for S seconds (an error if --count is unmet)",
     )
-    subscribe.add_argument(
-        "-H",
-        "--header",
-        dest="extra_headers",
-        action="append",
-        type=_header,
-        default=[],
-        metavar="NAME:VALUE",
-        help="a SUBSCRIBE header, e.g. selector or prefetch-count (repeatable)",
-    )
     subscribe.set_defaults(handler=_subscribe_main)
 
-    broker = commands.add_parser(
+    broker = _serving_command(
+        commands,
         "broker",
+        _broker_main,
+        port=61613,
         help="run a STOMP broker for tests",
         description="Run stompy's in-process STOMP broker standalone (memory only).",
-    )
-    broker.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    broker.add_argument(
-        "--port", type=int, default=61613, help="port to listen on; 0 picks a free one"
     )
     broker.add_argument(
         "--users",
@@ -350,12 +363,35 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="also serve STOMP over WebSocket on PORT, 0 picking a free one (needs wsproto)",
     )
-    broker.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    broker.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
-    broker.set_defaults(handler=_broker_main)
+    broker.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PEM",
+        help="speak TLS only (stomp+ssl://, wss://), with this certificate chain",
+    )
+    broker.add_argument(
+        "--tls-key",
+        type=Path,
+        metavar="PEM",
+        help="the certificate's private key (default: in the --tls-cert file)",
+    )
+    broker.add_argument(
+        "--max-redeliveries",
+        type=int,
+        metavar="N",
+        help="move a message redelivered N times to a dead-letter queue (default: no limit)",
+    )
+    broker.add_argument(
+        "--dead-letter-queue",
+        metavar="DESTINATION",
+        help="where those go (default: /queue/DLQ.<name> per destination)",
+    )
 
-    proxy = commands.add_parser(
+    proxy = _serving_command(
+        commands,
         "proxy",
+        _proxy_main,
+        port=0,
         help="run a fault-injection proxy in front of a broker",
         description="Forward connections to a broker through stompy's fault proxy, "
         "optionally delayed or throttled, to try a client on a slow or narrow link.",
@@ -366,10 +402,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the broker to forward to, stomp://[login[:passcode]@]host[:port][/vhost]",
     )
-    proxy.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    proxy.add_argument(
-        "--port", type=int, default=0, help="port to listen on (default 0: a free one)"
-    )
     proxy.add_argument(
         "--delay", type=_seconds, metavar="S", help="delay everything S seconds, both ways"
     )
@@ -379,9 +411,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BPS",
         help="forward at most BPS bytes per second each way, per connection",
     )
-    proxy.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    proxy.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
-    proxy.set_defaults(handler=_proxy_main)
+    return parser
+
+
+def _serving_command(
+    commands: argparse._SubParsersAction[_Parser],
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    *,
+    port: int,
+    help: str,
+    description: str,
+) -> _Parser:
+    """A command that serves until stopped (``broker``, ``proxy``), with the options
+    :func:`_serve_until_stopped` reads: where to listen, the backend, how much to log."""
+    parser = commands.add_parser(name, help=help, description=description)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=port, help=f"port to listen on (default {port}; 0: a free one)"
+    )
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    parser.set_defaults(handler=handler)
     return parser
 
 
@@ -437,6 +488,8 @@ def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
             context = ssl.create_default_context(cafile=str(args.cafile))
         except (OSError, ssl.SSLError) as exc:
             raise CommandError(f"cannot load CA certificates from {args.cafile}: {exc}") from None
+    if args.ws_headers and not any(endpoint.websocket for endpoint in endpoints):
+        raise CommandError("--ws-header is for ws:// and wss:// URLs", EXIT_USAGE)
     try:
         return Connection(
             endpoints,
@@ -447,6 +500,7 @@ def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
             ssl=context,
             connect_timeout=args.connect_timeout,
             reconnect=Reconnect(max_delay=5.0) if args.reconnect else None,
+            ws_headers=dict(args.ws_headers),
         )
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
@@ -676,7 +730,32 @@ def _broker_options(args: argparse.Namespace) -> dict[str, Any]:
         options["users"] = dict(args.users)
     if args.vhost:
         options["virtual_hosts"] = list(args.vhost)
+    if args.max_redeliveries is not None:
+        options["max_redeliveries"] = args.max_redeliveries
+    if args.dead_letter_queue is not None:
+        options["dead_letter_queue"] = args.dead_letter_queue
     return options
+
+
+def _broker_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The server context of ``--tls-cert`` / ``--tls-key`` (``None`` without them).
+
+    Raises :class:`CommandError` (a usage error) when they cannot be loaded.
+    """
+    if args.tls_cert is None:
+        if args.tls_key is not None:
+            raise CommandError("--tls-key needs --tls-cert", EXIT_USAGE)
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandError(
+            f"cannot load the TLS certificate {args.tls_cert}"
+            f"{f' and key {args.tls_key}' if args.tls_key else ''}: {exc}",
+            EXIT_USAGE,
+        ) from None
+    return context
 
 
 async def _until_stopped() -> None:
@@ -701,6 +780,7 @@ async def run_broker_command(args: argparse.Namespace, out: TextIO) -> None:
     async with serve(
         args.host,
         args.port,
+        ssl=_broker_tls(args),
         websocket=ws_port is not None,
         websocket_port=ws_port or 0,
         **_broker_options(args),
@@ -716,7 +796,8 @@ def _broker_main(args: argparse.Namespace) -> int:
 
     try:
         BrokerConfig(**_broker_options(args))
-    except ValueError as exc:
+        _broker_tls(args)
+    except (ValueError, CommandError) as exc:
         print(f"stompy broker: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _serve_until_stopped("broker", run_broker_command, args, usage=(ImportError,))

@@ -52,6 +52,24 @@ def test_options_reach_the_broker(stomp_broker):
 """
 
 
+def run_project(
+    tmp_path: Path, ini: str, conftest: str, test: str
+) -> subprocess.CompletedProcess[str]:
+    if not entry_points(group="pytest11", name="stompy"):
+        pytest.skip("the package is not installed (pip install -e .)")
+    (tmp_path / "pytest.ini").write_text(ini)
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(conftest))
+    (tmp_path / "test_app.py").write_text(textwrap.dedent(test))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def test_plugin_is_registered() -> None:
     plugins = entry_points(group="pytest11", name="stompy")
     if not plugins:
@@ -60,21 +78,78 @@ def test_plugin_is_registered() -> None:
 
 
 def test_fixture_works_in_a_throwaway_project(tmp_path: Path) -> None:
-    if not entry_points(group="pytest11", name="stompy"):
-        pytest.skip("the package is not installed (pip install -e .)")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(USER_CONFTEST))
-    (tmp_path / "test_app.py").write_text(textwrap.dedent(USER_TEST))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_project(tmp_path, "[pytest]\nfilterwarnings = error\n", USER_CONFTEST, USER_TEST)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
+
+
+SHARED_CONFTEST = """
+import pytest
+
+@pytest.fixture(scope="session")
+def stomp_broker_options():
+    return {"websocket": True, "heartbeats": (0, 0)}
+"""
+
+SHARED_TEST = """
+import socket
+
+import stompy
+
+SEEN = {}
+
+
+def frames(sock, count):
+    data = b""
+    while data.count(b"\\x00") < count:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_first_leaves_things_behind(stomp_broker):
+    SEEN["port"] = stomp_broker.port
+    stompy.send(stomp_broker.url, "/queue/left", "for nobody")
+    stompy.send(stomp_broker.url, "/queue/held", "unacked")
+    sock = socket.create_connection((stomp_broker.host, stomp_broker.port), timeout=5)
+    sock.sendall(b"CONNECT\\naccept-version:1.2\\nhost:h\\n\\n\\x00")
+    sock.sendall(b"SUBSCRIBE\\ndestination:/queue/held\\nid:1\\nack:client\\n\\n\\x00")
+    assert b"unacked" in frames(sock, 2)
+    SEEN["sock"] = sock  # still open, the message unacked, when this test ends
+
+
+def test_second_starts_clean_on_the_same_broker(stomp_broker):
+    assert stomp_broker.port == SEEN["port"]
+    with SEEN.pop("sock") as sock:
+        sock.settimeout(5)
+        assert sock.recv(65536) == b""  # the reset cut it
+    assert stomp_broker.connections == ()
+    assert stomp_broker.destinations() == ()
+    assert stomp_broker.queue_depth("/queue/held") == 0  # not requeued either
+    assert stomp_broker.stats.messages_received == 0
+
+
+def test_the_fixture_serves_websocket_too(stomp_broker):
+    assert stomp_broker.ws_url is not None
+    stompy.send(stomp_broker.ws_url, "/queue/ws", "over WebSocket")
+    assert stomp_broker.queue_depth("/queue/ws") == 1
+"""
+
+
+def test_one_broker_for_the_session_is_reset_between_tests(tmp_path: Path) -> None:
+    ini = "[pytest]\nfilterwarnings = error\nstomp_broker_scope = session\n"
+    result = run_project(tmp_path, ini, SHARED_CONFTEST, SHARED_TEST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
+
+
+def test_a_bad_scope_is_a_usage_error(tmp_path: Path) -> None:
+    ini = "[pytest]\nstomp_broker_scope = forever\n"
+    result = run_project(tmp_path, ini, "", "def test_x(stomp_broker):\n    pass\n")
+    assert result.returncode != 0
+    assert "stomp_broker_scope = 'forever': want one of session" in result.stdout + result.stderr
 
 
 def test_plugin_import_leaves_the_broker_unloaded() -> None:

@@ -388,7 +388,7 @@ def test_tls_with_cafile(tmp_path: Path, queue: str) -> None:
     ca.issue_cert("127.0.0.1").configure_cert(server_context)
     cafile = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(cafile))
-    with run_broker(ssl_context=server_context) as tls_broker:
+    with run_broker(ssl=server_context) as tls_broker:
         assert tls_broker.url.startswith("stomp+ssl://")
         untrusted = stompy("send", tls_broker.url, queue, "x", "--connect-timeout", "5")
         assert "CERTIFICATE_VERIFY_FAILED" in one_error_line(untrusted, "send")

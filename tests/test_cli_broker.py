@@ -9,17 +9,20 @@ import queue
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 import stomp
+import trustme
 from anyio.from_thread import start_blocking_portal
 
 from stompy import cli
@@ -226,3 +229,62 @@ def test_websocket_listener_shares_the_queues() -> None:
 def test_without_websocket_there_is_one_listener() -> None:
     assert args().websocket is None
     assert args("--websocket", "15674").websocket == 15674
+
+
+def test_tls_with_a_certificate_and_a_key(tmp_path: Path) -> None:
+    import stompy
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    for blob in issued.cert_chain_pems:
+        blob.write_to_path(str(cert), append=True)
+    issued.private_key_pem.write_to_path(str(key))
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    out = io.StringIO()
+    argv = ("--port", "0", "--websocket", "0", "--tls-cert", str(cert), "--tls-key", str(key))
+    with start_blocking_portal() as portal:
+        future = portal.start_task_soon(cli.run_broker_command, args(*argv), out)
+        try:
+            for _ in range(100):  # up to 5 s
+                if "wss://" in out.getvalue():
+                    break
+                threading.Event().wait(0.05)
+            urls = re.findall(r"listening on (\S+)", out.getvalue())
+            assert [u.split("://")[0] for u in urls] == ["stomp+ssl", "wss"], out.getvalue()
+            stompy.send(urls[0], "/queue/cli-tls", "over TLS", ssl=client)
+            with stompy.Connection(urls[1], ssl=client) as conn:
+                message = conn.subscribe("/queue/cli-tls").get(timeout=5)
+                assert message is not None
+                assert message.text == "over TLS"
+        finally:
+            future.cancel()
+
+
+def test_tls_key_in_the_certificate_file(tmp_path: Path) -> None:
+    both = tmp_path / "both.pem"
+    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(both))
+    assert cli._broker_tls(args("--tls-cert", str(both))) is not None
+    assert cli._broker_tls(args()) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--tls-cert", "/no/such/cert.pem"], "cannot load the TLS certificate /no/such/cert.pem"),
+        (["--tls-key", "key.pem"], "--tls-key needs --tls-cert"),
+        (["--max-redeliveries", "-1"], "max_redeliveries must be at least 0"),
+        (["--dead-letter-queue", "/queue/dead"], "dead_letter_queue needs max_redeliveries"),
+    ],
+)
+def test_bad_tls_and_redelivery_options(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["broker", *argv]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_redelivery_options_reach_the_broker() -> None:
+    options = cli._broker_options(args("--max-redeliveries", "3", "--dead-letter-queue", "/q/d"))
+    assert (options["max_redeliveries"], options["dead_letter_queue"]) == (3, "/q/d")

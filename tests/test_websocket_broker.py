@@ -192,7 +192,7 @@ def client_context(ca: trustme.CA) -> ssl.SSLContext:
 def test_wss_with_a_verified_certificate(
     server_context: ssl.SSLContext, client_context: ssl.SSLContext
 ) -> None:
-    with run_broker(ssl_context=server_context, websocket=True) as secure:
+    with run_broker(ssl=server_context, websocket=True) as secure:
         url = secure.ws_url
         assert url is not None
         assert url.startswith("wss://")
@@ -210,7 +210,7 @@ def test_wss_with_a_verified_certificate(
 @pytest.mark.anyio
 async def test_async_wss(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> None:
     with anyio.fail_after(TIMEOUT * 2):
-        async with serve(ssl_context=server_context, websocket=True) as secure:
+        async with serve(ssl=server_context, websocket=True) as secure:
             assert secure.ws_url is not None
             async with stompy.AsyncConnection(secure.ws_url, ssl=client_context) as conn:
                 await conn.send(queue(), "über TLS", receipt=True)

@@ -54,7 +54,7 @@ import secrets
 import warnings
 from collections import deque
 from collections.abc import Collection, Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 from typing import Final, TypedDict
 
 from stompy._codec import FrameLimits, FrameParser, encode
@@ -95,6 +95,10 @@ _TOPIC_PREFIX: Final = "/topic/"
 _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
 #: ... which the broker makes under this prefix, and which only its connection reads.
 _REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
+_PRIVATE_PREFIXES: Final = (_TEMP_QUEUE_PREFIX, _REPLY_QUEUE_PREFIX)
+_QUEUE_PREFIX: Final = "/queue/"
+#: Dead-letter queues by default: ``/queue/DLQ.<name>``, as ActiveMQ names them.
+_DLQ_PREFIX: Final = "/queue/DLQ."
 
 logger: Final = logging.getLogger("stompy.testing")
 
@@ -139,6 +143,16 @@ class BrokerConfig:
     server_name: str = "stompy-broker/0.1"
     #: The former name of ``max_queue``, still accepted (with a DeprecationWarning).
     max_queue_depth: InitVar[int | None] = None
+    #: Times a message is redelivered (after a NACK, or when the connection or the
+    #: subscription it was delivered to ends before an ACK) before it goes to the
+    #: dead-letter queue instead, as ActiveMQ's ``maximumRedeliveries`` does. ``None``
+    #: (the default): redelivered without end, as RabbitMQ does.
+    max_redeliveries: int | None = None
+    #: Where a message goes after ``max_redeliveries``. ``None``: a queue per
+    #: destination, ``/queue/DLQ.<name>`` (``/queue/orders`` -> ``/queue/DLQ.orders``,
+    #: ``/topic/news`` -> ``/queue/DLQ.topic.news``), as ActiveMQ's individual
+    #: dead-letter strategy. Needs ``max_redeliveries``.
+    dead_letter_queue: str | None = None
 
     def __post_init__(self, max_queue_depth: int | None) -> None:
         if max_queue_depth is not None:
@@ -171,6 +185,14 @@ class BrokerConfig:
                 raise ValueError(f"{name} must be at least 1")
         if self.connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
+        if self.max_redeliveries is not None and self.max_redeliveries < 0:
+            raise ValueError("max_redeliveries must be at least 0 (or None: no limit)")
+        if self.dead_letter_queue is not None:
+            if self.max_redeliveries is None:
+                raise ValueError("dead_letter_queue needs max_redeliveries (the limit)")
+            dlq = self.dead_letter_queue
+            if not dlq or "\n" in dlq or "\r" in dlq or dlq.startswith(_PRIVATE_PREFIXES):
+                raise ValueError(f"dead_letter_queue {dlq!r} is not a destination for it")
         if "\n" in self.server_name or "\r" in self.server_name:
             raise ValueError("server_name must be one line")
 
@@ -195,6 +217,8 @@ class BrokerOptions(TypedDict, total=False):
     max_transaction_frames: int
     connect_timeout: float
     server_name: str
+    max_redeliveries: int | None
+    dead_letter_queue: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,11 +232,17 @@ class StoredMessage:
     body: bytes
     #: True once it was delivered and came back (NACK, or its connection ended).
     redelivered: bool = False
+    #: How many times it came back so far (see ``BrokerConfig.max_redeliveries``).
+    redeliveries: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BrokerStats:
-    """Counters since the broker started (a snapshot)."""
+    """Counters since the broker started or was reset.
+
+    What :attr:`AsyncBroker.stats` returns is a snapshot: a copy, which the broker
+    does not change afterwards (nor changing it the broker).
+    """
 
     connections_opened: int = 0
     connections_open: int = 0
@@ -225,6 +255,8 @@ class BrokerStats:
     messages_nacked: int = 0
     #: Topic messages nobody could take, and backlog overflow.
     messages_dropped: int = 0
+    #: Messages moved to a dead-letter queue after ``max_redeliveries``.
+    messages_dead_lettered: int = 0
     #: ERROR frames sent.
     errors_sent: int = 0
     heartbeat_timeouts: int = 0
@@ -287,35 +319,6 @@ class _Reject(Exception):
         self.message = message
         self.body = body
         self.headers = headers
-
-
-class _Counters:
-    """The mutable side of :class:`BrokerStats`."""
-
-    __slots__ = (
-        "connections_opened",
-        "errors_sent",
-        "heartbeat_timeouts",
-        "internal_errors",
-        "messages_acked",
-        "messages_delivered",
-        "messages_dropped",
-        "messages_nacked",
-        "messages_received",
-        "messages_redelivered",
-    )
-
-    def __init__(self) -> None:
-        self.connections_opened = 0
-        self.messages_received = 0
-        self.messages_delivered = 0
-        self.messages_redelivered = 0
-        self.messages_acked = 0
-        self.messages_nacked = 0
-        self.messages_dropped = 0
-        self.errors_sent = 0
-        self.heartbeat_timeouts = 0
-        self.internal_errors = 0
 
 
 class _Destination:
@@ -396,7 +399,8 @@ class BrokerCore:
         self.sessions: dict[str, ServerSession] = {}
         self._destinations: dict[str, _Destination] = {}
         self._ready: dict[str, ServerSession] = {}
-        self._counters = _Counters()
+        #: Counted as they happen; ``connections_open`` is filled in by :attr:`stats`.
+        self._counters = BrokerStats()
         self._stored_bytes = 0
         self._token = secrets.token_hex(3)
         self._next_session = 0
@@ -425,6 +429,20 @@ class BrokerCore:
     def record_internal_error(self) -> None:
         """Count a bug the transport caught (shown in :attr:`stats`)."""
         self._counters.internal_errors += 1
+
+    def reset(self) -> None:
+        """Start afresh, as a new broker would, for the next test: close every session
+        still open, then drop every stored message (what those sessions held
+        unacknowledged, NACKed and dead-lettered ones too) and zero the counters.
+
+        The configuration stays; message ids go on from where they were, so an ACK
+        from before cannot match a message from after.
+        """
+        for session in list(self.sessions.values()):
+            session.close("the broker was reset")
+        self._destinations.clear()
+        self._stored_bytes = 0
+        self._counters = BrokerStats()
 
     # -- inspection --------------------------------------------------------------------
 
@@ -455,20 +473,8 @@ class BrokerCore:
 
     @property
     def stats(self) -> BrokerStats:
-        c = self._counters
-        return BrokerStats(
-            connections_opened=c.connections_opened,
-            connections_open=len(self.sessions),
-            messages_received=c.messages_received,
-            messages_delivered=c.messages_delivered,
-            messages_redelivered=c.messages_redelivered,
-            messages_acked=c.messages_acked,
-            messages_nacked=c.messages_nacked,
-            messages_dropped=c.messages_dropped,
-            errors_sent=c.errors_sent,
-            heartbeat_timeouts=c.heartbeat_timeouts,
-            internal_errors=c.internal_errors,
-        )
+        """A snapshot of the counters."""
+        return replace(self._counters, connections_open=len(self.sessions))
 
     # -- routing -----------------------------------------------------------------------
 
@@ -510,19 +516,20 @@ class BrokerCore:
             )
 
     def _publish(self, send: _TxSend) -> None:
+        self._counters.messages_received += 1
         if send.destination.startswith(_REPLY_QUEUE_PREFIX) and (
             send.destination not in self._destinations
         ):
             # A temporary queue whose connection is gone: RabbitMQ drops the message.
-            self._counters.messages_received += 1
             self._counters.messages_dropped += 1
             return
         self._next_message += 1
-        message = StoredMessage(
-            f"message-{self._token}-{self._next_message}", send.destination, send.headers, send.body
-        )
-        self._counters.messages_received += 1
-        dest = self._destination(send.destination)
+        message_id = f"message-{self._token}-{self._next_message}"
+        self._route(StoredMessage(message_id, send.destination, send.headers, send.body))
+
+    def _route(self, message: StoredMessage) -> None:
+        """Deliver ``message`` to its topic's subscribers, or store it in its queue."""
+        dest = self._destination(message.destination)
         if dest.is_topic:
             if not dest.subscriptions:
                 self._counters.messages_dropped += 1
@@ -568,17 +575,66 @@ class BrokerCore:
         return self._destination(name)
 
     def _requeue(self, dest: _Destination, messages: list[StoredMessage]) -> None:
-        """Put delivered messages back at the front, in their order, for redelivery."""
-        again = [
-            m
-            if m.redelivered
-            else StoredMessage(m.message_id, m.destination, m.headers, m.body, True)
-            for m in messages
-        ]
+        """Put delivered messages back at the front, in their order, for redelivery
+        (those over ``max_redeliveries`` go to the dead-letter queue instead)."""
+        again = self._given_back(messages)
         size = sum(len(m.body) for m in again)
         dest.messages.extendleft(reversed(again))
         dest.bytes += size
         self._stored_bytes += size
+
+    def _given_back(self, messages: list[StoredMessage]) -> list[StoredMessage]:
+        """``messages``, delivered and given back, marked for redelivery, in order;
+        those that used up ``max_redeliveries`` are dead-lettered and left out."""
+        limit = self.config.max_redeliveries
+        again = []
+        for m in messages:
+            if limit is not None and m.redeliveries >= limit:
+                self._dead_letter(m)
+            else:
+                again.append(replace(m, redelivered=True, redeliveries=m.redeliveries + 1))
+        return again
+
+    def _dead_letter_queue(self, destination: str) -> str:
+        configured = self.config.dead_letter_queue
+        if configured is not None:
+            return configured
+        if destination.startswith(_DLQ_PREFIX):
+            return destination  # a dead-letter queue has none of its own
+        if destination.startswith(_QUEUE_PREFIX):
+            return _DLQ_PREFIX + destination[len(_QUEUE_PREFIX) :]
+        return _DLQ_PREFIX + destination.strip("/").replace("/", ".")
+
+    def _dead_letter(self, message: StoredMessage) -> None:
+        """Move ``message``, redelivered ``max_redeliveries`` times, to its dead-letter
+        queue, with an ``original-destination`` header (as ActiveMQ marks it)."""
+        name = self._dead_letter_queue(message.destination)
+        dest = self._destinations.get(name)
+        if name == message.destination or (
+            dest is not None and not dest.is_topic and len(dest.messages) >= self.config.max_queue
+        ):
+            self._counters.messages_dropped += 1
+            logger.warning(
+                "message %s of %r used up its %d redeliveries and is dropped (%s)",
+                message.message_id,
+                message.destination,
+                message.redeliveries,
+                "it is in its dead-letter queue"
+                if name == message.destination
+                else f"{name!r} is full",
+            )
+            return
+        self._counters.messages_dead_lettered += 1
+        logger.info(
+            "message %s of %r used up its %d redeliveries: moved to %r",
+            message.message_id,
+            message.destination,
+            message.redeliveries,
+            name,
+        )
+        headers = tuple(h for h in message.headers if h[0] != "original-destination")
+        headers += (("original-destination", message.destination),)
+        self._route(StoredMessage(message.message_id, name, headers, message.body))
 
     def _dispatch(self, dest: _Destination) -> None:
         """Hand waiting messages to subscriptions that can take them."""
@@ -998,7 +1054,7 @@ class ServerSession:
     def _on_subscribe(self, frame: Frame) -> None:
         config = self.core.config
         destination = self._required(frame, "destination")
-        if destination.startswith((_TEMP_QUEUE_PREFIX, _REPLY_QUEUE_PREFIX)):
+        if destination.startswith(_PRIVATE_PREFIXES):
             # As RabbitMQ: a temporary queue is named in a SEND's reply-to, and its
             # replies arrive on the subscription the broker makes then.
             raise _Reject(
@@ -1147,16 +1203,7 @@ class ServerSession:
         else:
             core._counters.messages_nacked += len(messages)
             if sub.destination.is_topic:
-                for message in reversed(messages):
-                    sub.backlog.appendleft(
-                        StoredMessage(
-                            message.message_id,
-                            message.destination,
-                            message.headers,
-                            message.body,
-                            True,
-                        )
-                    )
+                sub.backlog.extendleft(reversed(core._given_back(messages)))
             else:
                 core._requeue(sub.destination, messages)
         core._dispatch(sub.destination)

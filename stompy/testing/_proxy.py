@@ -41,10 +41,9 @@ import logging
 import math
 import socket
 import struct
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -56,6 +55,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from stompy._urls import Endpoint, parse_urls
 from stompy.errors import ConfigurationError
+from stompy.testing._shared import (
+    STREAM_ERRORS,
+    InThread,
+    peer_name,
+    serving_task_group,
+    wait_until,
+)
 
 __all__ = (
     "CHUNK",
@@ -94,17 +100,15 @@ LINGER: Final = 5.0
 MAX_HELD: Final = 128
 #: A throttled pipe sends at most this many seconds' worth of bytes at once.
 _THROTTLE_SLICE: Final = 0.05
-_STREAM_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProxyStats:
-    """A snapshot of a proxy's counters, since it started."""
+    """A proxy's counters, since it started.
+
+    What :attr:`AsyncFaultProxy.stats` returns is a snapshot: a copy, which the proxy
+    does not change afterwards (nor changing it the proxy).
+    """
 
     #: Client connections accepted (refused ones included).
     connections_accepted: int = 0
@@ -122,20 +126,6 @@ class ProxyStats:
     #: Faults that took effect (a scheduled one once it fired, a one-shot one once a
     #: chunk took it).
     faults_injected: int = 0
-
-
-@dataclass(slots=True)
-class _Counters:
-    connections_accepted: int = 0
-    connections_refused: int = 0
-    connections_cut: int = 0
-    target_failures: int = 0
-    bytes_upstream: int = 0
-    bytes_downstream: int = 0
-    faults_injected: int = 0
-
-    def snapshot(self) -> ProxyStats:
-        return ProxyStats(*(getattr(self, f.name) for f in fields(self)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,17 +192,6 @@ def _proxied_url(target: str, host: str, port: int) -> str:
     userinfo, at, _ = parts.netloc.rpartition("@")
     shown = f"[{host}]" if ":" in host else host
     return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{shown}:{port}"))
-
-
-def _peer(stream: anyio.abc.SocketStream) -> str:
-    try:
-        address = stream.extra(SocketAttribute.remote_address)
-    except (anyio.TypedAttributeLookupError, OSError):  # pragma: no cover - a closed socket
-        return "?"
-    if isinstance(address, tuple):
-        host, port = address[0], address[1]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-    return str(address)  # pragma: no cover - TCP only
 
 
 def _abort(stream: anyio.abc.SocketStream) -> None:
@@ -285,7 +264,7 @@ class _Link:
             for stream in (self.client, self.server):
                 if self.abrupt:
                     _abort(stream)
-                with suppress(*_STREAM_ERRORS):
+                with suppress(*STREAM_ERRORS):
                     await stream.aclose()
         self.closed.set()
 
@@ -300,7 +279,7 @@ class _Link:
                     data = await source.receive(CHUNK)
                 except anyio.EndOfStream:
                     return
-                except _STREAM_ERRORS:
+                except STREAM_ERRORS:
                     # Reset or broken: nothing sensible to forward, end both sides.
                     self.scope.cancel()
                     return
@@ -329,7 +308,7 @@ class _Link:
                     return
         try:
             await sink.send_eof()
-        except _STREAM_ERRORS:
+        except STREAM_ERRORS:
             self.scope.cancel()
             return
         self._ended += 1
@@ -345,7 +324,7 @@ class _Link:
             piece = data if rate is None else data[: max(1, int(rate * _THROTTLE_SLICE))]
             try:
                 await sink.send(piece)
-            except _STREAM_ERRORS:
+            except STREAM_ERRORS:
                 self.scope.cancel()
                 return False
             self.sent[way] += len(piece)
@@ -390,7 +369,7 @@ class AsyncFaultProxy:
         self.url = _proxied_url(target_url, host, port)
         self.connect_timeout = connect_timeout
         self._tg = task_group
-        self._counters = _Counters()
+        self._counters = ProxyStats()  # counted as they happen; `stats` copies it
         self._links: dict[int, _Link] = {}
         self._next_id = 1
         self._held = 0
@@ -418,13 +397,11 @@ class AsyncFaultProxy:
     @property
     def stats(self) -> ProxyStats:
         """A snapshot of the proxy's counters."""
-        return self._counters.snapshot()
+        return replace(self._counters)
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await anyio.sleep(0.005)
+        await wait_until(predicate, timeout)
 
     # -- faults ------------------------------------------------------------------------
 
@@ -654,7 +631,7 @@ class AsyncFaultProxy:
     async def _serve(self, client: anyio.abc.SocketStream) -> None:
         """Serve one client until its connection ends; never raises but cancellation."""
         self._counters.connections_accepted += 1
-        peer = _peer(client)
+        peer = peer_name(client)
         link: _Link | None = None
         try:
             if not await self._admit():
@@ -681,7 +658,7 @@ class AsyncFaultProxy:
             logger.exception("proxy: internal error serving %s", peer)
         finally:
             if link is None:
-                with anyio.CancelScope(shield=True), suppress(*_STREAM_ERRORS):
+                with anyio.CancelScope(shield=True), suppress(*STREAM_ERRORS):
                     await client.aclose()
 
 
@@ -709,18 +686,11 @@ async def fault_proxy(
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     try:
         real_port = listener.listeners[0].extra(SocketAttribute.local_port)
-        # The block's exceptions must reach the caller unwrapped, so the task group
-        # is exited by hand without them (its tasks never raise).
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        try:
+        async with serving_task_group() as tg:
             proxy = AsyncFaultProxy(endpoint, url, host, real_port, tg, connect_timeout)
             tg.start_soon(listener.serve, proxy._serve, tg)
             logger.info("proxy listening on %s:%d for %s", host, real_port, endpoint)
             yield proxy
-        finally:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
     finally:
         with anyio.CancelScope(shield=True):
             await listener.aclose()
@@ -729,7 +699,7 @@ async def fault_proxy(
 # -- from another thread ---------------------------------------------------------------------
 
 
-class FaultProxy:
+class FaultProxy(InThread):
     """A fault proxy running in a background thread, as yielded by :func:`run_fault_proxy`.
 
     The same methods as :class:`AsyncFaultProxy`, callable from any thread (each runs
@@ -737,16 +707,10 @@ class FaultProxy:
     """
 
     def __init__(self, portal: BlockingPortal, proxy: AsyncFaultProxy) -> None:
-        self._portal = portal
+        super().__init__(portal, proxy)  # host, port, url (the target's, with our address)
         self._proxy = proxy
         #: Where connections are forwarded to.
         self.target = proxy.target
-        #: The address the proxy listens on.
-        self.host = proxy.host
-        #: The real port (never 0).
-        self.port = proxy.port
-        #: The target URL with the proxy's host and port (login, passcode, vhost kept).
-        self.url = proxy.url
 
     def __repr__(self) -> str:
         return f"<stompy.testing.FaultProxy {self.host}:{self.port} -> {self.target}>"
@@ -754,27 +718,16 @@ class FaultProxy:
     @property
     def connections(self) -> tuple[ProxyConnectionInfo, ...]:
         """A snapshot of every open proxied connection, oldest first."""
-        return self._portal.call(lambda: self._proxy.connections)
+        return self._call(lambda: self._proxy.connections)
 
     @property
     def stats(self) -> ProxyStats:
         """A snapshot of the proxy's counters."""
-        return self._portal.call(lambda: self._proxy.stats)
-
-    def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        """Poll ``predicate`` (in this thread) until it is true.
-
-        Raises :class:`TimeoutError` after ``timeout`` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout} s")
-            time.sleep(0.005)
+        return self._call(lambda: self._proxy.stats)
 
     def cut(self, connection: int | None = None, *, after: float = 0.0) -> None:
         """See :meth:`AsyncFaultProxy.cut`."""
-        self._portal.call(functools.partial(self._proxy.cut, connection, after=after))
+        self._call(self._proxy.cut, connection, after=after)
 
     def cut_mid_frame(
         self, direction: Direction = "downstream", *, keep: int = 1, after: float = 0.0
@@ -821,9 +774,6 @@ class FaultProxy:
     def reset(self) -> None:
         """See :meth:`AsyncFaultProxy.reset`."""
         self._call(self._proxy.reset)
-
-    def _call(self, method: Callable[..., None], *args: object, **kwargs: object) -> None:
-        self._portal.call(functools.partial(method, *args, **kwargs))
 
 
 @contextmanager

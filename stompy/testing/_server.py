@@ -23,8 +23,9 @@ sessions), writing one STOMP frame per WebSocket message.
 from __future__ import annotations
 
 import logging
-import ssl
+import ssl as _ssl
 import sys
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final
@@ -45,23 +46,18 @@ from stompy.testing._broker import (
     ServerSession,
     SessionState,
 )
+from stompy.testing._shared import STREAM_ERRORS, peer_name, serving_task_group, wait_until
 
 if TYPE_CHECKING:
     from stompy._websocket import WebSocketStream
 
-__all__ = ("LINGER", "AsyncBroker", "serve")
+__all__ = ("LINGER", "AsyncBroker", "serve", "tls_context")
 
 logger = logging.getLogger("stompy.testing")
 
 #: Seconds a closing connection gets to flush its last frame and see the client's EOF.
 LINGER: Final = 2.0
 _CHUNK: Final = 65536
-_STREAM_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-)
 
 
 class _Connection:
@@ -101,7 +97,7 @@ class _Connection:
                 if not self.eof:
                     try:
                         await self.stream.send_eof()
-                    except _STREAM_ERRORS:
+                    except STREAM_ERRORS:
                         self.eof = True
                     except NotImplementedError:
                         # A TLS stream cannot half-close: the client, which has what
@@ -122,7 +118,7 @@ class _Connection:
                 await self.wait()
             try:
                 data = await self.stream.receive(_CHUNK)
-            except _STREAM_ERRORS:
+            except STREAM_ERRORS:
                 data = b""
             if not data:
                 self.eof = True
@@ -160,7 +156,7 @@ class _Connection:
                             await ws.send_frames(frames)
                         else:
                             await self.stream.send(data)
-                    except _STREAM_ERRORS:
+                    except STREAM_ERRORS:
                         self.eof = True
                         session.close("connection lost")
                         self.broker._wake()
@@ -207,7 +203,7 @@ class AsyncBroker:
         self.host = host
         #: The real port (never 0).
         self.port = port
-        #: Whether clients must speak TLS (``serve(ssl_context=...)``).
+        #: Whether clients must speak TLS (``serve(ssl=...)``).
         self.tls = tls
         #: The real port of the WebSocket listener (``None`` without ``websocket=True``).
         self.ws_port = ws_port
@@ -216,9 +212,7 @@ class AsyncBroker:
     @property
     def url(self) -> str:
         """``stomp://host:port`` (``stomp+ssl://`` with TLS) with the real port."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        scheme = "stomp+ssl" if self.tls else "stomp"
-        return f"{scheme}://{host}:{self.port}"
+        return self._url("stomp+ssl" if self.tls else "stomp", self.port)
 
     @property
     def ws_url(self) -> str | None:
@@ -228,9 +222,11 @@ class AsyncBroker:
         """
         if self.ws_port is None:
             return None
+        return self._url("wss" if self.tls else "ws", self.ws_port, "/ws")
+
+    def _url(self, scheme: str, port: int, path: str = "") -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        scheme = "wss" if self.tls else "ws"
-        return f"{scheme}://{host}:{self.ws_port}/ws"
+        return f"{scheme}://{host}:{port}{path}"
 
     @property
     def config(self) -> BrokerConfig:
@@ -262,9 +258,7 @@ class AsyncBroker:
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await anyio.sleep(0.005)
+        await wait_until(predicate, timeout)
 
     # -- faults ------------------------------------------------------------------------
 
@@ -281,6 +275,18 @@ class AsyncBroker:
             while any(c.session.id in self._connections for c in connections):
                 await anyio.sleep(0.002)
         return len(connections)
+
+    async def reset(self) -> None:
+        """Make the broker as a new one, for the next test, on the same address.
+
+        Cuts every connection (as :meth:`drop_all_connections`), then drops every
+        stored message (queues, topic backlogs, NACKed and dead-lettered messages) and
+        zeroes :attr:`stats`. The configuration stays. Returns once done.
+        """
+        await self.drop_all_connections()
+        self._core.reset()  # also ends a connection that came in meanwhile
+        for connection in list(self._connections.values()):
+            connection.notify()
 
     def _select(self, session: str | None) -> list[_Connection]:
         if session is None:
@@ -343,24 +349,24 @@ class AsyncBroker:
             del self._connections[session.id]
             self._wake()
             with anyio.CancelScope(shield=True):
-                with suppress(*_STREAM_ERRORS):
+                with suppress(*STREAM_ERRORS):
                     await stream.aclose()
             logger.info("%s: closed (%s)", session.id, session.close_reason)
 
     async def _serve_socket(self, stream: anyio.abc.ByteStream) -> None:
-        await self.serve_stream(stream, _peer(stream))
+        await self.serve_stream(stream, peer_name(stream))
 
     async def _serve_websocket(self, stream: anyio.abc.ByteStream) -> None:
         """Run the WebSocket handshake (bounded by ``connect_timeout``), then serve."""
         from stompy._websocket import WebSocketStream
 
-        peer = _peer(stream)
+        peer = peer_name(stream)
         try:
             with anyio.fail_after(self._core.config.connect_timeout):
                 ws = await WebSocketStream.accept(stream)
-        except (TimeoutError, StompError, *_STREAM_ERRORS) as exc:
+        except (TimeoutError, StompError, *STREAM_ERRORS) as exc:
             logger.info("WebSocket handshake from %s failed: %s", peer or "?", exc)
-            with anyio.CancelScope(shield=True), suppress(*_STREAM_ERRORS):
+            with anyio.CancelScope(shield=True), suppress(*STREAM_ERRORS):
                 await stream.aclose()
             return
         request = ws.ws.request
@@ -381,77 +387,102 @@ class AsyncBroker:
         return stream if isinstance(stream, cls) else None
 
 
-def _peer(stream: anyio.abc.ByteStream) -> str:
-    try:
-        address = stream.extra(SocketAttribute.remote_address)
-    except (anyio.TypedAttributeLookupError, OSError):
-        return "?"
-    if isinstance(address, tuple):
-        host, port = address[0], address[1]
-        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-    return str(address)
-
-
 @asynccontextmanager
 async def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
-    ssl_context: ssl.SSLContext | None = None,
+    ssl: _ssl.SSLContext | None = None,
     websocket: bool = False,
     websocket_port: int = 0,
+    ssl_context: _ssl.SSLContext | None = None,
     **options: Unpack[BrokerOptions],
 ) -> AsyncIterator[AsyncBroker]:
     """Run a broker on ``host:port`` for the duration of the ``async with`` block.
 
     ``port=0`` picks a free port (see ``broker.port`` / ``broker.url``). ``options``
     are the fields of :class:`BrokerConfig` (``users``, ``heartbeats``, ``prefetch``,
-    limits ...). With ``ssl_context`` (a server context holding the certificate) it
-    speaks TLS only, and ``broker.url`` is a ``stomp+ssl://`` URL. With ``websocket``
+    ``max_redeliveries``, limits ...). With ``ssl`` (a server context holding the
+    certificate) it speaks TLS only, and ``broker.url`` is a ``stomp+ssl://`` URL;
+    ``ssl_context`` is its former name (deprecated). With ``websocket``
     it also listens for STOMP over WebSocket on ``websocket_port`` (0: a free one; see
     ``broker.ws_url``), over the same queues; that needs wsproto, the ``websocket``
     extra. Works under asyncio and trio. On exit every connection is cut.
-    Raises :class:`ValueError` for bad options, :class:`ImportError` for
-    ``websocket`` without wsproto and :class:`OSError` when an address cannot be bound.
+    Raises :class:`ValueError` for bad options, :class:`TypeError` for an ``ssl`` that
+    is no :class:`ssl.SSLContext`, :class:`ImportError` for ``websocket`` without
+    wsproto and :class:`OSError` when an address cannot be bound.
     """
+    context = tls_context(ssl, ssl_context)
     core = BrokerCore(BrokerConfig(**options))
     if websocket:
         import stompy._websocket  # noqa: F401  (fail now, with the extra named)
     listeners: list[anyio.abc.Listener[Any]] = []
     try:
         tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
-        listeners.append(_secured(tcp, ssl_context))
+        listeners.append(_secured(tcp, context))
         real_port = tcp.listeners[0].extra(SocketAttribute.local_port)
         ws_port: int | None = None
         if websocket:
             ws_tcp = await anyio.create_tcp_listener(local_host=host, local_port=websocket_port)
-            listeners.append(_secured(ws_tcp, ssl_context))
+            listeners.append(_secured(ws_tcp, context))
             ws_port = ws_tcp.listeners[0].extra(SocketAttribute.local_port)
-        broker = AsyncBroker(core, host, real_port, tls=ssl_context is not None, ws_port=ws_port)
-        # The block's exceptions must reach the caller unwrapped, so the task group
-        # is exited by hand without them (its tasks never raise).
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        try:
+        broker = AsyncBroker(core, host, real_port, tls=context is not None, ws_port=ws_port)
+        async with serving_task_group() as tg:
             tg.start_soon(listeners[0].serve, broker._serve_socket, tg)
             logger.info("listening on %s", broker.url)
             if len(listeners) > 1:
                 tg.start_soon(listeners[1].serve, broker._serve_websocket, tg)
                 logger.info("listening on %s", broker.ws_url)
             yield broker
-        finally:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
     finally:
         with anyio.CancelScope(shield=True):
             for listener in listeners:
                 await listener.aclose()
 
 
+def tls_context(
+    ssl: _ssl.SSLContext | None, ssl_context: _ssl.SSLContext | None
+) -> _ssl.SSLContext | None:
+    """The server context of ``serve(ssl=...)``, or of its deprecated ``ssl_context=``.
+
+    Raises :class:`TypeError` for both at once, or for something else than a context.
+    """
+    if ssl_context is not None:
+        warnings.warn(
+            "the broker's ssl_context= is now called ssl=", DeprecationWarning, stacklevel=4
+        )
+        if ssl is not None:
+            raise TypeError("give ssl= only (ssl_context= is its former name)")
+        ssl = ssl_context
+    if ssl is not None and not isinstance(ssl, _ssl.SSLContext):
+        raise TypeError(
+            "ssl= takes an ssl.SSLContext holding the broker's certificate, e.g. "
+            "ssl.create_default_context(ssl.Purpose.CLIENT_AUTH) and load_cert_chain(), "
+            f"not {ssl!r}"
+        )
+    return ssl
+
+
 def _secured(
-    tcp: anyio.abc.Listener[Any], ssl_context: ssl.SSLContext | None
+    tcp: anyio.abc.Listener[Any], context: _ssl.SSLContext | None
 ) -> anyio.abc.Listener[Any]:
-    if ssl_context is None:
+    if context is None:
         return tcp
     # STOMP ends with DISCONNECT, not with a TLS close_notify: don't insist on one.
-    return TLSListener(tcp, ssl_context, standard_compatible=False)
+    return _TLSListener(tcp, context, standard_compatible=False)
+
+
+class _TLSListener(TLSListener):
+    """anyio's TLS listener, telling of a failed handshake in one line of the broker's log.
+
+    A client that does not trust the certificate, or speaks plain STOMP to the TLS
+    port, is a client's mistake: anyio would log it as an ERROR with a traceback.
+    """
+
+    @staticmethod
+    async def handle_handshake_error(exc: BaseException, stream: anyio.abc.AnyByteStream) -> None:
+        if not isinstance(exc, Exception) or isinstance(exc, anyio.get_cancelled_exc_class()):
+            await TLSListener.handle_handshake_error(exc, stream)  # closes, re-raises
+            return
+        logger.info("TLS handshake from %s failed: %s", peer_name(stream), exc)
+        await anyio.aclose_forcefully(stream)

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import ssl
-import time
-from collections.abc import Callable, Iterator
+import ssl as _ssl
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from typing_extensions import Unpack
 
 from stompy.testing._broker import BrokerConfig, BrokerOptions, BrokerStats, ConnectionInfo
-from stompy.testing._server import AsyncBroker, serve
+from stompy.testing._server import AsyncBroker, serve, tls_context
+from stompy.testing._shared import InThread
 
 __all__ = ("Broker", "run_broker")
 
 
-class Broker:
+class Broker(InThread):
     """A broker running in a background thread, as yielded by :func:`run_broker`.
 
     The same inspection and fault methods as :class:`AsyncBroker`, callable from any
@@ -25,68 +25,57 @@ class Broker:
     """
 
     def __init__(self, portal: BlockingPortal, broker: AsyncBroker) -> None:
-        self._portal = portal
+        super().__init__(portal, broker)  # host, port, url (stomp+ssl:// with TLS)
         self._broker = broker
-        #: The address the broker listens on.
-        self.host = broker.host
-        #: The real port (never 0).
-        self.port = broker.port
-        #: ``stomp://host:port`` with the real port.
-        self.url = broker.url
-        #: The WebSocket listener's real port, and ``ws://host:port/ws`` (``None``
-        #: without ``websocket=True``).
+        #: Whether clients must speak TLS (``run_broker(ssl=...)``).
+        self.tls = broker.tls
+        #: The WebSocket listener's real port, and ``ws://host:port/ws`` (``wss://``
+        #: with TLS; ``None`` without ``websocket=True``).
         self.ws_port = broker.ws_port
         self.ws_url = broker.ws_url
         self.config: BrokerConfig = broker.config
 
     def queue_depth(self, destination: str) -> int:
         """Messages waiting in a queue (not counting delivered, unacked ones)."""
-        return self._portal.call(self._broker.queue_depth, destination)
+        return self._call(self._broker.queue_depth, destination)
 
     def unacked_count(self, destination: str | None = None) -> int:
         """Messages delivered and not yet acknowledged, for one destination or all."""
-        return self._portal.call(self._broker.unacked_count, destination)
+        return self._call(self._broker.unacked_count, destination)
 
     @property
     def connections(self) -> tuple[ConnectionInfo, ...]:
         """A snapshot of every open connection (session id, login, version, ...)."""
-        return self._portal.call(lambda: self._broker.connections)
+        return self._call(lambda: self._broker.connections)
 
     @property
     def stats(self) -> BrokerStats:
         """A snapshot of the broker's counters."""
-        return self._portal.call(lambda: self._broker.stats)
+        return self._call(lambda: self._broker.stats)
 
     def destinations(self) -> tuple[str, ...]:
         """Destinations that currently hold messages or subscriptions."""
-        return self._portal.call(self._broker.destinations)
-
-    def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        """Poll ``predicate`` (in this thread) until it is true.
-
-        Raises :class:`TimeoutError` after ``timeout`` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"condition not met within {timeout} s")
-            time.sleep(0.005)
+        return self._call(self._broker.destinations)
 
     def drop_all_connections(self) -> int:
         """Cut every connection at once, without ERROR; return how many there were."""
-        return self._portal.call(self._broker.drop_all_connections)
+        return self._call(self._broker.drop_all_connections)
+
+    def reset(self) -> None:
+        """Make the broker as a new one, for the next test: see :meth:`AsyncBroker.reset`."""
+        self._call(self._broker.reset)
 
     def pause(self, session: str | None = None) -> None:
         """Stop reading from and writing to one connection (``None``: all of them)."""
-        self._portal.call(self._broker.pause, session)
+        self._call(self._broker.pause, session)
 
     def resume(self, session: str | None = None) -> None:
         """Undo :meth:`pause`."""
-        self._portal.call(self._broker.resume, session)
+        self._call(self._broker.resume, session)
 
     def send_raw(self, session: str, data: bytes) -> None:
         """Write ``data`` to a client exactly as given."""
-        self._portal.call(self._broker.send_raw, session, data)
+        self._call(self._broker.send_raw, session, data)
 
     def __repr__(self) -> str:
         return f"<stompy.testing.Broker {self.url}>"
@@ -98,24 +87,28 @@ def run_broker(
     port: int = 0,
     *,
     backend: str = "asyncio",
-    ssl_context: ssl.SSLContext | None = None,
+    ssl: _ssl.SSLContext | None = None,
     websocket: bool = False,
     websocket_port: int = 0,
+    ssl_context: _ssl.SSLContext | None = None,
     **options: Unpack[BrokerOptions],
 ) -> Iterator[Broker]:
     """Run :func:`~stompy.testing.serve` in a background thread for a ``with`` block.
 
     ``backend`` is the anyio backend of that thread (``"asyncio"`` or ``"trio"``).
-    ``websocket`` adds a WebSocket listener (see ``broker.ws_url``). Returns once the
-    broker listens; on exit every connection is cut and the thread is joined.
+    ``ssl`` makes it speak TLS (see :func:`~stompy.testing.serve`; ``ssl_context`` is
+    its former name), ``websocket`` adds a WebSocket listener (see ``broker.ws_url``).
+    Returns once the broker listens; on exit every connection is cut and the thread
+    is joined. Raises what :func:`~stompy.testing.serve` raises.
     """
+    context = tls_context(ssl, ssl_context)  # fail here, before a thread starts
     with (
         start_blocking_portal(backend) as portal,
         portal.wrap_async_context_manager(
             serve(
                 host,
                 port,
-                ssl_context=ssl_context,
+                ssl=context,
                 websocket=websocket,
                 websocket_port=websocket_port,
                 **options,

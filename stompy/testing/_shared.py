@@ -1,0 +1,122 @@
+"""What the broker and the fault proxy share: their anyio plumbing and their thread side.
+
+Both serve connections in a task group that lives as long as an ``async with`` block,
+name peers the same way, offer ``wait_until`` to tests, and have a twin for
+synchronous code that runs them in a background thread behind a blocking portal.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol, TypeVar, overload
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.from_thread import BlockingPortal
+
+__all__ = (
+    "STREAM_ERRORS",
+    "InThread",
+    "Listening",
+    "peer_name",
+    "serving_task_group",
+    "wait_until",
+)
+
+T = TypeVar("T")
+
+#: What a broken, reset or closed stream raises: the end of that connection, no bug.
+STREAM_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
+
+
+def peer_name(stream: anyio.TypedAttributeProvider) -> str:
+    """The other end of ``stream`` as ``host:port`` (``[host]:port`` for IPv6), else ``?``."""
+    try:
+        address = stream.extra(SocketAttribute.remote_address)
+    except (anyio.TypedAttributeLookupError, OSError):
+        return "?"
+    if isinstance(address, tuple):
+        host, port = address[0], address[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(address)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
+    """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.005)
+
+
+@asynccontextmanager
+async def serving_task_group() -> AsyncIterator[anyio.abc.TaskGroup]:
+    """A task group for the serving tasks of an ``async with`` block, cancelled at its end.
+
+    The block's own exceptions must reach the caller unwrapped (not in an
+    ExceptionGroup), so the group is exited by hand without them: its tasks never raise.
+    """
+    tg = anyio.create_task_group()
+    await tg.__aenter__()
+    try:
+        yield tg
+    finally:
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+
+
+class Listening(Protocol):
+    """What a running server (the broker, the fault proxy) says about where it listens."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def url(self) -> str: ...
+
+
+class InThread:
+    """The base of a server's twin for synchronous code: each call runs in the server's
+    event loop, in its background thread, and waits for it. Not callable from that loop.
+    """
+
+    def __init__(self, portal: BlockingPortal, server: Listening) -> None:
+        self._portal = portal
+        #: The address it listens on.
+        self.host = server.host
+        #: The real port (never 0).
+        self.port = server.port
+        #: Its URL, with the real port: connect there.
+        self.url = server.url
+
+    @overload
+    def _call(self, function: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T: ...
+
+    @overload
+    def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``function(*args, **kwargs)`` in the server's event loop (awaited if async)."""
+        return self._portal.call(functools.partial(function, *args, **kwargs))
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Poll ``predicate`` (in this thread) until it is true.
+
+        Raises :class:`TimeoutError` after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"condition not met within {timeout} s")
+            time.sleep(0.005)
