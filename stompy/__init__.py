@@ -22,11 +22,12 @@ from stompy._compiled import COMPILED
 from stompy._events import AckMode
 from stompy._frames import VERSIONS, Frame
 from stompy._keywords import ConnectionOptions
-from stompy._options import Outgoing, Reconnect
+from stompy._options import Outgoing, Overflow, Reconnect
 from stompy._protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._sync import Connection, Message, Subscription, Transaction, send
 from stompy._urls import Endpoint, parse_url
 from stompy.errors import (
+    AckLost,
     BodyNotText,
     ConfigurationError,
     ConnectFailed,
@@ -43,6 +44,7 @@ from stompy.errors import (
     ServerError,
     StompError,
     StompTimeout,
+    SubscriptionOverflow,
     TransactionLost,
     WebSocketClosed,
 )
@@ -56,6 +58,7 @@ logging.getLogger("stompy").addHandler(logging.NullHandler())
 __all__ = (
     "COMPILED",
     "VERSIONS",
+    "AckLost",
     "AckMode",
     "AsyncConnection",
     "AsyncMessage",
@@ -79,6 +82,7 @@ __all__ = (
     "NetworkError",
     "NoReplyTo",
     "Outgoing",
+    "Overflow",
     "ProtocolError",
     "ReceiptTimeout",
     "Reconnect",
@@ -90,6 +94,7 @@ __all__ = (
     "StompTimeout",
     "Subscription",
     "SubscriptionInfo",
+    "SubscriptionOverflow",
     "Transaction",
     "TransactionLost",
     "WebSocketClosed",

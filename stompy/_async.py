@@ -9,10 +9,13 @@ speed. Leaving ``async with`` disconnects gracefully and stops every task.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 from typing_extensions import Unpack
 
 from stompy import _keywords as kw
@@ -21,7 +24,7 @@ from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, tran
 from stompy._calls import Call, Steps
 from stompy._events import MessageReceived
 from stompy._message import MessageBase
-from stompy._options import Outgoing, split_for_sending
+from stompy._options import Outgoing, log, split_for_sending
 from stompy._session import MAX_OUTGOING, Inbox
 from stompy._state import Status
 from stompy.errors import LocalProtocolError, StompError
@@ -29,6 +32,10 @@ from stompy.errors import LocalProtocolError, StompError
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
 
 _T = TypeVar("_T", bound="AsyncSubscription | AsyncTransaction")
+
+#: Seconds a consumer may take message after message before ``get()`` lets the
+#: connection's tasks run.
+YIELD_EVERY: Final = 0.005
 
 
 class _Opening(Generic[_T]):
@@ -64,7 +71,9 @@ class AsyncMessage(MessageBase):
     async def ack(
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
     ) -> None:
-        """Acknowledge the message; a no-op for a message from before a reconnect."""
+        """Acknowledge the message; for one from before a reconnect, nothing is sent
+        and ``receipt=True`` raises :class:`~stompy.errors.AckLost` (see
+        :meth:`stompy.Message.ack`)."""
         await self._conn._answer("ACK", self, transaction, receipt)
 
     async def nack(
@@ -95,6 +104,15 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         and every message received before was handed out.
         """
         items = self._inbox.items
+        if items:
+            # A consumer that takes message after message without waiting would hold
+            # the event loop: no heart-beat would go out or come in. Let the
+            # connection's tasks run now and then (before taking: a cancel loses nothing).
+            io = self._io
+            now = anyio.current_time()
+            if now >= io.yield_at:
+                io.yield_at = now + YIELD_EVERY
+                await anyio.lowlevel.checkpoint()
         if not items:  # (a message already waiting is handed out even with timeout=0)
             if timeout is None:
                 await self._arrival()
@@ -128,7 +146,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
 
     def wake(self, *, ended: bool) -> bool:
         """Wake the waiting ``get()`` calls if a message came (or ``ended``)."""
-        if not (ended or self._inbox.items):
+        inbox = self._inbox
+        if not (ended or inbox.items or not inbox.active):
             return False
         event = self._wakeup
         self._wakeup = None
@@ -265,15 +284,20 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         if status is not Status.NEW:
             raise LocalProtocolError(f"connect() on a connection that is {status}")
         await self._io.connect()
+        if self._options.hooked:
+            io = self._io
+            io.hooks_done = anyio.Event()
+            io.spawn(functools.partial(_run_hooks, io))
 
-    async def close(self) -> None:
+    async def close(self) -> bool:
         """Disconnect gracefully and stop every task; safe to call more than once.
 
+        Returns whether the close was clean, as :meth:`stompy.Connection.close` says.
         Raises :class:`~stompy.errors.LocalProtocolError`, and changes nothing, when
         awaited by another task than the one that called ``connect()``.
         """
         self._io.check_closer()
-        await self._io.close()
+        return await self._io.close()
 
     # -- calls -------------------------------------------------------------------------
 
@@ -329,20 +353,32 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         return await self._io.run(call.request(destination, body, options))
 
     def subscribe(
-        self, destination: str, **options: Unpack[kw.SubscribeOptions]
+        self,
+        destination: str,
+        *,
+        on_message: Callable[[AsyncMessage], object] | None = None,
+        **options: Unpack[kw.SubscribeOptions],
     ) -> _Opening[AsyncSubscription]:
         """Subscribe to ``destination``.
 
         ``sub = await conn.subscribe(...)``, or ``async with conn.subscribe(...) as sub:``
-        to unsubscribe when the block ends.
+        to unsubscribe when the block ends. With ``on_message``, that function (or
+        coroutine function, awaited) is called for each message, one at a time, in a
+        task of the connection's task group, until the subscription ends; what it
+        raises is logged, and the next message comes.
         """
-        return _Opening(self._open(lambda call: call.subscribe(destination, options)))
+        return _Opening(self._open(lambda call: call.subscribe(destination, options), on_message))
 
     async def _open(
-        self, steps: Callable[[Call[AsyncMessage]], Steps[Inbox[AsyncMessage]]]
+        self,
+        steps: Callable[[Call[AsyncMessage]], Steps[Inbox[AsyncMessage]]],
+        on_message: Callable[[AsyncMessage], object] | None,
     ) -> AsyncSubscription:
         inbox = await self._io.run(steps(Call(self._session, anyio.current_time())))
-        return AsyncSubscription(self, inbox)
+        sub = AsyncSubscription(self, inbox)
+        if on_message is not None:
+            self._io.spawn(functools.partial(_dispatch, sub, on_message))
+        return sub
 
     def transaction(self) -> _Opening[AsyncTransaction]:
         """Begin a transaction: ``tx = await conn.transaction()``, or
@@ -367,6 +403,43 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         tx = transaction_id(transaction)
         call = Call(self._session, anyio.current_time())
         await self._io.run(call.acknowledge(command, message.event, message._epoch, tx, receipt))
+
+
+async def _outcome(call: Callable[[Any], object], argument: object, what: str) -> None:
+    """Call the user's function (awaiting a coroutine function's result); log what
+    it raises: it must not end the connection's task group."""
+    try:
+        result = call(argument)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("%s failed", what)
+
+
+async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], object]) -> None:
+    """``on_message``: the callback for each message of ``sub``, until it ends."""
+    try:
+        async for message in sub:
+            await _outcome(callback, message, f"on_message callback of {sub!r}")
+    except StompError as exc:
+        log.debug("%r ended: %s", sub, exc)
+
+
+async def _run_hooks(io: TaskIO[AsyncMessage]) -> None:
+    """The lifecycle hooks' task: the session's hook calls in order, until it is over."""
+    session = io.session
+    try:
+        while True:
+            await io.noticed.wait()
+            io.noticed = anyio.Event()
+            while session.notices:
+                notice = session.notices.popleft()
+                await _outcome(notice.hook, notice.argument, f"the {notice.what} hook")
+            if session.status is Status.CLOSED:
+                return
+    finally:
+        if io.hooks_done is not None:
+            io.hooks_done.set()
 
 
 async def send_async(

@@ -11,8 +11,10 @@ half a frame on the wire.
 
 While the session keeps a backlog (a subscription's inbox is full) the reader stops
 reading: TCP pushes back on the broker and memory stays flat. It reads again once a
-consumer has taken half an inbox. Meanwhile the timer counts the peer as alive (bytes
-are, by then, waiting for us), so a slow consumer is not mistaken for a dead broker.
+consumer has taken half an inbox. The timer looks into the socket before the engine
+judges the broker silent (:meth:`~stompy._session.Session.tick`): bytes waiting there
+are a sign of life, so neither a slow consumer nor user code that blocked the event
+loop for a while is mistaken for a dead broker.
 The tasks catch their own errors and hand them to the session, so no ExceptionGroup
 reaches the user.
 """
@@ -20,16 +22,19 @@ reaches the user.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Final, Generic, Protocol, TypeVar
+import functools
+import math
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from stompy._calls import Call, Running, Steps, Wait, Waiting
-from stompy._protocol import ClientProtocol
-from stompy._session import Attempts, Handshake, Session
+from stompy._session import Attempts, Handshake, Session, failure_reason
 from stompy._state import Status
+from stompy._sync_io import bytes_waiting
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, StompError
 
@@ -69,15 +74,22 @@ class TaskIO(Generic[M]):
         #: Subscriptions with a ``get()`` waiting.
         self.getting: set[Getter] = set()
         self._room: anyio.Event | None = None  # the paused reader waits on it
+        self._rearm = anyio.Event()  # the timer's deadline may have come nearer
+        self.yield_at = 0.0  # when a get() with a message at hand next lets tasks run
         self._write_lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._host_task: int | None = None  # the task that entered _task_group
         self._epoch_scope: anyio.CancelScope | None = None
+        #: Set when the session has hook calls to make (:attr:`Session.notices`).
+        self.noticed = anyio.Event()
+        #: Set by the hooks task once it made the last call (``None``: no such task).
+        self.hooks_done: anyio.Event | None = None
 
     # -- waking waits ----------------------------------------------------------------------
 
     def status_changed(self) -> None:
         """The session's status changed: wake every wait, each checks its own cause."""
+        self.noticed.set()
         self._changed.set()
         self._changed = anyio.Event()
         self._drained.set()
@@ -163,6 +175,12 @@ class TaskIO(Generic[M]):
         self._host_task = anyio.get_current_task().id
         task_group.start_soon(self._supervise)
 
+    def spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``task()`` in the connection's task group (cancelled at close)."""
+        if self._task_group is None:
+            raise LocalProtocolError("the connection is not connected")
+        self._task_group.start_soon(task)
+
     def check_closer(self) -> None:
         """Only the task that called ``connect()`` may close: closing the task group from
         another would corrupt the cancel scopes of the task that opened it."""
@@ -172,8 +190,9 @@ class TaskIO(Generic[M]):
                 "use `async with AsyncConnection(...)` or close it from that task"
             )
 
-    async def close(self) -> None:
-        """Say goodbye (shielded, bounded by ``receipt_timeout``) and stop every task."""
+    async def close(self) -> bool:
+        """Say goodbye (shielded, bounded by ``receipt_timeout``) and stop every task;
+        whether the broker confirmed the goodbye."""
         session = self.session
         running = Running(Call(session, anyio.current_time()).goodbye())
         with (
@@ -198,6 +217,9 @@ class TaskIO(Generic[M]):
         running.close()
         session.closed()
         self.status_changed()
+        if self.hooks_done is not None:  # on_disconnected, and what came before it
+            with anyio.move_on_after(session.options.receipt_timeout, shield=True):
+                await self.hooks_done.wait()
         if self._epoch_scope is not None:
             self._epoch_scope.cancel()
         self._out_ready.set()
@@ -210,6 +232,7 @@ class TaskIO(Generic[M]):
             # Exited at this level, not inside another scope: anyio (and trio) need
             # a task group's scope to be left exactly where it was entered.
             await task_group.__aexit__(None, None, None)
+        return session.goodbye_confirmed is True
 
     async def _close_stream(self) -> None:
         stream = self.stream
@@ -287,7 +310,7 @@ class TaskIO(Generic[M]):
             ) from None
         except NETWORK_ERRORS as exc:
             await self._abandon(stream)
-            raise ConnectFailed(f"cannot connect to {endpoint}: {exc}") from exc
+            raise ConnectFailed(f"cannot connect to {endpoint}: {failure_reason(exc)}") from exc
         except BaseException:
             await self._abandon(stream)
             raise
@@ -322,14 +345,12 @@ class TaskIO(Generic[M]):
 
     async def _run_epoch(self) -> StompError | None:
         stream = self.stream
-        proto = self.session.proto
         assert stream is not None
-        assert proto is not None
         async with anyio.create_task_group() as tg:
             self._epoch_scope = tg.cancel_scope
             tg.start_soon(self._reader, stream, tg.cancel_scope)
             tg.start_soon(self._writer, stream, tg.cancel_scope)
-            tg.start_soon(self._timer, proto, tg.cancel_scope)
+            tg.start_soon(self._timer, stream, tg.cancel_scope)
         self._epoch_scope = None
         self._room = None
         return self.session.ending
@@ -343,6 +364,8 @@ class TaskIO(Generic[M]):
         """After a pump: start the writer, wake whom the routed events concern (of the
         requests, only those whose reply came)."""
         self.kick()
+        if self.session.notices:
+            self.noticed.set()
         if woke:
             if self.getting:
                 self._wake_getters()
@@ -371,8 +394,9 @@ class TaskIO(Generic[M]):
                     while session.paused:
                         # An inbox is full: read no more until a consumer made room.
                         room = self._room = anyio.Event()
+                        self._rearm.set()  # the engine has a stall to watch
                         await room.wait()
-                        self._pumped(session.drain_backlog())
+                        self._pumped(session.drain_backlog(anyio.current_time()))
                     self._room = None
                     if ended is not None:
                         # Frames that came before the close were handled; the writer
@@ -387,8 +411,11 @@ class TaskIO(Generic[M]):
                     self._end_epoch(scope, failure)
                     return
         except NETWORK_ERRORS as exc:
-            failure = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
-            self._end_epoch(scope, failure)
+            self._end_epoch(scope, self._failed(exc))
+
+    def _failed(self, exc: BaseException) -> ConnectionLost:
+        reason = failure_reason(exc)
+        return ConnectionLost(f"connection to {self.session.endpoint} failed: {reason}")
 
     async def _writer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         session = self.session
@@ -409,29 +436,34 @@ class TaskIO(Generic[M]):
                             data = bytes(out)
                             out.clear()
                             if data:
+                                session.wrote(anyio.current_time())
                                 await stream.send(data)
                     self._drained.set()
                     self._drained = anyio.Event()
                 if session.status is Status.CLOSED:
                     return
         except TimeoutError:
-            self._end_epoch(scope, ConnectionLost("the broker stopped reading"))
+            self._end_epoch(scope, session.stopped_reading())
         except NETWORK_ERRORS as exc:
-            failure = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
-            self._end_epoch(scope, failure)
+            self._end_epoch(scope, self._failed(exc))
 
-    async def _timer(self, proto: ClientProtocol, scope: anyio.CancelScope) -> None:
+    async def _timer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         session = self.session
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        waiting = functools.partial(bytes_waiting, raw)
         while True:
-            deadline = proto.next_deadline()
-            if deadline is None:
-                return
-            await anyio.sleep(max(0.0, deadline - anyio.current_time()))
+            deadline = session.next_deadline(anyio.current_time())
+            rearm = self._rearm = anyio.Event()
+            with anyio.CancelScope(deadline=math.inf if deadline is None else deadline):
+                await rearm.wait()
             now = anyio.current_time()
-            if session.paused:
-                proto.note_alive(now)  # bytes wait for us: the peer is there
-            proto.handle_timer(now)
-            pumped = session.pump(now)
+            if deadline is None or now < deadline:
+                continue  # re-armed: the deadline may be nearer now
+            # The reader goes first: after the event loop was held up (by a consumer, say),
+            # the bytes it was woken for may already be out of the socket, in the stream.
+            await anyio.lowlevel.checkpoint()
+            now = anyio.current_time()
+            pumped = session.tick(now, waiting)
             self._pumped(pumped.woke, pumped.replied)
             self.make_room()  # the pump may have moved the backlog the reader waits on
             if pumped.failure is not None:

@@ -97,6 +97,7 @@ class SubscriptionBase(Generic[M]):
         self.ack = inbox.ack
         self.headers = dict(inbox.headers)
         self.max_pending = inbox.max_pending
+        self.overflow = inbox.overflow
         self._session = session
         self._inbox = inbox
 
@@ -114,8 +115,12 @@ class SubscriptionBase(Generic[M]):
 
     def _ended(self) -> bool:
         """With the inbox empty: ``True`` when the subscription is over (take returns
-        nothing); raises the connection's failure; ``False`` while more may come."""
-        if not self._inbox.active:
+        nothing); raises the subscription's failure (:class:`SubscriptionOverflow`) or
+        the connection's; ``False`` while more may come."""
+        inbox = self._inbox
+        if inbox.failure is not None:
+            raise inbox.failure
+        if not inbox.active:
             return True
         failure = self._session.failure
         if failure is not None:

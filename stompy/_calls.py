@@ -28,6 +28,7 @@ from stompy._protocol import ClientProtocol
 from stompy._session import MAX_OUTGOING, Inbox, Session, log, reply_address
 from stompy._state import ReceiptState, Status
 from stompy.errors import (
+    AckLost,
     ConfigurationError,
     ConnectionLost,
     ReceiptTimeout,
@@ -37,10 +38,14 @@ from stompy.errors import (
     TransactionLost,
 )
 
-__all__ = ("REQUEST_TIMEOUT", "Call", "Running", "Steps", "Wait", "Waiting")
+__all__ = ("REQUEST_TIMEOUT", "RESENT_HEADER", "Call", "Running", "Steps", "Wait", "Waiting")
 
 #: Seconds ``request()`` waits for its reply unless told otherwise.
 REQUEST_TIMEOUT: Final = 30.0
+#: The header that marks a SEND repeated after a reconnect (its value: the repeat's
+#: number, from 1). The first attempt may have reached the broker: a consumer that
+#: must not handle a message twice checks its own id on the messages marked so.
+RESENT_HEADER: Final = "stompy-resent"
 
 M = TypeVar("M")
 T = TypeVar("T")
@@ -157,7 +162,13 @@ class Call(Generic[M]):
 
     def flush(self, until: float | None = None) -> Steps[None]:
         """Move the core's frames to the outgoing buffer; when it is over
-        :data:`MAX_OUTGOING`, wait for room until ``until`` (default: ``receipt_timeout``)."""
+        :data:`MAX_OUTGOING`, wait for room until ``until`` (default: ``receipt_timeout``).
+
+        Raises :class:`ConnectionLost` when the connection ends first (what was queued
+        may not have gone out); at ``until``, the broker's verdict
+        (:meth:`Session.stopped_reading`, which ends the connection) if it took nothing
+        for ``receipt_timeout``, else :class:`StompTimeout` (it reads, too slowly).
+        """
         session = self.session
         session.flush(self.now)
         if len(session.outgoing) <= MAX_OUTGOING:
@@ -165,11 +176,20 @@ class Call(Generic[M]):
         session.expect_pending()  # receipts may arrive meanwhile: keep them
         epoch = session.epoch
         deadline = self.now + session.options.receipt_timeout if until is None else until
-        while len(session.outgoing) > MAX_OUTGOING and session.epoch == epoch:
+        while len(session.outgoing) > MAX_OUTGOING:
             if session.failure is not None:
                 raise session.failure
+            if session.epoch != epoch or session.ending is not None:
+                cause = session.ending
+                why = f": {cause}" if cause is not None else ""
+                raise ConnectionLost(f"the connection was lost before the frames went out{why}")
             if self.now >= deadline:
-                raise StompTimeout("the broker is not reading: the outgoing buffer stays full")
+                stuck = session.write_deadline(self.now)
+                if stuck is not None and self.now >= stuck:
+                    lost = session.stopped_reading()
+                    session.saw_end(lost)  # the transport ends the connection with it
+                    raise lost
+                raise StompTimeout("the broker reads too slowly: the outgoing buffer stays full")
             yield from self._wait(Waiting.ROOM, deadline)
 
     def receipt(
@@ -225,21 +245,27 @@ class Call(Generic[M]):
 
         With a reconnect policy, a send with a receipt whose connection is lost first
         is sent again on the next connection, until ``send_timeout`` has passed since
-        the call began (never inside a transaction, which is lost). Each attempt gets
-        ``receipt_timeout`` for buffer room and receipt together, so the call ends
-        within ``send_timeout + receipt_timeout``.
+        the call began (never inside a transaction, which is lost). The first attempt
+        may have reached the broker, so the repeat carries :data:`RESENT_HEADER` (the
+        repeat's number): consumers can tell which messages may be duplicates. Each
+        attempt gets ``receipt_timeout`` for buffer room and receipt together, so the
+        call ends within ``send_timeout + receipt_timeout``.
         """
         session = self.session
         policy = session.options.reconnect
         give_up = self.now + (policy.send_timeout if policy is not None else 0.0)
+        repeat = 0
         while True:
             proto = yield from self.ready(give_up)
             epoch = session.epoch
             until = self.now + session.options.receipt_timeout
+            sent = headers
+            if repeat:
+                sent = {**(headers or {}), RESENT_HEADER: str(repeat)}
             rid = proto.send(
                 destination,
                 body,
-                headers=headers,
+                headers=sent,
                 content_type=content_type,
                 transaction=transaction,
                 receipt=receipt,
@@ -261,6 +287,7 @@ class Call(Generic[M]):
                     or session.status in _CLOSING
                 ):
                     raise
+                repeat += 1
                 log.info("sending again to %s after the connection was lost", destination)
 
     def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
@@ -356,6 +383,7 @@ class Call(Generic[M]):
             options.get("headers"),
             options.get("max_pending"),
             options.get("receipt", False),
+            options.get("overflow"),
         )
         yield from self.flush()
         if made.receipt is not None:
@@ -406,10 +434,17 @@ class Call(Generic[M]):
         """ACK or NACK a message received in ``epoch``.
 
         One from an earlier connection cannot be answered any more: the broker has put
-        it back and will deliver it again, so this does nothing.
+        it back and will deliver it again. Nothing is sent; with ``receipt``, which asks
+        for a confirmation that cannot be true, this raises :class:`AckLost` (a
+        :class:`ConnectionLost`), else it does nothing.
         """
         session = self.session
         if session.is_stale(epoch):
+            if receipt:
+                raise AckLost(
+                    f"cannot {command} message {event.message_id!r}: it was received on an "
+                    "earlier connection, and the broker delivers it again"
+                )
             log.debug("not answering %s from an earlier connection: it is redelivered", event)
             return
         yield from self.ready()
@@ -419,10 +454,17 @@ class Call(Generic[M]):
         if rid is not None:
             yield from self.receipt(rid, epoch)
 
-    def goodbye(self) -> Steps[None]:
+    def goodbye(self) -> Steps[bool]:
         """The graceful end: DISCONNECT if connected, and its receipt (bounded; an error
-        on the way only ends it sooner). The session is closed afterwards."""
+        on the way only ends it sooner). The session is closed afterwards.
+
+        Returns whether the broker confirmed it (:attr:`Session.goodbye_confirmed`):
+        ``False`` when the receipt did not come in time, the connection was lost or
+        failed first, or there was none; a second goodbye says what the first did.
+        """
         session = self.session
+        if session.status is Status.CLOSED and session.goodbye_confirmed is not None:
+            return session.goodbye_confirmed
         try:
             if session.status in (Status.CONNECTED, Status.RECONNECTING) and (
                 session.failure is None
@@ -432,7 +474,11 @@ class Call(Generic[M]):
                 session.flush(self.now)
                 if rid is not None:
                     yield from self.receipt(rid, epoch, allow_closing=True)
+                    session.goodbye_confirmed = True
         except StompError as exc:
-            log.debug("the goodbye ended early: %s", exc)
+            log.info("the broker did not confirm the DISCONNECT: %s", exc)
         finally:
+            if session.goodbye_confirmed is None:
+                session.goodbye_confirmed = False
             session.closed()
+        return session.goodbye_confirmed

@@ -9,12 +9,14 @@ every name and type.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypedDict, TypeVar, cast
 
 from stompy._codec import FrameLimits
-from stompy._events import AckMode
-from stompy._options import Reconnect, SslArg
+from stompy._events import AckMode, MessageReceived
+from stompy._options import Overflow, Reconnect, SslArg
+from stompy._urls import Endpoint
+from stompy.errors import ServerError, StompError
 
 __all__ = (
     "BatchOptions",
@@ -33,7 +35,12 @@ class ConnectionOptions(TypedDict, total=False):
 
     Defaults and meanings are :class:`ClientOptions`'; both constructors take them as
     ``**options: Unpack[ConnectionOptions]``, so type checkers and IDEs still know
-    every name and type.
+    every name and type. ``max_pending`` bounds each subscription's buffer (and is the
+    prefetch asked for with client acks); ``overflow`` says what a full one does
+    (``"pause"`` the connection, or ``"fail"`` that subscription). The ``on_*``
+    lifecycle hooks are called in order outside the connection's own work: a thread of
+    their own (``Connection``), a task of its task group (``AsyncConnection``, which
+    awaits coroutine functions); see the "Lifecycle hooks" section of ``docs/api.md``.
     """
 
     login: str | None
@@ -49,8 +56,14 @@ class ConnectionOptions(TypedDict, total=False):
     headers: Mapping[str, str] | None
     limits: FrameLimits
     max_pending: int
+    overflow: Overflow
     strict: bool
     ws_headers: Mapping[str, str] | None
+    on_connected: Callable[[Endpoint], object] | None
+    on_reconnected: Callable[[Endpoint], object] | None
+    on_disconnected: Callable[[StompError | None], object] | None
+    on_error: Callable[[ServerError], object] | None
+    on_unrouted: Callable[[MessageReceived], object] | None
 
 
 #: A flavour's transaction class (``Transaction`` or ``AsyncTransaction``).
@@ -85,13 +98,14 @@ class BatchOptions(TypedDict, Generic[TX], total=False):
 
 class SubscribeOptions(TypedDict, total=False):
     """The keywords of ``subscribe()``: ``ack`` mode (``auto`` by default), ``id`` (made
-    up if not given), extra SUBSCRIBE ``headers``, ``max_pending`` (the connection's
-    if not given) and ``receipt`` (return once the broker confirmed)."""
+    up if not given), extra SUBSCRIBE ``headers``, ``max_pending`` and ``overflow`` (the
+    connection's if not given) and ``receipt`` (return once the broker confirmed)."""
 
     ack: AckMode
     id: str | None
     headers: Mapping[str, str] | None
     max_pending: int | None
+    overflow: Overflow | None
     receipt: bool
 
 

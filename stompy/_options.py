@@ -13,14 +13,15 @@ import re
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
-from stompy._events import ConnectionClosed, Error, Event, HeartbeatTimedOut
+from stompy._events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
 from stompy._frames import VERSIONS
 from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
 from stompy.errors import (
+    ConfigurationError,
     ConnectFailed,
     ConnectionLost,
     HeartbeatTimeout,
@@ -36,7 +37,9 @@ __all__ = (
     "split_for_sending",
     "ClientOptions",
     "Outgoing",
+    "Overflow",
     "Reconnect",
+    "check_overflow",
     "error_for_event",
     "log",
     "log_sent",
@@ -171,6 +174,18 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
 
 SslArg = bool | _ssl.SSLContext | None
 
+#: What a subscription does when its consumer falls ``max_pending`` messages behind:
+#: ``"pause"`` stops reading the connection until the consumer catches up (nothing is
+#: lost; every other subscription, receipt and ERROR waits too), ``"fail"`` ends that
+#: subscription with :class:`~stompy.errors.SubscriptionOverflow` and reading goes on.
+Overflow = Literal["pause", "fail"]
+
+
+def check_overflow(overflow: str) -> None:
+    """Raise :class:`ConfigurationError` unless ``overflow`` is an :data:`Overflow`."""
+    if overflow not in get_args(Overflow):
+        raise ConfigurationError(f"overflow must be 'pause' or 'fail', got {overflow!r}")
+
 
 class ClientOptions:
     """The normalised arguments of ``Connection`` / ``AsyncConnection``."""
@@ -192,8 +207,14 @@ class ClientOptions:
         headers: Mapping[str, str] | None = None,
         limits: FrameLimits = DEFAULT_LIMITS,
         max_pending: int = 1000,
+        overflow: Overflow = "pause",
         strict: bool = True,
         ws_headers: Mapping[str, str] | None = None,
+        on_connected: Callable[[Endpoint], object] | None = None,
+        on_reconnected: Callable[[Endpoint], object] | None = None,
+        on_disconnected: Callable[[StompError | None], object] | None = None,
+        on_error: Callable[[ServerError], object] | None = None,
+        on_unrouted: Callable[[MessageReceived], object] | None = None,
     ) -> None:
         self.endpoints = parse_urls(urls)
         if max_pending < 1:
@@ -213,13 +234,35 @@ class ClientOptions:
         self.headers = dict(headers or {})
         self.limits = limits
         self.max_pending = max_pending
+        check_overflow(overflow)
+        self.overflow: Overflow = overflow
         self.strict = strict
+        #: The lifecycle hooks (see :class:`~stompy._session.Notice`).
+        self.on_connected = on_connected
+        self.on_reconnected = on_reconnected
+        self.on_disconnected = on_disconnected
+        self.on_error = on_error
+        self.on_unrouted = on_unrouted
         #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``).
         self.ws_headers = dict(ws_headers or {})
         for name, value in self.ws_headers.items():
             _check_http_header(name, value)
         # Versions, heart-beats and the CONNECT headers checked now, not at connect time.
         self.start(self.endpoints[0])
+
+    @property
+    def hooked(self) -> bool:
+        """Whether any lifecycle hook is set (a transport then runs them)."""
+        return any(
+            hook is not None
+            for hook in (
+                self.on_connected,
+                self.on_reconnected,
+                self.on_disconnected,
+                self.on_error,
+                self.on_unrouted,
+            )
+        )
 
     def __repr__(self) -> str:
         urls = ", ".join(str(e) for e in self.endpoints)

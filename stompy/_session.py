@@ -16,6 +16,25 @@ the in-process broker make it implicitly; on ActiveMQ the session subscribes its
 :meth:`Session.pump` hands each to the request whose ``correlation-id`` it carries.
 Any other MESSAGE that no inbox takes is logged as a WARNING, never dropped silently.
 
+Flow control: a subscription keeps at most ``max_pending`` received messages. In the
+client ack modes the session asks the broker to hold back more than that
+(:func:`subscribe_headers`: a prefetch of ``max_pending``), so one slow consumer never
+stops the connection. Where only the socket can pace (``auto``, or a broker that
+ignores the prefetch), the inbox's ``overflow`` decides: ``"pause"`` keeps what does
+not fit in the :attr:`Session.backlog` and the transport stops reading until the
+consumer catches up (a WARNING names the subscription after :data:`STALL_WARNING`
+seconds); ``"fail"`` ends that subscription with :class:`SubscriptionOverflow`.
+
+Heart-beats: the transport calls :meth:`Session.tick` at :meth:`Session.next_deadline`,
+with a probe that says whether bytes wait unread in its socket. Bytes that wait are a
+sign of life, however long the client took to read them: a client that stopped
+reading (backpressure, a blocked event loop) never takes the broker for dead.
+
+Lifecycle hooks: what the application asked to hear of (a connection made, lost, made
+again; an ERROR frame; a MESSAGE for no known subscription) the session queues as
+:class:`Notice` s in :attr:`Session.notices`, in order; the transport runs them outside
+its own work (a thread of their own, a task), so a slow hook never stalls the connection.
+
 Each established connection is an *epoch*. What belongs to an epoch (unanswered
 receipts, open transactions, unacked messages) is void in the next: an ACK for a
 message from an earlier epoch is a no-op, since the broker has put it back.
@@ -27,11 +46,17 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
 from stompy._frames import Frame
-from stompy._options import ClientOptions, error_for_event, take_output
+from stompy._options import (
+    ClientOptions,
+    Overflow,
+    check_overflow,
+    error_for_event,
+    take_output,
+)
 from stompy._protocol import ClientProtocol, State
 from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint
@@ -45,6 +70,7 @@ from stompy.errors import (
     RemoteProtocolError,
     ServerError,
     StompError,
+    SubscriptionOverflow,
 )
 
 if TYPE_CHECKING:
@@ -52,21 +78,42 @@ if TYPE_CHECKING:
 
 __all__ = (
     "MAX_OUTGOING",
+    "MAX_PREFETCH",
+    "PREFETCH_HEADERS",
     "REPLY_QUEUE",
+    "STALL_WARNING",
     "Attempts",
     "Handshake",
     "Inbox",
+    "Notice",
     "Pumped",
     "Request",
     "Session",
     "Subscribed",
+    "failure_reason",
     "reply_address",
+    "subscribe_headers",
 )
 
 log: Final = logging.getLogger("stompy")
 
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
+
+#: Seconds a subscription may hold the connection still (its inbox full, the transport
+#: not reading) before a WARNING names it.
+STALL_WARNING: Final = 5.0
+
+#: The SUBSCRIBE headers by which brokers hold back unacknowledged messages per
+#: subscription: RabbitMQ's (also read by the in-process broker), then ActiveMQ's.
+#: Each broker ignores the other's.
+PREFETCH_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
+#: The largest prefetch asked for: RabbitMQ takes no more (a 16-bit count).
+MAX_PREFETCH: Final = 65535
+
+#: How many ended subscription ids are remembered, so that messages still in flight
+#: for them are expected (DEBUG), not a surprise (WARNING).
+_ENDED_IDS: Final = 256
 
 #: The temporary queue a session's requests name in ``reply-to``. RabbitMQ (and the
 #: in-process broker) rewrite it into a queue private to the connection and deliver
@@ -84,11 +131,50 @@ _REQUEST_HEADERS: Final = ("reply-to", "correlation-id")
 M = TypeVar("M")
 
 
+def failure_reason(exc: BaseException) -> str:
+    """What went wrong, in words: the exception's message, else its cause's (trio's
+    ``BrokenResourceError`` says nothing itself), else its type's name."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk down the chain
+        if seen is None:
+            break
+        text = str(seen)
+        if text:
+            return text
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
+
+
+class Notice:
+    """One call of a lifecycle hook, queued by the session for the transport to make:
+    ``hook(argument)``. ``what`` names the hook (``"on_connected"``...)."""
+
+    __slots__ = ("argument", "hook", "what")
+
+    def __init__(self, what: str, hook: Callable[[Any], object], argument: object) -> None:
+        self.what = what
+        self.hook = hook
+        self.argument = argument
+
+    def __repr__(self) -> str:
+        return f"<Notice {self.what}({self.argument!r})>"
+
+
 class Inbox(Generic[M]):
     """One subscription as the session keeps it: what to replay, and the messages
     received for it that the consumer has not taken yet (at most ``max_pending``)."""
 
-    __slots__ = ("ack", "active", "destination", "headers", "id", "items", "max_pending")
+    __slots__ = (
+        "ack",
+        "active",
+        "destination",
+        "failure",
+        "headers",
+        "id",
+        "items",
+        "max_pending",
+        "overflow",
+    )
 
     def __init__(
         self,
@@ -97,14 +183,36 @@ class Inbox(Generic[M]):
         ack: AckMode,
         headers: Mapping[str, str],
         max_pending: int,
+        overflow: Overflow = "pause",
     ) -> None:
         self.id = id
         self.destination = destination
         self.ack: AckMode = ack
+        #: The headers the user gave (the SUBSCRIBE frame's: :func:`subscribe_headers`).
         self.headers = dict(headers)
         self.max_pending = max_pending
+        self.overflow: Overflow = overflow
         self.items: deque[M] = deque()
         self.active = True
+        #: Why the session ended the subscription (``overflow="fail"``), or ``None``.
+        self.failure: StompError | None = None
+
+
+def subscribe_headers(ack: AckMode, headers: Mapping[str, str], max_pending: int) -> dict[str, str]:
+    """The headers of a SUBSCRIBE: ``headers``, and in the client ack modes a prefetch
+    of ``max_pending`` (at most :data:`MAX_PREFETCH`) in each of
+    :data:`PREFETCH_HEADERS` that ``headers`` does not set.
+
+    The broker then sends no more unacknowledged messages than the inbox holds, so a
+    consumer that falls behind is paced by the broker, not by the socket. With
+    ``auto`` the broker forgets a message as it sends it, and no broker paces that.
+    """
+    merged = dict(headers)
+    if ack != "auto":
+        prefetch = str(min(max_pending, MAX_PREFETCH))
+        for name in PREFETCH_HEADERS:
+            merged.setdefault(name, prefetch)
+    return merged
 
 
 class Handshake:
@@ -294,7 +402,9 @@ class Session(Generic[M]):
         #: How the current connection ended, seen by the transport before its verdict
         #: (reconnect or fail); see :meth:`saw_end`.
         self.ending: StompError | None = None
-        self._wrap = wrap
+        #: Makes the transport's message object of a received MESSAGE (a transport may
+        #: set it after making its own parts: see ``Connection``).
+        self.wrap = wrap
         self._uniform = uniform
         self._expected: set[str] = set()  # receipt ids somebody waits for
         self._arrived: set[str] = set()  # ... of which these came
@@ -303,6 +413,23 @@ class Session(Generic[M]):
         self._next_request = 0
         self._replied: list[str] = []  # correlation ids answered during this pump
         self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
+        #: Ids of subscriptions ended lately (oldest first): their MESSAGEs still in
+        #: flight are expected.
+        self._ended_ids: dict[str, None] = {}
+        self._now = 0.0  # the time as the transport last said (for the backlog's clock)
+        #: Since when the backlog holds the connection still (``None``: it does not),
+        #: and whether the WARNING about it was logged.
+        self.paused_since: float | None = None
+        self._stall_warned = False
+        #: Since when bytes wait to be written with no progress (``None``: none wait).
+        self._write_since: float | None = None
+        #: Hook calls for the transport to make, in order (see :class:`Notice`).
+        self.notices: deque[Notice] = deque()
+        self._installed = 0  # connections established so far
+        self._end_told = False  # on_disconnected was queued for the current connection
+        #: Whether the broker confirmed the goodbye (its DISCONNECT receipt came); set
+        #: when the session is closed (see :meth:`Call.goodbye`).
+        self.goodbye_confirmed: bool | None = None
 
     def __repr__(self) -> str:
         return f"<Session {self.endpoint} {self.status} epoch={self.epoch}>"
@@ -328,14 +455,33 @@ class Session(Generic[M]):
         self.endpoint = handshake.endpoint
         self.connected = handshake.connected
         self.outgoing = bytearray()
+        self._write_since = None
         self.backlog.clear()
         self.epoch += 1
         self.status = Status.CONNECTED
         self.serving = True
         self.ending = None
+        self._now = now
+        self._watch_backlog()
         for inbox in self.inboxes.values():
-            proto.subscribe(inbox.destination, ack=inbox.ack, id=inbox.id, headers=inbox.headers)
+            headers = subscribe_headers(inbox.ack, inbox.headers, inbox.max_pending)
+            proto.subscribe(inbox.destination, ack=inbox.ack, id=inbox.id, headers=headers)
         self.flush(now)
+        self._installed += 1
+        self._end_told = False
+        self.notify("on_connected" if self._installed == 1 else "on_reconnected", self.endpoint)
+
+    def notify(self, what: str, argument: object) -> None:
+        """Queue a call of the hook ``what`` (an option's name) if the user set it."""
+        hook = getattr(self.options, what)
+        if hook is not None:
+            self.notices.append(Notice(what, hook, argument))
+
+    def _told_end(self, error: StompError | None) -> None:
+        """Queue ``on_disconnected(error)`` once per connection."""
+        if self._installed and not self._end_told:
+            self._end_told = True
+            self.notify("on_disconnected", error)
 
     # -- intents ---------------------------------------------------------------------------
 
@@ -382,6 +528,8 @@ class Session(Generic[M]):
             return False
         data = take_output(proto, self.ws, now, self.endpoint)
         if data:
+            if not self.outgoing and now is not None:
+                self._write_since = now  # the write deadline counts from here
             self.outgoing += data
             return True
         return False
@@ -394,16 +542,34 @@ class Session(Generic[M]):
         headers: Mapping[str, str] | None,
         max_pending: int | None,
         receipt: bool,
+        overflow: Overflow | None = None,
     ) -> Subscribed[M]:
-        """SUBSCRIBE on the current connection; the inbox and the receipt id to wait for."""
+        """SUBSCRIBE on the current connection; the inbox and the receipt id to wait for.
+
+        ``max_pending`` and ``overflow`` default to the connection's; in the client ack
+        modes the SUBSCRIBE asks for a prefetch of ``max_pending``
+        (:func:`subscribe_headers`).
+        """
+        options = self.options
+        pending = max_pending if max_pending is not None else options.max_pending
+        if pending < 1:
+            raise ConfigurationError(f"max_pending must be at least 1, got {pending}")
+        if overflow is not None:
+            check_overflow(overflow)
         proto = self.ready()
         rid = proto.new_receipt_id() if receipt else None
         sub_id = proto.subscribe(
-            destination, ack=ack, id=id, headers=headers, receipt=rid if rid else False
+            destination,
+            ack=ack,
+            id=id,
+            headers=subscribe_headers(ack, headers or {}, pending),
+            receipt=rid if rid else False,
         )
-        pending = max_pending if max_pending is not None else self.options.max_pending
-        inbox: Inbox[M] = Inbox(sub_id, destination, ack, headers or {}, pending)
+        inbox: Inbox[M] = Inbox(
+            sub_id, destination, ack, headers or {}, pending, overflow or options.overflow
+        )
         self.inboxes[sub_id] = inbox
+        self._ended_ids.pop(sub_id, None)
         if rid is not None:
             self.expect(rid)
         return Subscribed(inbox, rid)
@@ -414,7 +580,8 @@ class Session(Generic[M]):
         Messages already received stay in the inbox for the consumer.
         """
         inbox.active = False
-        self.inboxes.pop(inbox.id, None)
+        if self.inboxes.pop(inbox.id, None) is not None:
+            self._remember_ended(inbox.id)
         proto = self.proto
         if (
             self.status is Status.CONNECTED
@@ -579,6 +746,8 @@ class Session(Generic[M]):
         RECEIPT to its waiter, an ERROR or an end as the connection's failure."""
         proto = self.proto
         assert proto is not None
+        if now is not None:
+            self._now = now
         failure: StompError | None = None
         woke = self.drain_backlog()
         deliver = self._deliver
@@ -599,10 +768,13 @@ class Session(Generic[M]):
                 else:
                     failure = error_for_event(event)
                     if failure is not None:
+                        if isinstance(failure, ServerError):
+                            self.notify("on_error", failure)
                         break
                 event = proto.next_event()
         except ProtocolError as exc:
             failure = exc
+        self._watch_backlog()
         self.flush(now)
         replied = self._replied
         if replied:
@@ -618,9 +790,24 @@ class Session(Generic[M]):
             self.backlog.append(event)  # keep the order behind what already waits
             return
         if len(inbox.items) >= inbox.max_pending:
-            self.backlog.append(event)
+            if inbox.overflow == "fail":
+                self._overflow(inbox, event)
+            else:
+                self.backlog.append(event)
             return
-        inbox.items.append(self._wrap(event, self.epoch))
+        inbox.items.append(self.wrap(event, self.epoch))
+
+    def _overflow(self, inbox: Inbox[M], event: MessageReceived) -> None:
+        """``event`` does not fit in ``inbox``, whose ``overflow`` is ``"fail"``: end the
+        subscription (UNSUBSCRIBE) rather than stop reading; ``event`` is dropped."""
+        inbox.failure = SubscriptionOverflow(
+            f"subscription {inbox.id!r} to {inbox.destination!r} was ended: its consumer "
+            f"fell {inbox.max_pending} messages behind (overflow='fail'); messages after "
+            "those were not kept"
+        )
+        log.warning("%s", inbox.failure)
+        self.unsubscribe(inbox, receipt=False)
+        self._unrouted(event)
 
     def _unrouted(self, event: MessageReceived) -> None:
         """A MESSAGE that no inbox takes: a request's reply, or else logged and dropped."""
@@ -628,7 +815,7 @@ class Session(Generic[M]):
             correlation_id = event.frame.get("correlation-id")
             request = self.requests.get(correlation_id) if correlation_id is not None else None
             if request is not None and request.reply is None:
-                request.reply = self._wrap(event, self.epoch)
+                request.reply = self.wrap(event, self.epoch)
                 self._replied.append(request.correlation_id)
             else:
                 log.debug(
@@ -638,6 +825,18 @@ class Session(Generic[M]):
                     event.destination,
                 )
             return
+        if event.subscription in self._ended_ids:
+            # Sent before the broker had our UNSUBSCRIBE: expected, not worth a WARNING.
+            log.debug(
+                "dropping a MESSAGE (message-id %r) for subscription %r, which ended",
+                event.message_id,
+                event.subscription,
+            )
+            return
+        if self.options.on_unrouted is not None:
+            log.debug("handing %s to on_unrouted: no subscription takes it", event)
+            self.notify("on_unrouted", event)
+            return
         log.warning(
             "dropping a MESSAGE (message-id %r, destination %r) for subscription %r, "
             "which this client has no open subscription for",
@@ -645,6 +844,13 @@ class Session(Generic[M]):
             event.destination,
             event.subscription,
         )
+
+    def _remember_ended(self, sub_id: str) -> None:
+        """Remember that subscription ``sub_id`` ended (a bounded number of them)."""
+        ended = self._ended_ids
+        ended[sub_id] = None
+        if len(ended) > _ENDED_IDS:
+            del ended[next(iter(ended))]
 
     @property
     def paused(self) -> bool:
@@ -659,22 +865,126 @@ class Session(Generic[M]):
         """
         return bool(self.backlog) and len(inbox.items) <= inbox.max_pending // 2
 
-    def drain_backlog(self) -> bool:
+    def drain_backlog(self, now: float | None = None) -> bool:
         """Move what now fits from the backlog to the inboxes; whether any moved."""
+        if now is not None:
+            self._now = now
         backlog = self.backlog
+        if not backlog:
+            return False
         moved = False
         while backlog:
             event = backlog[0]
             inbox = self.inboxes.get(event.subscription)
-            if inbox is not None:
-                if len(inbox.items) >= inbox.max_pending:
-                    break
-                inbox.items.append(self._wrap(event, self.epoch))
-                moved = True
-            else:  # unsubscribed since it arrived
+            if inbox is None:  # unsubscribed since it arrived
                 self._unrouted(event)
+            elif len(inbox.items) < inbox.max_pending:
+                inbox.items.append(self.wrap(event, self.epoch))
+                moved = True
+            elif inbox.overflow == "fail":
+                self._overflow(inbox, event)
+                moved = True  # its consumer must hear of it
+            else:
+                break
             backlog.popleft()
+        if not backlog:
+            self._watch_backlog()
         return moved
+
+    def _watch_backlog(self) -> None:
+        """Keep :attr:`paused_since` in step with the backlog; say when reading resumes
+        after a stall that was warned about."""
+        if self.backlog:
+            if self.paused_since is None:
+                self.paused_since = self._now
+                self._stall_warned = False
+        elif self.paused_since is not None:
+            if self._stall_warned:
+                log.info(
+                    "reading from %s again after %.1f s",
+                    self.endpoint,
+                    self._now - self.paused_since,
+                )
+            self.paused_since = None
+
+    # -- time ----------------------------------------------------------------------------
+
+    def wrote(self, now: float) -> None:
+        """The transport wrote (or handed its stream) some of :attr:`outgoing` at ``now``."""
+        self._write_since = now if self.outgoing else None
+
+    def write_deadline(self, now: float) -> float | None:
+        """When the broker counts as no longer reading, if nothing is written by then:
+        ``receipt_timeout`` after the last progress while bytes wait to be written (or
+        after ``now``, if nobody looked since they came)."""
+        if not self.outgoing:
+            self._write_since = None
+            return None
+        if self._write_since is None:
+            self._write_since = now
+        return self._write_since + self.options.receipt_timeout
+
+    def stopped_reading(self) -> ConnectionLost:
+        """The error of a connection whose broker stopped reading: both transports end
+        the connection with it (a reconnect policy then takes over)."""
+        return ConnectionLost(
+            f"the broker stopped reading: nothing could be written to {self.endpoint} for "
+            f"{self.options.receipt_timeout:g} s"
+        )
+
+    def next_deadline(self, now: float | None = None) -> float | None:
+        """When the transport must next call :meth:`tick` (``None``: no need); ``now``
+        is the time, as the transport has it."""
+        proto = self.proto
+        best = proto.next_deadline() if proto is not None else None
+        since = self.paused_since
+        if since is not None and not self._stall_warned:
+            warn = since + STALL_WARNING
+            best = warn if best is None or warn < best else best
+        stuck = self.write_deadline(self._now if now is None else now)
+        if stuck is not None:
+            best = stuck if best is None or stuck < best else best
+        return best
+
+    def tick(self, now: float, waiting: Callable[[], bool | None]) -> Pumped:
+        """The transport's timer, at :meth:`next_deadline` (or later): heart-beats go
+        out, a silent broker is found dead, a stall is warned about, and a broker that
+        took none of our bytes for ``receipt_timeout`` is found to have stopped reading
+        (the failure is :meth:`stopped_reading`).
+
+        ``waiting()`` says whether bytes wait unread in the transport's socket
+        (``None``: it cannot tell). They are the broker's: it is alive, whenever the
+        client gets to read them. A transport that cannot tell, and stopped reading for
+        a consumer, counts the broker as alive too.
+        """
+        proto = self.proto
+        assert proto is not None
+        self._now = now
+        stuck = self.write_deadline(now)
+        if stuck is not None and now >= stuck and proto.state is not State.CLOSED:
+            return Pumped(True, self.stopped_reading())
+        if proto.negotiated_heartbeats[1]:
+            unread = waiting()
+            if unread or (unread is None and self.paused):
+                proto.note_alive(now)
+        proto.handle_timer(now)
+        since = self.paused_since
+        if since is not None and not self._stall_warned and now >= since + STALL_WARNING:
+            self._stall_warned = True
+            event = self.backlog[0] if self.backlog else None
+            inbox = self.inboxes.get(event.subscription) if event is not None else None
+            who = (
+                f"subscription {inbox.id!r} to {inbox.destination!r}" if inbox else "a subscription"
+            )
+            log.warning(
+                "%s has held the connection to %s still for %.1f s: its consumer is slower "
+                "than its messages come, and every other subscription, receipt and ERROR "
+                "waits behind it (see max_pending, overflow='fail' and client acks)",
+                who,
+                self.endpoint,
+                now - since,
+            )
+        return self.pump(now)
 
     # -- the end of a connection, and of the session ------------------------------------
 
@@ -688,15 +998,17 @@ class Session(Generic[M]):
             return None
         if self.ending is None:
             self.ending = error  # what the calls of this epoch say they were lost to
+        self._told_end(error)
         # Messages still set aside belong to the old connection: the broker redelivers
         # the unacked ones, but auto-acked ones must not be dropped.
         while self.backlog:
             event = self.backlog.popleft()
             inbox = self.inboxes.get(event.subscription)
             if inbox is not None:
-                inbox.items.append(self._wrap(event, self.epoch))
+                inbox.items.append(self.wrap(event, self.epoch))
             else:
                 self._unrouted(event)
+        self._watch_backlog()
         policy = self.options.reconnect
         if policy is None:
             log.warning("connection to %s lost: %s", self.endpoint, error)
@@ -712,6 +1024,7 @@ class Session(Generic[M]):
         self.fail(ConnectionLost(f"could not reconnect: {attempts.error()}"))
 
     def fail(self, failure: StompError) -> None:
+        self._told_end(failure)
         self.failure = failure
         self.status = Status.CLOSED
 
@@ -735,6 +1048,7 @@ class Session(Generic[M]):
 
     def closed(self) -> None:
         """The session is over: every subscription ends."""
+        self._told_end(None)  # closed by the user (a loss was told as it happened)
         self.status = Status.CLOSED
         for inbox in self.inboxes.values():
             inbox.active = False

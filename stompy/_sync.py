@@ -17,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from typing_extensions import Unpack
@@ -38,47 +39,62 @@ __all__ = ("Connection", "Message", "Subscription", "Transaction", "send")
 class Message(MessageBase):
     """A received message; ``ack()`` / ``nack()`` answer it on its connection."""
 
-    __slots__ = ("_conn",)
+    # The connection's I/O thread, not the Connection: what the thread holds must not
+    # keep the Connection alive, or an unclosed one could never be collected.
+    __slots__ = ("_io",)
 
-    def __init__(self, event: MessageReceived, epoch: int, conn: Connection) -> None:
+    def __init__(self, event: MessageReceived, epoch: int, io: IOThread[Message]) -> None:
         # MessageBase's fields set here directly: one per received message, so the
         # super() call is worth saving.
         self.event = event
         self._epoch = epoch
         self._headers = None
-        self._conn = conn
+        self._io = io
 
     def ack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
-        """Acknowledge the message (in ``transaction`` if given).
+        """Acknowledge the message (in ``transaction`` if given); with ``receipt``, wait
+        until the broker confirmed.
 
         A message received before a reconnect cannot be acked any more: the broker
-        has already put it back, and will deliver it again, so this does nothing.
+        has already put it back, and will deliver it again. Nothing is sent; with
+        ``receipt=True`` this raises :class:`~stompy.errors.AckLost`, else it does
+        nothing.
         """
-        self._conn._answer("ACK", self, transaction, receipt)
+        self._answer("ACK", transaction, receipt)
 
     def nack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
-        """Tell the broker the message was not consumed (STOMP 1.1 and later)."""
-        self._conn._answer("NACK", self, transaction, receipt)
+        """Tell the broker the message was not consumed (STOMP 1.1 and later); for a
+        message from before a reconnect, as :meth:`ack`."""
+        self._answer("NACK", transaction, receipt)
 
     def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request: send ``body`` to this message's ``reply-to``, with its
         ``correlation-id`` (see :meth:`Connection.request`); otherwise as
         :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
         sent) when the message has no ``reply-to``."""
-        conn = self._conn
-        conn._io.run(Call(conn._session, time.monotonic()).reply(self.event, body, options))
+        io = self._io
+        io.run(Call(io.session, time.monotonic()).reply(self.event, body, options))
+
+    def _answer(self, command: str, transaction: Transaction | str | None, receipt: bool) -> None:
+        tx = transaction_id(transaction)
+        io = self._io
+        call = Call(io.session, time.monotonic())
+        io.run(call.acknowledge(command, self.event, self._epoch, tx, receipt))
 
 
 class Subscription(SubscriptionBase[Message]):
     """A subscription: iterate it, ``get()`` from it, or let ``on_message`` run.
 
-    At most ``max_pending`` received messages wait in it; past that the connection
-    stops reading from the broker until the consumer catches up.
+    At most ``max_pending`` received messages wait in it. With client acks the broker
+    is asked to send no more (a prefetch); past that, ``overflow`` decides: the
+    connection stops reading until the consumer catches up (``"pause"``), or the
+    subscription ends with :class:`~stompy.errors.SubscriptionOverflow` (``"fail"``).
     """
 
     def __init__(self, conn: Connection, inbox: Inbox[Message]) -> None:
         super().__init__(conn._session, inbox)
-        self._conn = conn
+        # Not the Connection (see Message): its dispatcher thread holds the subscription.
+        self._subs = conn._subs
         self._io = conn._io
         self._thread: threading.Thread | None = None
 
@@ -142,7 +158,7 @@ class Subscription(SubscriptionBase[Message]):
         with io.cond:
             if not self._inbox.active:
                 return
-            self._conn._subs.pop(self.id, None)
+            self._subs.pop(self.id, None)
             try:
                 io.run(Call(self._session, time.monotonic()).unsubscribe(self._inbox, receipt))
             finally:
@@ -235,11 +251,24 @@ class Connection(ConnectionBase[Message]):
     """
 
     def _setup(self) -> None:
-        self._io = IOThread(self._session)
+        self._io = io = IOThread(self._session)
         self._subs: dict[str, Subscription] = {}
 
-    def _message(self, event: MessageReceived, epoch: int) -> Message:
-        return Message(event, epoch, self)
+        def message(event: MessageReceived, epoch: int) -> Message:
+            return Message(event, epoch, io)
+
+        self._session.wrap = message  # it must not hold the Connection: see __del__
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        # Like a socket: never closed, the Connection warns and lets its thread and
+        # socket go (nothing the I/O thread holds refers to the Connection).
+        io = getattr(self, "_io", None)
+        if io is None or self._session.status not in (Status.CONNECTED, Status.RECONNECTING):
+            return
+        try:
+            _warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
+        finally:
+            io.abandon()
 
     def __enter__(self) -> Connection:
         self.connect()
@@ -261,19 +290,25 @@ class Connection(ConnectionBase[Message]):
                 )
         self._io.connect()
 
-    def close(self) -> None:
-        """Disconnect gracefully: DISCONNECT, wait for its receipt, close the socket.
+    def close(self) -> bool:
+        """Disconnect gracefully: DISCONNECT, wait for its receipt (up to
+        ``receipt_timeout``), close the socket.
 
-        Safe to call more than once and after the connection was lost.
+        Returns ``True`` for a clean close: the broker confirmed the DISCONNECT, so it
+        processed every frame sent before. ``False`` when it did not (no receipt in
+        time, or the connection was lost or never made): what was sent last, without a
+        receipt of its own, may not have arrived. Safe to call more than once (it says
+        the same again) and after the connection was lost.
         """
         io = self._io
         with io.cond:
-            io.run(Call(self._session, time.monotonic()).goodbye())
+            clean = io.run(Call(self._session, time.monotonic()).goodbye())
             subs = list(self._subs.values())
             self._subs.clear()
         io.stop(self._options.connect_timeout)
         for sub in subs:
             sub._join_dispatcher()
+        return clean
 
     # -- calls -------------------------------------------------------------------------
 
@@ -291,10 +326,14 @@ class Connection(ConnectionBase[Message]):
 
         With ``reconnect`` on, a send with a receipt whose connection is lost before
         the receipt came is sent again on the next connection (until
-        ``Reconnect.send_timeout``): the broker may then hold it twice, never zero
-        times. A send inside a transaction is not repeated (the transaction is lost).
-        Repeats included, the call returns or raises within ``send_timeout +
-        receipt_timeout``.
+        ``Reconnect.send_timeout``), with the header ``stompy-resent: N`` (the repeat's
+        number): the broker may then hold it twice, never zero times. A send inside a
+        transaction is not repeated (the transaction is lost). Repeats included, the
+        call returns or raises within ``send_timeout + receipt_timeout``.
+
+        Raises :class:`ConnectionLost` when the connection is lost first (without a
+        receipt: while the send waited for room in the outgoing buffer); a broker that
+        takes nothing for ``receipt_timeout`` ends the connection so.
         """
         headers = options.get("headers")
         content_type = options.get("content_type")
@@ -382,13 +421,6 @@ class Connection(ConnectionBase[Message]):
     def _end(self, tx: Transaction, command: str, receipt: bool) -> None:
         call = Call(self._session, time.monotonic())
         self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
-
-    def _answer(
-        self, command: str, message: Message, transaction: Transaction | str | None, receipt: bool
-    ) -> None:
-        tx = transaction_id(transaction)
-        call = Call(self._session, time.monotonic())
-        self._io.run(call.acknowledge(command, message.event, message._epoch, tx, receipt))
 
     def _flush(self) -> None:
         """The fast path's flush (under the lock): the core's bytes to the outgoing

@@ -1,6 +1,7 @@
 """The blocking transport's I/O: the socket, the thread that serves it, and the lock.
 
-One I/O thread per connection owns the socket. It waits in ``select`` for bytes from
+One I/O thread per connection owns the socket. It waits in a selector (``epoll`` or
+``kqueue`` where there is one: no limit on descriptor numbers) for bytes from
 the broker, for bytes to write, for a wake-up from a user thread, or for the core's
 next heart-beat deadline, whichever comes first. User threads never touch the socket:
 a call runs its steps on the session engine under the lock (:meth:`IOThread.run`),
@@ -11,14 +12,18 @@ never interleave.
 While the session keeps a backlog (a subscription's inbox is full) the thread stops
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
 still sends heart-beats, and bytes waiting in the socket count as a sign of life, so a
-slow consumer is not mistaken for a dead broker. Every decision (reconnecting, routing,
+slow consumer is not mistaken for a dead broker (:func:`bytes_waiting` looks, for the
+engine's :meth:`~stompy._session.Session.tick`). Every decision (reconnecting, routing,
 receipts, the goodbye) is the engine's; this module moves bytes, waits and wakes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import select
+import selectors
 import socket
 import ssl as _ssl
 import threading
@@ -27,12 +32,19 @@ from typing import Final, Generic, TypeVar
 
 from stompy._calls import Running, Steps
 from stompy._protocol import State
-from stompy._session import MAX_OUTGOING, Attempts, Handshake, Session, log
+from stompy._session import (
+    MAX_OUTGOING,
+    Attempts,
+    Handshake,
+    Session,
+    failure_reason,
+    log,
+)
 from stompy._state import Status
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
 
-__all__ = ("IOThread",)
+__all__ = ("IOThread", "bytes_waiting")
 
 M = TypeVar("M")
 T = TypeVar("T")
@@ -40,6 +52,26 @@ T = TypeVar("T")
 _RECV_SIZE: Final = 256 * 1024
 _SEND_CHUNK: Final = 1024 * 1024
 _TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
+
+
+def bytes_waiting(sock: socket.socket | None) -> bool | None:
+    """Whether bytes (or the end of the stream) wait unread in ``sock``, looked at
+    without reading them; ``None`` when it cannot tell (no socket, a closed one)."""
+    if sock is None:
+        return None
+    try:
+        if isinstance(sock, _ssl.SSLSocket) and sock.pending():
+            return True  # decrypted already, inside the TLS object
+        fd = sock.fileno()
+        if fd < 0:
+            return None
+        if hasattr(select, "poll"):  # not select(): it cannot watch descriptors >= 1024
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return None
 
 
 class IOThread(Generic[M]):
@@ -54,11 +86,13 @@ class IOThread(Generic[M]):
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
+        self._hooks: threading.Thread | None = None  # runs the lifecycle hooks
         self._sock: socket.socket | None = None
         # Made at start(): a user thread writes a byte to wake the I/O thread.
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
         self.wake_sent = False
+        self._abandoned = False
 
     # -- for user threads ----------------------------------------------------------------
 
@@ -101,17 +135,62 @@ class IOThread(Generic[M]):
         thread = threading.Thread(target=self._main, name=f"stompy-io-{id(self):x}", daemon=True)
         self.thread = thread
         thread.start()
+        if self.session.options.hooked:
+            hooks = threading.Thread(
+                target=self._run_hooks, name=f"stompy-hooks-{id(self):x}", daemon=True
+            )
+            self._hooks = hooks
+            hooks.start()
 
     def stop(self, timeout: float) -> None:
         """After the session closed: let the thread end, close the sockets."""
         with self.cond:
             self.cond.notify_all()
             self.wake()
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        for thread in (self.thread, self._hooks):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout)
         with self.cond:
-            self._close_socket()
+            self._release()
+
+    def abandon(self) -> None:
+        """The connection was never closed and is gone (collected): end the session
+        without a goodbye and without waiting; the thread closes the sockets as it ends.
+        Safe from any thread, the I/O thread included."""
+        with self.cond:
+            self._abandoned = True
+            self.session.closed()
+            self.cond.notify_all()
+            self.wake()
+            thread = self.thread
+            if thread is None or not thread.is_alive():
+                self._release()
+
+    def _run_hooks(self) -> None:
+        """The hooks thread: make the session's hook calls in order, outside the lock,
+        until the session is over and every call was made."""
+        session, cond = self.session, self.cond
+        while True:
+            with cond:
+                while not session.notices:
+                    if session.status is Status.CLOSED and not session.serving:
+                        return
+                    cond.wait()
+                notice = session.notices.popleft()
+            try:
+                result = notice.hook(notice.argument)
+                if inspect.isawaitable(result):
+                    if inspect.iscoroutine(result):
+                        result.close()
+                    log.warning(
+                        "%s is a coroutine function: Connection calls plain ones", notice.what
+                    )
+            except Exception:
+                log.exception("the %s hook failed", notice.what)
+
+    def _release(self) -> None:
+        """Close the socket and the wake-up pair (under the lock)."""
+        self._close_socket()
         for wake in (self._wake_r, self._wake_w):
             if wake is not None:
                 wake.close()
@@ -164,7 +243,7 @@ class IOThread(Generic[M]):
         except (OSError, _ssl.SSLError) as exc:
             if sock is not None:
                 sock.close()
-            raise ConnectFailed(f"cannot connect to {endpoint}: {exc}") from exc
+            raise ConnectFailed(f"cannot connect to {endpoint}: {failure_reason(exc)}") from exc
         except BaseException:
             if sock is not None:
                 sock.close()
@@ -208,51 +287,72 @@ class IOThread(Generic[M]):
             with self.cond:
                 session.serving = False
                 self.cond.notify_all()
+                if self._abandoned:
+                    self._release()
 
     def _serve(self) -> StompError | None:
         """Pump one socket until it ends; return why it ended (``None``: closed by us)."""
+        with selectors.DefaultSelector() as selector:
+            return self._pump(selector)
+
+    def _pump(self, selector: selectors.BaseSelector) -> StompError | None:
         session = self.session
+        wake_r = self._wake_r
+        assert wake_r is not None
+        selector.register(wake_r, selectors.EVENT_READ)
+        watched = 0  # the events the selector watches on the socket
         while True:
             with self.cond:
                 if session.status is Status.CLOSED:
                     return None
+                if session.ending is not None:  # a call found the broker not reading
+                    return session.ending
                 sock, proto = self._sock, session.proto
                 assert sock is not None
                 assert proto is not None
                 # Room a consumer made since the last pump: its wake-up may have been
                 # folded into one that was already read, so look now, under the lock.
-                if session.drain_backlog():
+                if session.drain_backlog(time.monotonic()):
                     self.cond.notify_all()
                 paused = session.paused
                 want_write = bool(session.outgoing)
-                deadline = proto.next_deadline()
+                deadline = session.next_deadline(time.monotonic())
                 self.wake_sent = False
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             pending_tls = isinstance(sock, _ssl.SSLSocket) and not paused and sock.pending() > 0
-            wake_r = self._wake_r
-            assert wake_r is not None
-            rlist: list[socket.socket] = [wake_r] if paused else [wake_r, sock]
+            wanted = (0 if paused else selectors.EVENT_READ) | (
+                selectors.EVENT_WRITE if want_write else 0
+            )
+            data: bytes | None = None
             try:
+                if wanted != watched:
+                    if not watched:
+                        selector.register(sock, wanted)
+                    elif not wanted:
+                        selector.unregister(sock)
+                    else:
+                        selector.modify(sock, wanted)
+                    watched = wanted
+                ready = 0
                 if pending_tls:
-                    readable, writable = [sock], [sock] if want_write else []
+                    ready = wanted
                 else:
-                    readable, writable, _ = select.select(
-                        rlist, [sock] if want_write else [], [], timeout
-                    )
-                if wake_r in readable:
-                    with contextlib.suppress(OSError):
-                        wake_r.recv(4096)
-                data: bytes | None = None
-                if sock in readable:
+                    for key, events in selector.select(timeout):
+                        if key.fileobj is sock:
+                            ready = events
+                        else:
+                            with contextlib.suppress(OSError):
+                                wake_r.recv(4096)
+                if ready & selectors.EVENT_READ:
                     data = self._recv(sock)
-                if writable:
+                if ready & selectors.EVENT_WRITE:
                     self._send(sock)
-                alive = paused and bool(select.select([sock], [], [], 0)[0])
             except (OSError, _ssl.SSLError) as exc:
                 with self.cond:
                     if session.status in (Status.CLOSING, Status.CLOSED):
                         return None
-                    error = ConnectionLost(f"connection to {session.endpoint} failed: {exc}")
+                    reason = failure_reason(exc)
+                    error = ConnectionLost(f"connection to {session.endpoint} failed: {reason}")
                     session.saw_end(error)
                     return error
             now = time.monotonic()
@@ -261,10 +361,10 @@ class IOThread(Generic[M]):
                 if status is Status.CLOSED:
                     return None
                 ended = None if data is None else session.receive(data, now)
-                if alive:
-                    proto.note_alive(now)
-                proto.handle_timer(now)
-                pumped = session.pump(now)
+                if deadline is not None and now >= deadline:
+                    pumped = session.tick(now, functools.partial(bytes_waiting, sock))
+                else:
+                    pumped = session.pump(now)
                 if pumped.woke:
                     self.cond.notify_all()
                 failure = pumped.failure
@@ -297,6 +397,8 @@ class IOThread(Generic[M]):
         with self.cond:
             out = self.session.outgoing
             del out[:sent]
+            if sent:
+                self.session.wrote(time.monotonic())
             if len(out) <= MAX_OUTGOING:
                 self.cond.notify_all()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from stompy._calls import Call, Running, Steps, Wait, Waiting
 from stompy._options import ClientOptions
-from stompy._session import MAX_OUTGOING, Attempts, Handshake, Inbox, Pumped
+from stompy._session import MAX_OUTGOING, Attempts, Handshake, Inbox, Notice, Pumped
 from stompy._session import Session as ClientSession
 from stompy._state import ReceiptState, Status
 
@@ -24,6 +24,7 @@ __all__ = (
     "ClientSession",
     "Handshake",
     "Inbox",
+    "Notice",
     "Pumped",
     "ReceiptState",
     "Running",

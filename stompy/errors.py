@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 __all__ = (
+    "AckLost",
     "BodyNotText",
     "ConfigurationError",
     "ConnectFailed",
@@ -30,6 +31,7 @@ __all__ = (
     "ServerError",
     "StompError",
     "StompTimeout",
+    "SubscriptionOverflow",
     "TransactionLost",
     "WebSocketClosed",
 )
@@ -176,3 +178,21 @@ class WebSocketClosed(ConnectionLost):
         super().__init__(f"{who} closed the WebSocket with code {code}{shown}")
         self.code = code
         self.reason = reason
+
+
+class AckLost(ConnectionLost):
+    """``ack(receipt=True)`` or ``nack(receipt=True)`` of a message received on an
+    earlier connection: nothing was sent, since that connection's deliveries ended with
+    it. The broker took the message back and delivers it again (``redelivered``); what
+    the consumer did with it must be safe to do twice.
+    """
+
+
+class SubscriptionOverflow(StompError):
+    """A subscription with ``overflow="fail"`` fell ``max_pending`` messages behind, and
+    the client ended it rather than stop reading the connection for it.
+
+    Raised by its ``get()`` (and iteration) once the messages received before were
+    handed out. Messages that came after the limit were not kept: with ``ack="auto"``
+    they are lost, with client acks the broker delivers them again.
+    """

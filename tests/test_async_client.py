@@ -21,6 +21,7 @@ from stompy.errors import (
     TransactionLost,
 )
 from stompy.testing import AsyncBroker, serve
+from tests.test_sync_client import many_descriptors
 
 pytestmark = pytest.mark.anyio
 
@@ -369,4 +370,32 @@ async def test_close_from_another_task_is_refused_and_changes_nothing() -> None:
             assert message is not None
             assert message.text == "still here"
             await conn.close()
+            assert not conn.connected
+
+
+async def test_descriptors_above_1024_are_served() -> None:
+    dest = queue()
+    with many_descriptors(), anyio.fail_after(20):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url, heartbeats=(100, 100)) as conn:
+                sub = await conn.subscribe(dest)
+                await conn.send(dest, "high", receipt=True)
+                await anyio.sleep(0.3)  # a few heart-beats: the timer looks into the socket
+                message = await sub.get(timeout=5)
+                assert message is not None
+                assert message.text == "high"
+
+
+async def test_close_says_whether_the_broker_confirmed_it() -> None:
+    with anyio.fail_after(20):
+        async with serve() as broker:
+            conn = stompy.AsyncConnection(broker.url, receipt_timeout=0.5)
+            await conn.connect()
+            assert await conn.close() is True
+            assert await conn.close() is True
+            conn = stompy.AsyncConnection(broker.url, receipt_timeout=0.5)
+            await conn.connect()
+            broker.pause()
+            assert await conn.close() is False
+            broker.resume()
             assert not conn.connected

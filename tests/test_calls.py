@@ -13,10 +13,10 @@ from typing import TypeVar
 import pytest
 
 import stompy
-from stompy._calls import Call, Steps, Wait, Waiting
+from stompy._calls import RESENT_HEADER, Call, Steps, Wait, Waiting
 from stompy._session import MAX_OUTGOING, Session
 from stompy._state import Status
-from stompy.errors import ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
+from stompy.errors import AckLost, ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
 from tests.test_session import T0, Delivered, establish, make_session, message, receipt
 
 T = TypeVar("T")
@@ -114,8 +114,14 @@ def test_a_send_with_receipt_is_repeated_on_the_next_connection() -> None:
         answer(session, wait.receipt, T0 + 2.5)
         return T0 + 2.5
 
-    drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), cut_then_confirm)
+    headers = {"order-id": "A-1"}
+    drive(Call(session, T0).send("/queue/a", b"x", headers, None, None, True), cut_then_confirm)
     assert [frames.count(b"SEND\n") for frames in seen] == [1, 1]  # once per connection
+    # The repeat says so (the first may have arrived), and keeps the caller's headers.
+    assert RESENT_HEADER.encode() not in seen[0]
+    assert b"\nstompy-resent:1\n" in seen[1]
+    assert b"\norder-id:A-1\n" in seen[1]
+    assert headers == {"order-id": "A-1"}
 
 
 def test_a_repeated_send_gives_up_at_send_timeout() -> None:
@@ -179,9 +185,37 @@ def test_a_full_outgoing_buffer_is_waited_out_or_times_out() -> None:
 
     _, waits = drive(Call(session, T0).flush(), drain)
     assert len(waits) == 1
+    session.wrote(T0 + 0.5)  # what the transport says when it writes
+
+    # The broker takes some, too slowly: the call times out, the connection stays.
     session.outgoing += b"x" * (MAX_OUTGOING + 1)
-    with pytest.raises(StompTimeout, match="not reading"):
-        drive(Call(session, T0).flush(), time_passes)
+
+    def trickle(wait: Wait) -> float:
+        del session.outgoing[:10]
+        session.wrote(wait.deadline - 0.1)
+        return wait.deadline
+
+    with pytest.raises(StompTimeout, match="too slowly"):
+        drive(Call(session, T0 + 1).flush(), trickle)
+    assert session.ending is None
+    # It takes nothing for receipt_timeout: it stopped reading, and the connection
+    # ends (the transport's verdict follows), the same in both clients.
+    with pytest.raises(ConnectionLost, match="stopped reading") as lost:
+        drive(Call(session, T0 + 5).flush(), time_passes)
+    assert session.ending is lost.value
+
+
+def test_a_flush_whose_connection_ends_first_is_connection_lost() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    establish(session)
+    session.outgoing += b"x" * (MAX_OUTGOING + 1)
+
+    def cut(wait: Wait) -> float:
+        session.lost(ConnectionLost("cut"))
+        return T0 + 1
+
+    with pytest.raises(ConnectionLost, match="before the frames went out: cut"):
+        drive(Call(session, T0).flush(), cut)
 
 
 def test_a_transaction_of_an_earlier_connection_is_lost() -> None:
@@ -212,7 +246,8 @@ def test_a_commit_whose_connection_ends_before_its_receipt_is_lost() -> None:
         drive(steps, cut)
 
 
-def test_answering_a_message_of_an_earlier_connection_does_nothing() -> None:
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_answering_a_message_of_an_earlier_connection_sends_nothing(command: str) -> None:
     session = make_session(reconnect=stompy.Reconnect())
     establish(session)
     inbox = session.subscribe("/queue/a", "client", "s", None, None, False).inbox
@@ -222,7 +257,13 @@ def test_answering_a_message_of_an_earlier_connection_does_nothing() -> None:
     session.lost(ConnectionLost("cut"))
     establish(session, T0 + 1)
     session.outgoing.clear()
-    drive(Call(session, T0).acknowledge("ACK", old.event, old.epoch, None, True), time_passes)
+    # Without a receipt: nothing asked, nothing to say.
+    drive(Call(session, T0).acknowledge(command, old.event, old.epoch, None, False), time_passes)
+    assert not session.outgoing
+    # With one: a confirmation that cannot be true is an error that says what happens.
+    with pytest.raises(AckLost, match=r"'m-1'.*delivers it again") as lost:
+        drive(Call(session, T0).acknowledge(command, old.event, old.epoch, None, True), time_passes)
+    assert isinstance(lost.value, ConnectionLost)
     assert not session.outgoing
 
 
@@ -237,15 +278,34 @@ def test_goodbye_waits_for_the_disconnect_receipt_and_closes_either_way() -> Non
         answer(session, wait.receipt, T0 + 0.1)
         return T0 + 0.1
 
-    _, waits = drive(Call(session, T0).goodbye(), confirm)
+    clean, waits = drive(Call(session, T0).goodbye(), confirm)
+    assert clean is True  # the broker confirmed: a clean close
     assert len(waits) == 1
     assert session.status is Status.CLOSED
     assert session.failure is None
+    again, waits = drive(Call(session, T0).goodbye(), time_passes)
+    assert again is True  # a second goodbye says what the first did
+    assert not waits
 
     silent = make_session(receipt_timeout=2.0)
     establish(silent)
-    drive(Call(silent, T0).goodbye(), time_passes)  # no receipt: the timeout ends it quietly
+    clean, _ = drive(Call(silent, T0).goodbye(), time_passes)  # no receipt: the timeout ends it
+    assert clean is False  # ... and says so
     assert silent.status is Status.CLOSED
+    assert drive(Call(silent, T0).goodbye(), time_passes)[0] is False
+
+    lost = make_session()
+    establish(lost)
+    lost.lost(ConnectionLost("cut"))  # failed (no reconnect): nothing to confirm
+    assert drive(Call(lost, T0).goodbye(), time_passes)[0] is False
+
+    cancelled = make_session()
+    establish(cancelled)
+    steps = Call(cancelled, T0).goodbye()
+    next(steps)
+    steps.close()  # a close cut short (the async client's bound on it, say)
+    assert cancelled.goodbye_confirmed is False
+    assert cancelled.status is Status.CLOSED
 
 
 def test_a_cancelled_wait_forgets_its_receipt() -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
+import os
+import resource
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -459,3 +464,84 @@ def test_a_failed_subscription_raises_until_closed_then_ends(fresh_broker: Broke
     assert not sub.active
     assert sub.get(timeout=0) is None
     assert sub.get_batch(10, timeout=0) == []
+
+
+def io_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(("stompy-io-", "stompy-sub-"))}
+
+
+def test_an_unclosed_connection_warns_and_the_collector_ends_it(broker: Broker) -> None:
+    before = io_threads()
+    dest = queue()
+    conn = stompy.Connection(url(broker))
+    conn.connect()
+    conn.subscribe(dest, on_message=lambda message: None)  # a dispatcher thread too
+    sub = conn.subscribe(dest, ack="client-individual")
+    conn.send(dest, "held", receipt=True)
+    collected = weakref.ref(conn)
+    session = conn.session
+    with pytest.warns(ResourceWarning, match="unclosed <Connection"):
+        del conn
+    gc.collect()
+    assert collected() is None
+    for _ in range(200):  # bounded: 10 s
+        if io_threads() <= before and all(c.session != session for c in broker.connections):
+            break
+        time.sleep(0.05)
+    assert io_threads() <= before  # its threads ended...
+    assert all(c.session != session for c in broker.connections)  # ... its socket closed
+    assert not sub.active  # what is still held of it ended with it
+
+
+@contextlib.contextmanager
+def many_descriptors(count: int = 1100) -> Iterator[None]:
+    """``count`` descriptors open (raising the soft limit, within the hard one), so that
+    the next ones are numbered above 1024; skips the test if the hard limit is lower."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count + 100
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"the hard limit on open files is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    fillers: list[int] = []
+    try:
+        while len(fillers) < count:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        assert max(fillers) >= 1024
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_descriptors_above_1024_are_served(broker: Broker) -> None:
+    # select() cannot watch a descriptor numbered 1024 or more; the I/O thread must.
+    with many_descriptors():
+        dest = queue()
+        with stompy.Connection(url(broker), heartbeats=(100, 100)) as conn:
+            sub = conn.subscribe(dest)
+            conn.send(dest, "high", receipt=True)
+            message = sub.get(timeout=5)
+            assert message is not None
+            assert message.text == "high"
+        stompy.send(url(broker), dest, "one shot")
+
+
+def test_close_says_whether_the_broker_confirmed_it(fresh_broker: Broker) -> None:
+    conn = stompy.Connection(fresh_broker.url, receipt_timeout=0.5)
+    conn.connect()
+    assert conn.close() is True
+    assert conn.close() is True  # says the same again
+
+    conn = stompy.Connection(fresh_broker.url, receipt_timeout=0.5)
+    conn.connect()
+    fresh_broker.pause()  # the DISCONNECT receipt will not come
+    try:
+        started = time.monotonic()
+        assert conn.close() is False
+        assert time.monotonic() - started < 5
+    finally:
+        fresh_broker.resume()
+    assert not conn.connected
+    assert stompy.Connection(fresh_broker.url).close() is False  # never connected
