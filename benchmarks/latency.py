@@ -5,7 +5,9 @@ at a time, sends a request (``reply-to`` and ``correlation-id`` headers, a 100-b
 body) and waits for the answer, checking its ``correlation-id``. A bare-socket
 responder in a child process (:func:`benchmarks.rawstomp.respond`) answers each
 request at once, so the figure is the requester's library twice (send, receive)
-plus the broker twice; the first ``warmup`` round trips are not counted.
+plus the broker twice; the first ``warmup`` round trips are not counted. The
+``request()`` contenders use stompy's request/reply API instead: a temporary reply
+queue of the connection and stompy's correlation ids, as an application would.
 
 Brokers: stompy's own test broker (:mod:`stompy.testing`, run as ``python -m stompy
 broker`` in a child process so that it does not share the client's GIL), and
@@ -46,6 +48,9 @@ GROUP: Final = "latency"
 #: One requester run: (job whose destination is the request queue, reply queue,
 #: round trips, warm-up round trips) -> the counted round trips' seconds.
 Requester = Callable[[Job, str, int, int], list[float]]
+#: stompy's own request/reply API (issue 19) beside the same exchange done by hand.
+STOMPY_REQUEST: Final = "stompy request()"
+STOMPY_ASYNC_REQUEST: Final = "stompy (asyncio) request()"
 
 
 def _count(settings: Settings) -> int:
@@ -64,6 +69,16 @@ def _request_headers(reply_to: str, i: int) -> dict[str, str]:
     return {"reply-to": reply_to, "correlation-id": str(i)}
 
 
+def _options(job: Job) -> stompy.ConnectionOptions:
+    server = job.server
+    return {
+        "login": server.login,
+        "passcode": server.passcode,
+        "host": server.vhost,
+        "receipt_timeout": 10.0,
+    }
+
+
 def _check_reply(headers: Any, i: int, who: str) -> None:
     if headers.get("correlation-id") != str(i):
         raise AssertionError(f"{who}: reply {headers.get('correlation-id')!r} to request {i}")
@@ -72,13 +87,7 @@ def _check_reply(headers: Any, i: int, who: str) -> None:
 def stompy_sync_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
     deadline = job.deadline()
     times: list[float] = []
-    with stompy.Connection(
-        job.server.url,
-        login=job.server.login,
-        passcode=job.server.passcode,
-        host=job.server.vhost,
-        receipt_timeout=10.0,
-    ) as conn:
+    with stompy.Connection(job.server.url, **_options(job)) as conn:
         sub = conn.subscribe(reply_to, ack="auto", receipt=True)
         for i in range(warmup + count):
             start = time.perf_counter()
@@ -101,13 +110,7 @@ def stompy_async_requests(
     async def main() -> list[float]:
         times: list[float] = []
         with anyio.fail_after(job.limit):
-            async with stompy.AsyncConnection(
-                job.server.url,
-                login=job.server.login,
-                passcode=job.server.passcode,
-                host=job.server.vhost,
-                receipt_timeout=10.0,
-            ) as conn:
+            async with stompy.AsyncConnection(job.server.url, **_options(job)) as conn:
                 sub = await conn.subscribe(reply_to, ack="auto", receipt=True)
                 for i in range(warmup + count):
                     start = time.perf_counter()
@@ -122,6 +125,46 @@ def stompy_async_requests(
                     if i >= warmup:
                         times.append(elapsed)
                 await sub.unsubscribe()
+        return times
+
+    return anyio.run(main, backend=backend)
+
+
+def stompy_request_api(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    """``Connection.request()``: the reply queue is the connection's own temporary
+    queue (``reply_to`` is not used), the correlation id stompy's."""
+    deadline = job.deadline()
+    times: list[float] = []
+    with stompy.Connection(job.server.url, **_options(job)) as conn:
+        for i in range(warmup + count):
+            start = time.perf_counter()
+            reply = conn.request(job.destination, workload.body(i), timeout=deadline.left())
+            elapsed = time.perf_counter() - start
+            if reply.body != workload.body(i):
+                raise AssertionError(f"{STOMPY_REQUEST}: a reply to another request at {i}")
+            if i >= warmup:
+                times.append(elapsed)
+    return times
+
+
+def stompy_async_request_api(
+    job: Job, reply_to: str, count: int, warmup: int, backend: str = "asyncio"
+) -> list[float]:
+    """``await AsyncConnection.request()``, as :func:`stompy_request_api`."""
+    import anyio
+
+    async def main() -> list[float]:
+        times: list[float] = []
+        with anyio.fail_after(job.limit):
+            async with stompy.AsyncConnection(job.server.url, **_options(job)) as conn:
+                for i in range(warmup + count):
+                    start = time.perf_counter()
+                    reply = await conn.request(job.destination, workload.body(i), timeout=10.0)
+                    elapsed = time.perf_counter() - start
+                    if reply.body != workload.body(i):
+                        raise AssertionError(f"request(): a reply to another request at {i}")
+                    if i >= warmup:
+                        times.append(elapsed)
         return times
 
     return anyio.run(main, backend=backend)
@@ -217,6 +260,8 @@ def requesters(settings: Settings) -> list[tuple[str, Requester]]:
     found: list[tuple[str, Requester]] = [
         (STOMPY, stompy_sync_requests),
         (STOMPY_ASYNCIO, stompy_async_requests),
+        (STOMPY_REQUEST, stompy_request_api),
+        (STOMPY_ASYNC_REQUEST, stompy_async_request_api),
     ]
     if _has("trio"):
         found.append((STOMPY_TRIO, functools.partial(stompy_async_requests, backend="trio")))

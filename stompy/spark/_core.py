@@ -512,13 +512,19 @@ class _Windows:
         """Up to ``limit`` next messages of one window (at least one), or none once the
         destination is drained."""
         idle = self.settings.idle_timeout
+        # Seconds the destination has already been seen idle: a window that went quiet
+        # counts towards idleTimeout, so that the end of a read costs idleTimeout, not
+        # QUIET more.
+        seen_idle = 0.0
         while not self._ended:
             if self.renewable and self.taken == self.size:
                 self._renew()
             quiet = self.renewable and self.taken > 0 and self.opened < MAX_WINDOWS
             room = min(limit, self.size - self.taken) if self.renewable else limit
-            got = self._sub.get_batch(room, timeout=min(QUIET, idle) if quiet else idle)
+            wait = min(QUIET, idle) if quiet else idle - seen_idle
+            got = self._sub.get_batch(room, timeout=wait)
             if not got and quiet:
+                seen_idle = wait
                 self._renew()
                 continue
             if self.browse:
