@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from typing import Any, Final, Generic, TypeVar
 
@@ -109,7 +110,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             # the event loop: no heart-beat would go out or come in. Let the
             # connection's tasks run now and then (before taking: a cancel loses nothing).
             io = self._io
-            now = anyio.current_time()
+            now = time.monotonic()  # a local throttle: the loop's clock costs ten times more
             if now >= io.yield_at:
                 io.yield_at = now + YIELD_EVERY
                 await anyio.lowlevel.checkpoint()
