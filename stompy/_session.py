@@ -114,6 +114,9 @@ MAX_PREFETCH: Final = 65535
 #: How many ended subscription ids are remembered, so that messages still in flight
 #: for them are expected (DEBUG), not a surprise (WARNING).
 _ENDED_IDS: Final = 256
+#: Hook calls waiting for slow hooks at most: beyond, a call is dropped with a WARNING
+#: (only ``on_unrouted``, one per message, can come that fast).
+MAX_NOTICES: Final = 10_000
 
 #: The temporary queue a session's requests name in ``reply-to``. RabbitMQ (and the
 #: in-process broker) rewrite it into a queue private to the connection and deliver
@@ -474,8 +477,17 @@ class Session(Generic[M]):
     def notify(self, what: str, argument: object) -> None:
         """Queue a call of the hook ``what`` (an option's name) if the user set it."""
         hook = getattr(self.options, what)
-        if hook is not None:
-            self.notices.append(Notice(what, hook, argument))
+        if hook is None:
+            return
+        if len(self.notices) >= MAX_NOTICES:
+            log.warning(
+                "%s(%r) not called: %d hook calls already wait for the hooks to return",
+                what,
+                argument,
+                len(self.notices),
+            )
+            return
+        self.notices.append(Notice(what, hook, argument))
 
     def _told_end(self, error: StompError | None) -> None:
         """Queue ``on_disconnected(error)`` once per connection."""

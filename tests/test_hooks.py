@@ -20,7 +20,7 @@ import pytest
 import stompy
 from stompy import Endpoint, Frame, encode
 from stompy._events import MessageReceived
-from stompy._session import Session
+from stompy._session import MAX_NOTICES, Session
 from stompy.errors import ConnectionLost, ServerError, StompError
 from stompy.testing import Broker, run_broker
 from tests.test_session import T0, Delivered, connected, establish, make_session, message
@@ -120,6 +120,25 @@ def test_the_engine_queues_each_hook_call_once_in_order() -> None:
         ("reconnected", 61613),
         ("disconnected", None),
     ]
+
+
+def test_hook_calls_waiting_for_a_slow_hook_are_bounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    heard = Heard()
+    session = make_session(**heard.hooks())
+    establish(session)
+    session.notices.clear()  # on_connected
+    session.ready().send("/queue/rpc", "?", headers={"reply-to": TEMP})
+    with caplog.at_level(logging.WARNING, logger="stompy"):
+        for seq in range(MAX_NOTICES + 3):  # nobody runs the hooks meanwhile
+            session.receive(message(TEMP, seq), T0)
+            session.pump(T0)
+    assert len(session.notices) == MAX_NOTICES
+    dropped = [r for r in caplog.records if "on_unrouted" in r.getMessage()]
+    assert len(dropped) == 3  # never silently
+    run(session)
+    assert len(heard.made()) == MAX_NOTICES
 
 
 def test_without_hooks_nothing_is_queued(caplog: pytest.LogCaptureFixture) -> None:
