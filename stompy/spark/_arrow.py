@@ -99,11 +99,11 @@ def _first_entries(
     return kept_starts, kept_names, kept_values
 
 
-def to_ipc(batch: pa.RecordBatch) -> bytes:
-    """``batch`` as Arrow IPC stream bytes: how a planned partition carries its rows."""
+def to_ipc(rows: pa.RecordBatch | pa.Table) -> bytes:
+    """``rows`` as Arrow IPC stream bytes: how a planned partition carries them."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write(rows)
     return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 

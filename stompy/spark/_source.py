@@ -41,12 +41,9 @@ from stompy.spark._arrow import READ_SCHEMA, from_ipc
 from stompy.spark._core import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
-    StreamConsumer,
     TaskIdentity,
     WriteColumns,
     drain,
-    offset_dict,
-    offset_value,
     write_partition,
 )
 from stompy.spark._options import (
@@ -55,6 +52,7 @@ from stompy.spark._options import (
     parse_read_options,
     parse_write_options,
 )
+from stompy.spark._stream import StreamConsumer, offset_dict, offset_value
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase

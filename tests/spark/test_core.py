@@ -342,6 +342,73 @@ def test_the_default_reconnect_rides_out_a_broker_restart(
         thread.join(30)
 
 
+def _until(condition: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_the_next_batch_is_taken_in_while_spark_runs_the_one_before(broker: Broker) -> None:
+    fill(broker.url, "/queue/in", 35)
+    consumer = StreamConsumer(read_settings(broker.url, maxMessagesPerBatch="10"))
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        consumer.plan(start, end)
+        # Nobody calls the source while Spark runs the batch: the intake numbers and
+        # converts the next one meanwhile, and stops one batch ahead.
+        assert _until(lambda: consumer.book.unplanned() == 10)
+        time.sleep(0.1)
+        assert consumer.book.unplanned() == 10
+        assert len(consumer.book) == 20
+        end2 = consumer.latest(end, None)
+        assert end2 == end + 10
+        assert [r["body"] for r in planned(consumer.plan(end, end2))] == [
+            str(i).encode() for i in range(10, 20)
+        ]
+    finally:
+        consumer.close()
+
+
+def test_offsets_follow_each_subscriptions_order(broker: Broker) -> None:
+    # The cumulative ACK of a batch covers every earlier delivery of its subscription,
+    # so within a subscription the numbering must be the delivery order.
+    fill(broker.url, "/queue/a", 300)
+    fill(broker.url, "/queue/b", 200)
+    settings = read_settings(broker.url, destination="/queue/a, /queue/b", maxMessagesPerBatch="70")
+    consumer = StreamConsumer(settings)
+    got: list[dict[str, Any]] = []
+    try:
+        start = consumer.initial()
+        for _ in range(100):
+            end = consumer.latest(start, None)
+            got += planned(consumer.plan(start, end))
+            start = end
+            if len(got) == 500:
+                break
+    finally:
+        consumer.close()
+    assert [r["offset"] for r in got] == sorted(r["offset"] for r in got)
+    for destination, count in (("/queue/a", 300), ("/queue/b", 200)):
+        bodies = [int(r["body"]) for r in got if r["destination"] == destination]
+        assert bodies == list(range(count))
+
+
+def test_closing_stops_the_intake(broker: Broker) -> None:
+    fill(broker.url, "/queue/in", 3)
+    consumer = StreamConsumer(read_settings(broker.url))
+    start = consumer.initial()
+    assert consumer.latest(start, None) == start + 3
+    intakes = [t for t in threading.enumerate() if t.name == "stompy-spark-intake"]
+    assert len(intakes) == 1
+    consumer.close()
+    assert not intakes[0].is_alive()
+    assert broker.queue_depth("/queue/in") == 3  # nothing was acknowledged
+
+
 def test_stream_consumer_pickles_to_its_settings(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 1)
     consumer = StreamConsumer(read_settings(broker.url))

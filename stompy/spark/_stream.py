@@ -1,0 +1,538 @@
+"""The streaming read: the subscriptions next to the driver and the offsets Spark sees.
+
+A subscription in ``client`` ack mode per destination (each on a connection of its
+own) lives in the process that plans the micro-batches (next to the driver).
+:class:`OffsetBook` numbers the messages as they arrive; Spark's offset ``{"seq": k}``
+means "every message numbered below ``k``". A planned batch carries its rows to the
+executors inside its partitions, as Arrow IPC bytes. Nothing is acknowledged before
+Spark is done with it: Spark runs micro-batches one after the other, so when it asks
+for the next batch's end (``latestOffset``) or plans it (the ``start`` of
+``partitions``) every batch planned before is in the sink; ``commit(end)``, which
+Spark calls one batch late, is a third trigger. One cumulative ACK per subscription
+and batch. Whatever was not acknowledged when the process ends is redelivered by the
+broker, so a query restarted from its checkpoint loses nothing; a batch that Spark
+replays from an earlier run comes back empty because its messages are redelivered
+(numbered anew) instead.
+
+The work per message happens off Spark's path: an *intake* thread takes the messages
+from the subscriptions as they arrive, numbers them and turns them into Arrow columns
+while Spark runs the batch before, up to one batch ahead. Planning a batch only slices
+those columns and writes them out; the intake is the only reader of the
+subscriptions, so messages are numbered in the order each subscription delivered
+them, which the cumulative ACK relies on.
+
+Numbering starts for each run at the wall clock in microseconds, or at the
+checkpointed offset if Spark says it first, so offsets keep growing across restarts
+(as long as a run reads fewer than a million messages a second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice, repeat
+from typing import Any, Final, Generic, TypeVar
+
+import pyarrow as pa
+
+from stompy._sync import Connection, Message, Subscription
+from stompy.errors import ConfigurationError, StompError
+from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch, to_ipc
+from stompy.spark._options import ReadSettings
+
+__all__ = (
+    "OffsetBook",
+    "Planned",
+    "StreamConsumer",
+    "TriggerNotSupported",
+    "ack_each_subscription",
+    "now_us",
+    "offset_dict",
+    "offset_value",
+)
+
+log: Final = logging.getLogger("stompy.spark")
+
+#: Seconds between two messages after which a patient wait for a batch stops.
+TRICKLE: Final = 0.1
+#: Seconds one look at an idle subscription lasts (the intake's longest nap).
+POLL: Final = 0.01
+#: Messages the intake turns into one Arrow chunk at most.
+CHUNK: Final = 10_000
+#: Seconds a call waits at most for the intake to take what had arrived.
+SETTLE: Final = 5.0
+
+H = TypeVar("H")
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def offset_dict(seq: int) -> dict[str, int]:
+    """Spark's JSON form of an offset."""
+    return {"seq": seq}
+
+
+def offset_value(offset: Mapping[str, Any]) -> int:
+    value = offset.get("seq") if isinstance(offset, Mapping) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"not an offset of the STOMP source: {offset!r}")
+    return value
+
+
+@dataclass(slots=True)
+class Planned(Generic[H]):
+    """The messages of a planned batch: ``handles[i]`` is numbered ``first + i``."""
+
+    first: int
+    handles: list[H]
+    #: When each arrived, in microseconds since the epoch.
+    received_us: list[int]
+
+
+class OffsetBook(Generic[H]):
+    """Numbers received messages and remembers what Spark was handed and finished with.
+
+    ``H`` is what acknowledges a message (a :class:`~stompy.Message`; anything in
+    tests). Offsets this run did not issue (from a checkpoint of an earlier run)
+    are recognised and never acknowledge anything here.
+    """
+
+    def __init__(self, base: int) -> None:
+        #: The number of this run's first message.
+        self.base = base
+        #: The number the next message gets.
+        self.next = base
+        #: The highest end of a batch handed to Spark (by :meth:`plan`).
+        self.planned = base
+        #: Everything numbered below this is acknowledged or given up.
+        self.released = base
+        self._handles: deque[H] = deque()
+        self._received: deque[int] = deque()
+        self._issued: set[int] = {base}
+        self._last = base
+
+    def __len__(self) -> int:
+        """Messages held: not yet released."""
+        return len(self._handles)
+
+    def add(self, handle: H, received_us: int) -> int:
+        """Keep a message; return its number."""
+        self._handles.append(handle)
+        self._received.append(received_us)
+        self.next += 1
+        return self.next - 1
+
+    def add_many(self, handles: Sequence[H], received_us: int) -> None:
+        """Keep messages that arrived together, numbered in their order."""
+        self._handles.extend(handles)
+        self._received.extend(repeat(received_us, len(handles)))
+        self.next += len(handles)
+
+    def unplanned(self) -> int:
+        """Messages numbered but not yet handed to Spark."""
+        return self.next - self.planned
+
+    def latest(self, start: int | None, max_rows: int | None) -> int:
+        """The end of the next batch from ``start`` (``None``: where the last one ended)."""
+        if start is None:
+            begin = self._last
+        elif start in self._issued:
+            begin = start
+        else:
+            begin = self.base  # an earlier run's offset: everything of this run is new
+        end = self.next if max_rows is None else min(self.next, begin + max_rows)
+        if end <= begin:
+            return begin if start is None else start
+        self._issued.add(end)
+        self._last = end
+        return end
+
+    def claim(self, start: int, end: int) -> range:
+        """The numbers of the batch ``(start, end]``, now handed to Spark (none for an
+        earlier run's batch)."""
+        if end not in self._issued:
+            return range(end, end)
+        begin = max(start if start in self._issued else self.base, self.released)
+        self.planned = max(self.planned, end)
+        return range(begin, end)
+
+    def plan(self, start: int, end: int) -> Planned[H]:
+        """The messages of the batch ``(start, end]`` (none for an earlier run's)."""
+        numbers = self.claim(start, end)
+        if not numbers:
+            return Planned(numbers.start, [], [])
+        first = self.next - len(self._handles)  # the number of the oldest held
+        low, high = numbers.start - first, numbers.stop - first
+        return Planned(
+            numbers.start,
+            list(islice(self._handles, low, high)),
+            list(islice(self._received, low, high)),
+        )
+
+    def release(self, upto: int) -> list[H]:
+        """Forget messages below ``upto``; return them, oldest first, to acknowledge.
+
+        Only offsets of this run count, and never past what Spark was handed.
+        """
+        if upto not in self._issued:
+            return []
+        upto = min(upto, self.planned)
+        count = max(0, upto - (self.next - len(self._handles)))
+        released = [self._handles.popleft() for _ in range(count)]
+        for _ in range(count):
+            self._received.popleft()
+        if upto > self.released:
+            self.released = upto
+            self._issued = {o for o in self._issued if o >= upto}
+        return released
+
+
+class _Columns:
+    """The Arrow rows of numbered messages, in chunks as the intake made them."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[tuple[int, pa.RecordBatch]] = deque()
+
+    def add(self, first: int, batch: pa.RecordBatch) -> None:
+        self._chunks.append((first, batch))
+
+    def between(self, begin: int, end: int) -> list[pa.RecordBatch]:
+        """The rows numbered ``begin`` to ``end - 1`` (slices, not copies)."""
+        result = []
+        for first, batch in self._chunks:
+            low, high = max(begin, first), min(end, first + batch.num_rows)
+            if low < high:
+                result.append(batch.slice(low - first, high - low))
+        return result
+
+    def drop(self, upto: int) -> None:
+        """Forget the chunks numbered wholly below ``upto``."""
+        chunks = self._chunks
+        while chunks and chunks[0][0] + chunks[0][1].num_rows <= upto:
+            chunks.popleft()
+
+
+def ack_each_subscription(messages: Sequence[Message], *, receipt: bool = True) -> None:
+    """Acknowledge ``messages`` (oldest first) with one cumulative ACK per subscription,
+    oldest subscription first, each with a receipt if ``receipt``.
+
+    The order matters on RabbitMQ, where a ``client`` ACK covers every earlier
+    delivery of the connection: acknowledging a message already covered is an error
+    there that closes the connection.
+    """
+    last: dict[str, tuple[int, Message]] = {}
+    for position, message in enumerate(messages):
+        last[message.subscription] = (position, message)
+    for _, message in sorted(last.values(), key=lambda item: item[0]):
+        message.ack(receipt=receipt)
+
+
+class _Inbox:
+    """Messages from any of several subscriptions, each of them in turn."""
+
+    def __init__(self, subscriptions: Sequence[Subscription]) -> None:
+        self.subscriptions = list(subscriptions)
+        self._turn = 0
+
+    def take(self, limit: int, timeout: float) -> list[Message]:
+        """Up to ``limit`` messages of one subscription, waiting up to ``timeout``
+        seconds for the first; one lock turn for them all (:meth:`Subscription.get_batch`)."""
+        subs = self.subscriptions
+        if len(subs) == 1:
+            return subs[0].get_batch(limit, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            for step in range(len(subs)):
+                index = (self._turn + step) % len(subs)
+                if subs[index].pending:
+                    self._turn = (index + 1) % len(subs)
+                    return subs[index].get_batch(limit, 0)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            sub = subs[self._turn]
+            self._turn = (self._turn + 1) % len(subs)
+            got = sub.get_batch(limit, min(remaining, POLL))
+            if got:
+                return got
+
+
+class TriggerNotSupported(ConfigurationError):
+    """The streaming query runs under a trigger the STOMP source cannot serve."""
+
+
+class StreamConsumer:
+    """The driver-side subscriptions of a streaming read (see the module docstring).
+
+    Connects on first use; pickles to its settings only. Raises the connection's
+    :class:`~stompy.errors.StompError` once reconnecting gave up.
+    """
+
+    def __init__(
+        self,
+        settings: ReadSettings,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._reset()
+
+    def _reset(self) -> None:
+        self._conns: list[Connection] = []
+        self._inbox: _Inbox | None = None
+        self._book: OffsetBook[Message] | None = None
+        self._columns = _Columns()
+        self._fresh = False
+        self._available_now = False
+        #: Guards the book and the columns; notified whenever either changes.
+        self._changed = threading.Condition()
+        self._intake: threading.Thread | None = None
+        self._stopping = False
+        self._failure: BaseException | None = None
+        #: Takes the intake began, and the last of them that found nothing more waiting.
+        self._takes = 0
+        self._caught_up = 0
+        #: Messages the intake took, and of those the ones already in the book.
+        self._arrived = 0
+        self._numbered = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.settings = state["settings"]
+        self._clock = time.time_ns
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"<StreamConsumer {', '.join(self.settings.destinations)!r}>"
+
+    @property
+    def book(self) -> OffsetBook[Message]:
+        return self._ensure_book(None)
+
+    def _ensure_book(self, start: int | None) -> OffsetBook[Message]:
+        if self._book is None:
+            base = self._clock() // 1000
+            if start is not None:
+                base = max(base, start)
+            self._book = OffsetBook(base)
+        return self._book
+
+    def _subscribe(self, book: OffsetBook[Message]) -> None:
+        if self._inbox is not None:
+            return
+        settings = self.settings
+        prefetch = settings.stream_prefetch
+        conns: list[Connection] = []
+        subs: list[Subscription] = []
+        try:
+            # A connection per destination: RabbitMQ takes a ``client`` ACK as covering
+            # every earlier delivery of the connection, not of the subscription only
+            # (STOMP's rule), so one ACK could take messages of another destination
+            # that Spark has not seen yet.
+            for index, destination in enumerate(settings.destinations):
+                conn = settings.connection.connection(
+                    max_pending=prefetch, reconnect=settings.reconnect
+                )
+                conn.connect()
+                conns.append(conn)
+                sub_id, headers = settings.subscribe_args(prefetch, destination, index)
+                # Ids unique across the connections: acknowledgements go by subscription.
+                sub_id = sub_id or f"spark-{index}"
+                subs.append(
+                    conn.subscribe(
+                        destination, ack="client", id=sub_id, headers=headers, receipt=True
+                    )
+                )
+        except BaseException:
+            for conn in conns:
+                with contextlib.suppress(StompError):
+                    conn.close()
+            raise
+        self._conns = conns
+        self._inbox = inbox = _Inbox(subs)
+        self._fresh = True
+        self._stopping = False
+        self._intake = threading.Thread(
+            target=self._take_in, args=(inbox, book), name="stompy-spark-intake", daemon=True
+        )
+        self._intake.start()
+        log.info(
+            "subscribed to %s at %s",
+            ", ".join(settings.destinations),
+            settings.connection.where,
+        )
+
+    def _take_in(self, inbox: _Inbox, book: OffsetBook[Message]) -> None:
+        """The intake thread: number and convert what arrives, one batch ahead at most."""
+        limit = self.settings.max_messages_per_batch
+        single = len(inbox.subscriptions) == 1
+        changed = self._changed
+        try:
+            while True:
+                with changed:
+                    while not self._stopping and book.unplanned() >= limit:
+                        changed.wait()
+                    if self._stopping:
+                        return
+                    asked = min(limit - book.unplanned(), CHUNK)
+                    self._takes += 1
+                    take = self._takes
+                    first = book.next  # only this thread numbers messages
+                got = inbox.take(asked, POLL)
+                arrived = now_us()
+                batch = None
+                if got:
+                    with changed:  # a patient wait sees messages come before they are ready
+                        self._arrived += len(got)
+                        changed.notify_all()
+                    batch = message_batch(got, [arrived] * len(got), range(first, first + len(got)))
+                with changed:
+                    if batch is not None:
+                        book.add_many(got, arrived)
+                        self._columns.add(first, batch)
+                        self._numbered += len(got)
+                    if not got or (single and len(got) < asked):
+                        self._caught_up = take
+                    changed.notify_all()
+        except BaseException as exc:  # the connection gave up: the query fails on it
+            with changed:
+                self._failure = exc
+                changed.notify_all()
+
+    def _await_batch(self, book: OffsetBook[Message]) -> None:
+        """Wait until the book holds what the next batch should have.
+
+        A batch is never waited for once it has rows: the intake is only given time
+        to take in what had already arrived. Only when there is none (right after
+        subscribing, and on every call under ``Trigger.AvailableNow``) does this wait
+        up to ``idleTimeout`` for a first message and then while messages keep coming
+        (:data:`TRICKLE` apart at most): such a query ends once the destination stays
+        idle that long.
+        """
+        limit = self.settings.max_messages_per_batch
+        changed = self._changed
+        with changed:
+            patient = (self._fresh or self._available_now) and book.unplanned() == 0
+            self._fresh = False
+            if patient:
+                idle = self.settings.idle_timeout
+                trickle = min(TRICKLE, idle)
+                before = self._arrived
+                changed.wait_for(
+                    lambda: self._arrived > before or self._failure is not None, timeout=idle
+                )
+                # Quiet: nothing taken nor converted for ``trickle`` seconds.
+                seen, quiet_at = (self._arrived, self._numbered), time.monotonic() + trickle
+                while before < seen[0] < before + limit and self._failure is None:
+                    remaining = quiet_at - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    changed.wait(remaining)
+                    if (self._arrived, self._numbered) != seen:
+                        seen = (self._arrived, self._numbered)
+                        quiet_at = time.monotonic() + trickle
+                changed.wait_for(
+                    lambda: self._numbered == self._arrived or self._failure is not None,
+                    timeout=SETTLE,
+                )
+            else:
+                take = self._takes + 1  # one begun from now on
+                changed.wait_for(
+                    lambda: (
+                        self._caught_up >= take
+                        or book.unplanned() >= limit
+                        or self._failure is not None
+                    ),
+                    timeout=SETTLE,
+                )
+            if self._failure is not None:
+                raise self._failure
+
+    def _release(self, upto: int) -> None:
+        if self._book is None:
+            return
+        with self._changed:
+            done = self._book.release(upto)
+            self._columns.drop(self._book.released)
+        if done:
+            # No receipt to wait for: an ACK that never arrives only brings its
+            # messages back (at least once), and the DISCONNECT that ends the
+            # query is confirmed after every ACK before it.
+            ack_each_subscription(done, receipt=False)
+
+    # -- what the stream reader calls -----------------------------------------------------
+
+    def initial(self) -> int:
+        return self._ensure_book(None).base
+
+    def latest(
+        self, start: int | None, max_rows: int | None, *, all_available: bool = False
+    ) -> int:
+        """The end of the next batch. ``all_available``: Spark asked for everything
+        there is, which only ``Trigger.Once`` does outside ``AvailableNow``; refused,
+        since Spark never tells a source that such a query's one batch is done."""
+        if all_available and not self._available_now:
+            raise TriggerNotSupported(
+                "the STOMP source does not support Trigger.Once: Spark never tells a source "
+                "that the one batch of such a query reached the sink, so its messages could "
+                "never be acknowledged and would come again in every run; use "
+                "trigger(availableNow=True), which reads what is there and then stops"
+            )
+        book = self._ensure_book(start)
+        # Spark plans a batch only once the one before is in the sink.
+        self._release(book.planned)
+        if start is not None:
+            self._release(start)
+        self._subscribe(book)
+        self._await_batch(book)
+        with self._changed:
+            return book.latest(start, max_rows)
+
+    def plan(self, start: int, end: int) -> list[bytes]:
+        """The batch ``(start, end]`` as Arrow IPC bytes, split into at most
+        ``numPartitions`` parts of nearly equal size (none for an earlier run's batch)."""
+        book = self._ensure_book(max(start, end))  # a replayed batch: number past it
+        self._release(start)
+        with self._changed:
+            numbers = book.claim(start, end)
+            chunks = self._columns.between(numbers.start, numbers.stop)
+            self._changed.notify_all()  # room for the intake
+        count = len(numbers)
+        if not count:
+            return []
+        rows = pa.Table.from_batches(chunks, READ_ARROW_SCHEMA)
+        parts = min(self.settings.num_partitions, count)
+        result = []
+        for part in range(parts):
+            low, high = count * part // parts, count * (part + 1) // parts
+            result.append(to_ipc(rows.slice(low, high - low).combine_chunks()))
+        return result
+
+    def commit(self, end: int) -> None:
+        self._release(end)
+
+    def available_now(self) -> None:
+        self._available_now = True
+
+    def close(self) -> None:
+        """Stop the intake and disconnect; unacknowledged messages go back to the broker."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        intake, self._intake = self._intake, None
+        if intake is not None:
+            intake.join(SETTLE)
+        conns, self._conns, self._inbox = self._conns, [], None
+        for conn in conns:
+            with contextlib.suppress(StompError):
+                conn.close()
