@@ -71,6 +71,8 @@ class Job:
     #: ``message-id``; through a broker, the publisher's ``correlation-id`` survives.
     identity: str = "message-id"
     subscription: str = workload.SUBSCRIPTION
+    #: stompy's ``tracing`` option (OpenTelemetry; :mod:`benchmarks.tracing` turns it off).
+    tracing: bool = True
 
     def deadline(self) -> Deadline:
         return Deadline(self.limit)
@@ -353,6 +355,7 @@ def _stompy_connection(job: Job, receipt_timeout: float = 10.0) -> stompy.Connec
         host=job.server.vhost,
         connect_timeout=10.0,
         receipt_timeout=receipt_timeout,
+        tracing=job.tracing,
     )
 
 
@@ -403,6 +406,7 @@ def _stompy_async_connection(job: Job, receipt_timeout: float = 10.0) -> stompy.
         host=job.server.vhost,
         connect_timeout=10.0,
         receipt_timeout=receipt_timeout,
+        tracing=job.tracing,
     )
 
 

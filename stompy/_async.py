@@ -21,7 +21,13 @@ from typing_extensions import Unpack
 
 from stompy import _keywords as kw
 from stompy._async_io import TaskIO
-from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, transaction_id
+from stompy._base import (
+    ConnectionBase,
+    SubscriptionBase,
+    TransactionBase,
+    instrument,
+    transaction_id,
+)
 from stompy._calls import Call, Steps
 from stompy._events import MessageReceived
 from stompy._message import MessageBase
@@ -85,15 +91,20 @@ class AsyncMessage(MessageBase):
 
     async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request; see :meth:`stompy.Message.reply`."""
-        steps = Call(self._conn._session, anyio.current_time()).reply(self.event, body, options)
-        await self._conn._io.run(steps)
+        conn = self._conn
+        call = Call(conn._session, anyio.current_time())
+        telemetry = conn._telemetry
+        if telemetry is None:
+            await conn._io.run(call.reply(self.event, body, options))
+        else:
+            await conn._io.run(telemetry.reply(call, self.event, body, options))
 
 
 class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     """A subscription: ``async for`` over it, or ``await get(timeout)``."""
 
     def __init__(self, conn: AsyncConnection, inbox: Inbox[AsyncMessage]) -> None:
-        super().__init__(conn._session, inbox)
+        super().__init__(conn._session, inbox, conn._telemetry)
         self._io = conn._io
         #: Set when a message arrives or the subscription may have ended.
         self._wakeup: anyio.Event | None = None
@@ -104,6 +115,17 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         Cancelling it loses no message. Raises the connection's error once it is lost
         and every message received before was handed out.
         """
+        telemetry = self._telemetry
+        if telemetry is None:
+            return await self._take(timeout)
+        started = time.time_ns()
+        message = await self._take(timeout)
+        if message is not None:
+            telemetry.received(message, started)
+        return message
+
+    async def _take(self, timeout: float | None) -> AsyncMessage | None:
+        """:meth:`get`, untraced."""
         items = self._inbox.items
         if items:
             # A consumer that takes message after message without waiting would hold
@@ -166,12 +188,15 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         raises. :class:`~stompy.errors.ConfigurationError` if ``max_messages < 1``.
         """
         self._check_batch(max_messages)
-        first = await self.get(timeout)
+        started = time.time_ns()
+        first = await self._take(timeout)
         if first is None:
             return []
         batch = [first]
         if self._take_more(batch, max_messages):
             self._io.make_room()
+        if self._telemetry is not None:
+            self._telemetry.received_batch(batch, started)
         return batch
 
     def __aiter__(self) -> AsyncSubscription:
@@ -284,6 +309,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         status = self._session.status
         if status is not Status.NEW:
             raise LocalProtocolError(f"connect() on a connection that is {status}")
+        self._telemetry = instrument(self._session)
         await self._io.connect()
         if self._options.hooked:
             io = self._io
@@ -315,7 +341,8 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         transaction = transaction_id(options.get("transaction"))
         session = self._session
         proto = session.usable()
-        if proto is not None and not receipt and transaction is None:
+        telemetry = self._telemetry
+        if proto is not None and not receipt and transaction is None and telemetry is None:
             # The common case, kept short: the clock is read once, by the flush.
             proto.send(destination, body, headers=headers, content_type=content_type)
             if session.flush(anyio.current_time()):
@@ -324,9 +351,13 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
                     await self._io.run(Call(session, anyio.current_time()).flush())
             return
         call = Call(session, anyio.current_time())
-        await self._io.run(
-            call.send(destination, body, headers, content_type, transaction, receipt)
-        )
+        if telemetry is None:
+            steps = call.send(destination, body, headers, content_type, transaction, receipt)
+        else:
+            steps = telemetry.send(
+                call, destination, body, headers, content_type, transaction, receipt
+            )
+        await self._io.run(steps)
 
     async def send_many(
         self,
@@ -336,10 +367,15 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
         receipt = options.get("receipt", False)
         transaction = transaction_id(options.get("transaction"))
+        telemetry = self._telemetry
         count = 0
         for work in split_for_sending(messages):
             call = Call(self._session, anyio.current_time())
-            count += await self._io.run(call.send_some(work, receipt, transaction))
+            if telemetry is None:
+                count += await self._io.run(call.send_some(work, receipt, transaction))
+            else:
+                steps = telemetry.send_some(call, work, receipt, transaction)
+                count += await self._io.run(steps)
         return count
 
     async def request(
@@ -351,7 +387,10 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         forgets its request (a later reply is dropped).
         """
         call = Call(self._session, anyio.current_time())
-        return await self._io.run(call.request(destination, body, options))
+        telemetry = self._telemetry
+        if telemetry is None:
+            return await self._io.run(call.request(destination, body, options))
+        return await self._io.run(telemetry.request(call, destination, body, options))
 
     def subscribe(
         self,
@@ -406,22 +445,36 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         await self._io.run(call.acknowledge(command, message.event, message._epoch, tx, receipt))
 
 
-async def _outcome(call: Callable[[Any], object], argument: object, what: str) -> None:
-    """Call the user's function (awaiting a coroutine function's result); log what
-    it raises: it must not end the connection's task group."""
+async def _outcome(
+    call: Callable[[Any], object],
+    argument: object,
+    what: str,
+    around: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+) -> None:
+    """Call the user's function (awaiting a coroutine function's result), inside
+    ``around()`` if given; log what it raises: it must not end the connection's task
+    group."""
     try:
-        result = call(argument)
-        if inspect.isawaitable(result):
-            await result
+        with around() if around is not None else contextlib.nullcontext():
+            result = call(argument)
+            if inspect.isawaitable(result):
+                await result
     except Exception:
         log.exception("%s failed", what)
 
 
 async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], object]) -> None:
-    """``on_message``: the callback for each message of ``sub``, until it ends."""
+    """``on_message``: the callback for each message of ``sub``, until it ends; each in
+    a ``process`` span when traced."""
+    telemetry = sub._telemetry
+    what = f"on_message callback of {sub!r}"
     try:
-        async for message in sub:
-            await _outcome(callback, message, f"on_message callback of {sub!r}")
+        while (message := await sub._take(None)) is not None:
+            if telemetry is None:
+                await _outcome(callback, message, what)
+            else:
+                around = functools.partial(telemetry.processing, message)
+                await _outcome(callback, message, what, around)
     except StompError as exc:
         log.debug("%r ended: %s", sub, exc)
 

@@ -8,7 +8,7 @@ Their state and everything read from it without waiting live here, once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from typing_extensions import Unpack
 
@@ -20,9 +20,40 @@ from stompy._state import Status
 from stompy._urls import Endpoint
 from stompy.errors import ConfigurationError, LocalProtocolError, StompError, TransactionLost
 
-__all__ = ("ConnectionBase", "SubscriptionBase", "TransactionBase", "transaction_id")
+if TYPE_CHECKING:
+    from stompy._tracing import Telemetry
+
+__all__ = (
+    "ConnectionBase",
+    "SubscriptionBase",
+    "TransactionBase",
+    "instrument",
+    "transaction_id",
+)
 
 M = TypeVar("M")
+
+# Whether opentelemetry-api could be imported: None until a connection asked.
+_otel: bool | None = None
+
+
+def instrument(session: Session[Any]) -> Telemetry | None:
+    """What ``session``'s connection records for OpenTelemetry, decided as it connects
+    (``options.telemetry``): nothing with ``tracing=False``, without opentelemetry-api,
+    or while the application installed no SDK. Only then is the API imported."""
+    global _otel
+    options = session.options
+    options.telemetry = None
+    if not options.tracing or _otel is False:
+        return None
+    try:
+        from stompy._tracing import instrument as decide
+    except ImportError:
+        _otel = False
+        return None
+    _otel = True
+    options.telemetry = decide(session)
+    return options.telemetry
 
 
 class ConnectionBase(Generic[M]):
@@ -35,6 +66,9 @@ class ConnectionBase(Generic[M]):
     ) -> None:
         self._options = ClientOptions(url_or_urls, **options)
         self._session: Session[M] = Session(self._options, self._message)
+        #: What the connection records for OpenTelemetry (``None``: nothing), decided by
+        #: ``connect()``.
+        self._telemetry: Telemetry | None = None
         self._setup()
 
     def _setup(self) -> None:
@@ -91,7 +125,9 @@ class SubscriptionBase(Generic[M]):
     failed stays active, and taking from it raises the failure once it is empty.
     """
 
-    def __init__(self, session: Session[M], inbox: Inbox[M]) -> None:
+    def __init__(
+        self, session: Session[M], inbox: Inbox[M], telemetry: Telemetry | None = None
+    ) -> None:
         self.id = inbox.id
         self.destination = inbox.destination
         self.ack = inbox.ack
@@ -100,6 +136,7 @@ class SubscriptionBase(Generic[M]):
         self.overflow = inbox.overflow
         self._session = session
         self._inbox = inbox
+        self._telemetry = telemetry
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id!r} to {self.destination!r} ack={self.ack!r}>"

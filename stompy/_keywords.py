@@ -41,6 +41,8 @@ class ConnectionOptions(TypedDict, total=False):
     lifecycle hooks are called in order outside the connection's own work: a thread of
     their own (``Connection``), a task of its task group (``AsyncConnection``, which
     awaits coroutine functions); see the "Lifecycle hooks" section of ``docs/api.md``.
+    ``tracing=False`` turns OpenTelemetry off for the connection (see
+    ``docs/observability.md``; it is on when ``opentelemetry-api`` is installed).
     """
 
     login: str | None
@@ -64,6 +66,7 @@ class ConnectionOptions(TypedDict, total=False):
     on_disconnected: Callable[[StompError | None], object] | None
     on_error: Callable[[ServerError], object] | None
     on_unrouted: Callable[[MessageReceived], object] | None
+    tracing: bool
 
 
 #: A flavour's transaction class (``Transaction`` or ``AsyncTransaction``).
@@ -133,6 +136,7 @@ class OneShotOptions(TypedDict, total=False):
     connect_timeout: float
     receipt_timeout: float
     ws_headers: Mapping[str, str] | None
+    tracing: bool
 
 
 def one_shot(options: OneShotOptions) -> tuple[ConnectionOptions, MessageOptions]:

@@ -30,6 +30,7 @@ from stompy.errors import (
 )
 
 if TYPE_CHECKING:
+    from stompy._tracing import Telemetry
     from stompy._websocket import WebSocket
 
 __all__ = (
@@ -215,6 +216,7 @@ class ClientOptions:
         on_disconnected: Callable[[StompError | None], object] | None = None,
         on_error: Callable[[ServerError], object] | None = None,
         on_unrouted: Callable[[MessageReceived], object] | None = None,
+        tracing: bool = True,
     ) -> None:
         self.endpoints = parse_urls(urls)
         if max_pending < 1:
@@ -243,6 +245,12 @@ class ClientOptions:
         self.on_disconnected = on_disconnected
         self.on_error = on_error
         self.on_unrouted = on_unrouted
+        #: Whether the connection records OpenTelemetry spans and metrics (when
+        #: ``opentelemetry-api`` is installed and the application installed an SDK).
+        self.tracing = tracing
+        #: What it records, decided as it connects (``None``: nothing; see
+        #: :mod:`stompy._tracing`).
+        self.telemetry: Telemetry | None = None
         #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``).
         self.ws_headers = dict(ws_headers or {})
         for name, value in self.ws_headers.items():

@@ -8,13 +8,16 @@ holds that state and makes those decisions for both transports, which only move
 bytes, wait, and wake the user's waits. Like the core, it does no I/O and reads no
 clock: time and randomness come in as arguments.
 
+The parts it decides over live in modules of their own: establishing a connection
+(:mod:`stompy._connecting`), a subscription's inbox and prefetch
+(:mod:`stompy._inbox`), the request/reply table (:mod:`stompy._requests`) and the
+queued hook calls (:mod:`stompy._notices`). The names other modules import from here
+are re-exported.
+
 Request/reply: :meth:`Session.request` sends with ``reply-to`` naming
-:data:`REPLY_QUEUE`, a temporary queue private to the connection, and a fresh
-``correlation-id``, and keeps the request in :attr:`Session.requests` until its waiter
-is done. The broker delivers the replies on a subscription of that name (RabbitMQ and
-the in-process broker make it implicitly; on ActiveMQ the session subscribes itself);
-:meth:`Session.pump` hands each to the request whose ``correlation-id`` it carries.
-Any other MESSAGE that no inbox takes is logged as a WARNING, never dropped silently.
+:data:`REPLY_QUEUE` and a fresh ``correlation-id``; :meth:`Session.pump` hands each
+reply to the request it answers. Any other MESSAGE that no inbox takes is logged as a
+WARNING, never dropped silently.
 
 Flow control: a subscription keeps at most ``max_pending`` received messages. In the
 client ack modes the session asks the broker to hold back more than that
@@ -30,10 +33,9 @@ with a probe that says whether bytes wait unread in its socket. Bytes that wait 
 sign of life, however long the client took to read them: a client that stopped
 reading (backpressure, a blocked event loop) never takes the broker for dead.
 
-Lifecycle hooks: what the application asked to hear of (a connection made, lost, made
-again; an ERROR frame; a MESSAGE for no known subscription) the session queues as
-:class:`Notice` s in :attr:`Session.notices`, in order; the transport runs them outside
-its own work (a thread of their own, a task), so a slow hook never stalls the connection.
+Lifecycle hooks: the session decides when the application hears of a connection made,
+lost or made again, an ERROR frame, or a MESSAGE for no known subscription, and queues
+the call in :attr:`Session.notices` for the transport to make (:meth:`Session.notify`).
 
 Each established connection is an *epoch*. What belongs to an epoch (unanswered
 receipts, open transactions, unacked messages) is void in the next: an ACK for a
@@ -45,29 +47,30 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
+from stompy._connecting import Attempts, Handshake
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
-from stompy._frames import Frame
-from stompy._options import (
-    ClientOptions,
-    Overflow,
-    check_overflow,
-    error_for_event,
-    take_output,
-)
+from stompy._inbox import MAX_PREFETCH, PREFETCH_HEADERS, Inbox, subscribe_headers
+from stompy._notices import MAX_NOTICES, Notice, queue_notice
+from stompy._options import ClientOptions, Overflow, check_overflow, error_for_event, take_output
 from stompy._protocol import ClientProtocol, State
+from stompy._requests import (
+    REPLY_QUEUE,
+    Request,
+    answered,
+    check_request_headers,
+    reply_address,
+    subscribes_to_temp_queue,
+)
 from stompy._state import ReceiptState, Status
 from stompy._urls import Endpoint
 from stompy.errors import (
     ConfigurationError,
-    ConnectFailed,
     ConnectionLost,
     LocalProtocolError,
-    NoReplyTo,
     ProtocolError,
-    RemoteProtocolError,
     ServerError,
     StompError,
     SubscriptionOverflow,
@@ -76,7 +79,10 @@ from stompy.errors import (
 if TYPE_CHECKING:
     from stompy._websocket import WebSocket
 
+# Re-exported from the modules split out of this one (see the module docstring): other
+# modules import them from here.
 __all__ = (
+    "MAX_NOTICES",
     "MAX_OUTGOING",
     "MAX_PREFETCH",
     "PREFETCH_HEADERS",
@@ -104,32 +110,9 @@ MAX_OUTGOING: Final = 4 * 1024 * 1024
 #: not reading) before a WARNING names it.
 STALL_WARNING: Final = 5.0
 
-#: The SUBSCRIBE headers by which brokers hold back unacknowledged messages per
-#: subscription: RabbitMQ's (also read by the in-process broker), then ActiveMQ's.
-#: Each broker ignores the other's.
-PREFETCH_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
-#: The largest prefetch asked for: RabbitMQ takes no more (a 16-bit count).
-MAX_PREFETCH: Final = 65535
-
 #: How many ended subscription ids are remembered, so that messages still in flight
 #: for them are expected (DEBUG), not a surprise (WARNING).
 _ENDED_IDS: Final = 256
-#: Hook calls waiting for slow hooks at most: beyond, a call is dropped with a WARNING
-#: (only ``on_unrouted``, one per message, can come that fast).
-MAX_NOTICES: Final = 10_000
-
-#: The temporary queue a session's requests name in ``reply-to``. RabbitMQ (and the
-#: in-process broker) rewrite it into a queue private to the connection and deliver
-#: its replies on an implicit subscription whose id is this name; ActiveMQ wants a
-#: SUBSCRIBE to it, which the session makes with this name as the id. Either way the
-#: replies arrive with ``subscription`` set to it, and are removed with the connection.
-REPLY_QUEUE: Final = "/temp-queue/stompy-replies"
-#: ``server`` header prefixes (lower case) of brokers on which the requester must
-#: SUBSCRIBE to its temporary queue itself (RabbitMQ refuses that SUBSCRIBE).
-_SUBSCRIBE_TO_TEMP_QUEUE: Final = ("activemq/",)
-#: The headers :meth:`Session.request` writes itself.
-_REQUEST_HEADERS: Final = ("reply-to", "correlation-id")
-
 #: What a transport's message class is built from: the core's event and its epoch.
 M = TypeVar("M")
 
@@ -148,171 +131,6 @@ def failure_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-class Notice:
-    """One call of a lifecycle hook, queued by the session for the transport to make:
-    ``hook(argument)``. ``what`` names the hook (``"on_connected"``...)."""
-
-    __slots__ = ("argument", "hook", "what")
-
-    def __init__(self, what: str, hook: Callable[[Any], object], argument: object) -> None:
-        self.what = what
-        self.hook = hook
-        self.argument = argument
-
-    def __repr__(self) -> str:
-        return f"<Notice {self.what}({self.argument!r})>"
-
-
-class Inbox(Generic[M]):
-    """One subscription as the session keeps it: what to replay, and the messages
-    received for it that the consumer has not taken yet (at most ``max_pending``)."""
-
-    __slots__ = (
-        "ack",
-        "active",
-        "destination",
-        "failure",
-        "headers",
-        "id",
-        "items",
-        "max_pending",
-        "overflow",
-    )
-
-    def __init__(
-        self,
-        id: str,
-        destination: str,
-        ack: AckMode,
-        headers: Mapping[str, str],
-        max_pending: int,
-        overflow: Overflow = "pause",
-    ) -> None:
-        self.id = id
-        self.destination = destination
-        self.ack: AckMode = ack
-        #: The headers the user gave (the SUBSCRIBE frame's: :func:`subscribe_headers`).
-        self.headers = dict(headers)
-        self.max_pending = max_pending
-        self.overflow: Overflow = overflow
-        self.items: deque[M] = deque()
-        self.active = True
-        #: Why the session ended the subscription (``overflow="fail"``), or ``None``.
-        self.failure: StompError | None = None
-
-
-def subscribe_headers(ack: AckMode, headers: Mapping[str, str], max_pending: int) -> dict[str, str]:
-    """The headers of a SUBSCRIBE: ``headers``, and in the client ack modes a prefetch
-    of ``max_pending`` (at most :data:`MAX_PREFETCH`) in each of
-    :data:`PREFETCH_HEADERS` that ``headers`` does not set.
-
-    The broker then sends no more unacknowledged messages than the inbox holds, so a
-    consumer that falls behind is paced by the broker, not by the socket. With
-    ``auto`` the broker forgets a message as it sends it, and no broker paces that.
-    """
-    merged = dict(headers)
-    if ack != "auto":
-        prefetch = str(min(max_pending, MAX_PREFETCH))
-        for name in PREFETCH_HEADERS:
-            merged.setdefault(name, prefetch)
-    return merged
-
-
-class Handshake:
-    """Establishing one connection: the WebSocket upgrade (if any), CONNECT, CONNECTED.
-
-    The transport writes :attr:`first`, then hands every chunk it reads to
-    :meth:`receive` and writes what it returns, until :attr:`connected` is set.
-    """
-
-    def __init__(self, options: ClientOptions, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-        self.proto = options.start(endpoint)
-        self.ws: WebSocket | None = None
-        request = b""
-        if endpoint.websocket:
-            self.ws, request = options.websocket(endpoint)
-        #: The first bytes to write: CONNECT, or over WebSocket the upgrade request
-        #: (CONNECT then goes once the server accepted it).
-        self.first = request or take_output(self.proto, None, None, endpoint)
-        self.connected: Connected | None = None
-
-    def receive(self, data: bytes, now: float) -> bytes:
-        """Feed what was read (``b""`` at end of stream); return the bytes to write.
-
-        Raises :class:`ServerError` when the broker refuses, :class:`ConnectFailed` when
-        the connection ends first, and the parser's :class:`ProtocolError`.
-        """
-        proto, ws, endpoint = self.proto, self.ws, self.endpoint
-        reply = b""
-        ended: StompError | None = None
-        if not data:
-            proto.receive_eof()
-        elif ws is None:
-            proto.receive_data(data, now)
-        else:
-            was_open = ws.open
-            got = ws.receive(data)
-            reply = got.reply
-            if ws.open and not was_open:
-                reply += take_output(proto, ws, None, endpoint)
-            proto.receive_data(got.data, now)
-            ended = got.ended
-        event = proto.next_event()
-        while event is not None:
-            if isinstance(event, Connected):
-                proto.start_heartbeats(now)
-                log.info("connected to %s (STOMP %s)", endpoint, event.version)
-                self.connected = event
-                return reply
-            failure = error_for_event(event)
-            if isinstance(failure, ServerError):
-                raise failure
-            if failure is not None:
-                raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
-            event = proto.next_event()
-        if ended is not None:
-            if isinstance(ended, ConnectionLost):
-                raise ConnectFailed(f"{ended} during CONNECT")
-            raise ended
-        return reply
-
-
-class Attempts:
-    """The rounds of attempts to establish a connection: which address next, after
-    what delay, and which error ends them.
-
-    Iterating gives ``(delay, endpoint)``: each round tries every address in turn, the
-    round's delay before its first. For :meth:`Session.connect_attempts` a refusal
-    (:class:`ServerError`) is final; a reconnect tries on.
-    """
-
-    def __init__(self, endpoints: tuple[Endpoint, ...], delays: Iterator[float], first: bool):
-        self._endpoints = endpoints
-        self._delays = delays
-        self._first = first
-        self._errors: list[str] = []
-        self.last: StompError | None = None
-
-    def __iter__(self) -> Iterator[tuple[float, Endpoint]]:
-        for delay in self._delays:
-            self._errors = []
-            for i, endpoint in enumerate(self._endpoints):
-                yield (delay if i == 0 else 0.0), endpoint
-            self.last = ConnectFailed("; ".join(self._errors))  # each names its address
-
-    def failed(self, endpoint: Endpoint, error: StompError) -> None:
-        """The attempt at ``endpoint`` failed with ``error``; raises it if that is final."""
-        if self._first and not isinstance(error, (ConnectFailed, RemoteProtocolError)):
-            raise error
-        log.info("could not connect to %s: %s", endpoint, error)
-        self._errors.append(str(error))
-
-    def error(self) -> StompError:
-        """Why every attempt failed: the last round's errors."""
-        return self.last if self.last is not None else ConnectFailed("no address to try")
-
-
 class Subscribed(Generic[M]):
     """What :meth:`Session.subscribe` made: the inbox, and the receipt id to wait for."""
 
@@ -321,39 +139,6 @@ class Subscribed(Generic[M]):
     def __init__(self, inbox: Inbox[M], receipt: str | None) -> None:
         self.inbox = inbox
         self.receipt = receipt
-
-
-class Request(Generic[M]):
-    """One request waiting for its reply (see :meth:`Session.request`)."""
-
-    __slots__ = ("correlation_id", "destination", "epoch", "reply")
-
-    def __init__(self, correlation_id: str, destination: str, epoch: int) -> None:
-        self.correlation_id = correlation_id
-        self.destination = destination
-        #: The connection it was sent on: its reply can only come on that one.
-        self.epoch = epoch
-        #: The reply, once it came.
-        self.reply: M | None = None
-
-
-def reply_address(frame: Frame, headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
-    """Where a reply to the message ``frame`` goes: its ``reply-to``, and ``headers``
-    with its ``correlation-id`` added (one given in ``headers`` wins).
-
-    Raises :class:`NoReplyTo` when the message has no ``reply-to``.
-    """
-    reply_to = frame.get("reply-to")
-    if not reply_to:
-        raise NoReplyTo(
-            f"message {frame.get('message-id')!r} from {frame.get('destination')!r} has no "
-            "reply-to header: there is nowhere to send a reply"
-        )
-    merged = dict(headers or {})
-    correlation_id = frame.get("correlation-id")
-    if correlation_id is not None:
-        merged.setdefault("correlation-id", correlation_id)
-    return reply_to, merged
 
 
 class Pumped:
@@ -472,28 +257,22 @@ class Session(Generic[M]):
         self.flush(now)
         self._installed += 1
         self._end_told = False
-        self.notify("on_connected" if self._installed == 1 else "on_reconnected", self.endpoint)
+        options = self.options
+        if self._installed == 1:
+            self.notify("on_connected", options.on_connected, self.endpoint)
+        else:
+            self.notify("on_reconnected", options.on_reconnected, self.endpoint)
 
-    def notify(self, what: str, argument: object) -> None:
-        """Queue a call of the hook ``what`` (an option's name) if the user set it."""
-        hook = getattr(self.options, what)
-        if hook is None:
-            return
-        if len(self.notices) >= MAX_NOTICES:
-            log.warning(
-                "%s(%r) not called: %d hook calls already wait for the hooks to return",
-                what,
-                argument,
-                len(self.notices),
-            )
-            return
-        self.notices.append(Notice(what, hook, argument))
+    def notify(self, what: str, hook: Callable[[Any], object] | None, argument: object) -> None:
+        """Queue ``hook(argument)``, the hook the option ``what`` set (``None``: unset),
+        for the transport to call (see :mod:`stompy._notices`)."""
+        queue_notice(self.notices, what, hook, argument)
 
     def _told_end(self, error: StompError | None) -> None:
         """Queue ``on_disconnected(error)`` once per connection."""
         if self._installed and not self._end_told:
             self._end_told = True
-            self.notify("on_disconnected", error)
+            self.notify("on_disconnected", self.options.on_disconnected, error)
 
     # -- intents ---------------------------------------------------------------------------
 
@@ -653,12 +432,9 @@ class Session(Generic[M]):
         Raises :class:`ConfigurationError` (nothing sent) when ``headers`` has either.
         """
         proto = self.ready()
-        given = [name for name in _REQUEST_HEADERS if headers and name in headers]
-        if given:
-            raise ConfigurationError(
-                f"request() writes {' and '.join(given)} itself; use send() to set them"
-            )
-        if self._reply_subscribed != self.epoch and self._subscribes_to_temp_queue():
+        check_request_headers(headers)
+        server = self.connected.server if self.connected is not None else None
+        if self._reply_subscribed != self.epoch and subscribes_to_temp_queue(server):
             # ActiveMQ: replies to a /temp-queue/ reach only a SUBSCRIBE to it; the id is
             # its name, so that they are routed as on RabbitMQ. Not replayed: the next
             # connection's first request makes it again.
@@ -671,10 +447,6 @@ class Session(Generic[M]):
         proto.send(destination, body, headers=sent, content_type=content_type)
         self.requests[correlation_id] = request
         return request
-
-    def _subscribes_to_temp_queue(self) -> bool:
-        server = self.connected.server if self.connected is not None else None
-        return server is not None and server.lower().startswith(_SUBSCRIBE_TO_TEMP_QUEUE)
 
     def reply_state(self, request: Request[M]) -> ReceiptState:
         """How the wait for ``request``'s reply stands: like a receipt's, a reply can only
@@ -781,7 +553,7 @@ class Session(Generic[M]):
                     failure = error_for_event(event)
                     if failure is not None:
                         if isinstance(failure, ServerError):
-                            self.notify("on_error", failure)
+                            self.notify("on_error", self.options.on_error, failure)
                         break
                 event = proto.next_event()
         except ProtocolError as exc:
@@ -824,16 +596,15 @@ class Session(Generic[M]):
     def _unrouted(self, event: MessageReceived) -> None:
         """A MESSAGE that no inbox takes: a request's reply, or else logged and dropped."""
         if event.subscription == REPLY_QUEUE:
-            correlation_id = event.frame.get("correlation-id")
-            request = self.requests.get(correlation_id) if correlation_id is not None else None
-            if request is not None and request.reply is None:
+            request = answered(self.requests, event.frame)
+            if request is not None:
                 request.reply = self.wrap(event, self.epoch)
                 self._replied.append(request.correlation_id)
             else:
                 log.debug(
                     "dropping a reply with correlation-id %r from %r: no request waits for "
                     "it (it timed out, or was answered already)",
-                    correlation_id,
+                    event.frame.get("correlation-id"),
                     event.destination,
                 )
             return
@@ -847,7 +618,7 @@ class Session(Generic[M]):
             return
         if self.options.on_unrouted is not None:
             log.debug("handing %s to on_unrouted: no subscription takes it", event)
-            self.notify("on_unrouted", event)
+            self.notify("on_unrouted", self.options.on_unrouted, event)
             return
         log.warning(
             "dropping a MESSAGE (message-id %r, destination %r) for subscription %r, "

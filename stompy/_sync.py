@@ -23,7 +23,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing_extensions import Unpack
 
 from stompy import _keywords as kw
-from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, transaction_id
+from stompy._base import (
+    ConnectionBase,
+    SubscriptionBase,
+    TransactionBase,
+    instrument,
+    transaction_id,
+)
 from stompy._calls import Call
 from stompy._events import MessageReceived
 from stompy._message import MessageBase
@@ -73,7 +79,12 @@ class Message(MessageBase):
         :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
         sent) when the message has no ``reply-to``."""
         io = self._io
-        io.run(Call(io.session, time.monotonic()).reply(self.event, body, options))
+        call = Call(io.session, time.monotonic())
+        telemetry = io.session.options.telemetry
+        if telemetry is None:
+            io.run(call.reply(self.event, body, options))
+        else:
+            io.run(telemetry.reply(call, self.event, body, options))
 
     def _answer(self, command: str, transaction: Transaction | str | None, receipt: bool) -> None:
         tx = transaction_id(transaction)
@@ -92,7 +103,7 @@ class Subscription(SubscriptionBase[Message]):
     """
 
     def __init__(self, conn: Connection, inbox: Inbox[Message]) -> None:
-        super().__init__(conn._session, inbox)
+        super().__init__(conn._session, inbox, conn._telemetry)
         # Not the Connection (see Message): its dispatcher thread holds the subscription.
         self._subs = conn._subs
         self._io = conn._io
@@ -105,6 +116,17 @@ class Subscription(SubscriptionBase[Message]):
         nothing is left. Raises the connection's error once it is lost and every
         message received before is handed out.
         """
+        telemetry = self._telemetry
+        if telemetry is None:
+            return self._take(timeout)
+        started = time.time_ns()
+        message = self._take(timeout)
+        if message is not None:
+            telemetry.received(message, started)
+        return message
+
+    def _take(self, timeout: float | None) -> Message | None:
+        """:meth:`get`, untraced."""
         io = self._io
         inbox = self._inbox
         items = inbox.items
@@ -135,13 +157,16 @@ class Subscription(SubscriptionBase[Message]):
         raises. :class:`~stompy.errors.ConfigurationError` if ``max_messages < 1``.
         """
         self._check_batch(max_messages)
-        first = self.get(timeout)
+        started = time.time_ns()
+        first = self._take(timeout)
         if first is None:
             return []
         batch = [first]
         with self._io.lock:
             if self._take_more(batch, max_messages):
                 self._io.wake()
+        if self._telemetry is not None:
+            self._telemetry.received_batch(batch, started)
         return batch
 
     def __iter__(self) -> Iterator[Message]:
@@ -180,11 +205,17 @@ class Subscription(SubscriptionBase[Message]):
             self._inbox.active = False
 
     def _dispatch(self, callback: Callable[[Message], object]) -> None:
-        """Run ``callback`` for each message, in its own thread (see ``on_message``)."""
+        """Run ``callback`` for each message, in its own thread (see ``on_message``),
+        each in a ``process`` span when traced."""
+        telemetry = self._telemetry
         try:
-            for message in self:
+            while (message := self._take(None)) is not None:
                 try:
-                    callback(message)
+                    if telemetry is None:
+                        callback(message)
+                    else:
+                        with telemetry.processing(message):
+                            callback(message)
                 except Exception:
                     log.exception("on_message callback of %r failed", self)
         except StompError as exc:
@@ -288,6 +319,7 @@ class Connection(ConnectionBase[Message]):
                 raise LocalProtocolError(
                     f"connect() on a connection that is {self._session.status}"
                 )
+        self._telemetry = instrument(self._session)
         self._io.connect()
 
     def close(self) -> bool:
@@ -339,7 +371,8 @@ class Connection(ConnectionBase[Message]):
         content_type = options.get("content_type")
         receipt = options.get("receipt", False)
         transaction = transaction_id(options.get("transaction"))
-        if transaction is None and not receipt:
+        telemetry = self._telemetry
+        if transaction is None and not receipt and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             with self._io.lock:
                 proto = self._session.usable()
@@ -348,7 +381,13 @@ class Connection(ConnectionBase[Message]):
                     self._flush()
                     return
         call = Call(self._session, time.monotonic())
-        self._io.run(call.send(destination, body, headers, content_type, transaction, receipt))
+        if telemetry is None:
+            steps = call.send(destination, body, headers, content_type, transaction, receipt)
+        else:
+            steps = telemetry.send(
+                call, destination, body, headers, content_type, transaction, receipt
+            )
+        self._io.run(steps)
 
     def send_many(
         self, messages: Iterable[Outgoing], **options: Unpack[kw.BatchOptions[Transaction]]
@@ -364,12 +403,15 @@ class Connection(ConnectionBase[Message]):
         """
         receipt = options.get("receipt", False)
         transaction = transaction_id(options.get("transaction"))
-        return sum(
-            self._io.run(
-                Call(self._session, time.monotonic()).send_some(work, receipt, transaction)
-            )
-            for work in split_for_sending(messages)
-        )
+        telemetry = self._telemetry
+        count = 0
+        for work in split_for_sending(messages):
+            call = Call(self._session, time.monotonic())
+            if telemetry is None:
+                count += self._io.run(call.send_some(work, receipt, transaction))
+            else:
+                count += self._io.run(telemetry.send_some(call, work, receipt, transaction))
+        return count
 
     def request(
         self, destination: str, body: bytes | str = b"", **options: Unpack[kw.RequestOptions]
@@ -385,7 +427,10 @@ class Connection(ConnectionBase[Message]):
         :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
         """
         call = Call(self._session, time.monotonic())
-        return self._io.run(call.request(destination, body, options))
+        telemetry = self._telemetry
+        if telemetry is None:
+            return self._io.run(call.request(destination, body, options))
+        return self._io.run(telemetry.request(call, destination, body, options))
 
     def subscribe(
         self,
