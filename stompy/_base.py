@@ -39,12 +39,10 @@ _otel: bool | None = None
 
 def instrument(session: Session[Any]) -> Telemetry | None:
     """What ``session``'s connection records for OpenTelemetry, decided as it connects
-    (``options.telemetry``): nothing with ``tracing=False``, without opentelemetry-api,
+    nothing with ``tracing=False``, without opentelemetry-api,
     or while the application installed no SDK. Only then is the API imported."""
     global _otel
-    options = session.options
-    options.telemetry = None
-    if not options.tracing or _otel is False:
+    if not session.options.tracing or _otel is False:
         return None
     try:
         from stompy._tracing import instrument as decide
@@ -52,8 +50,7 @@ def instrument(session: Session[Any]) -> Telemetry | None:
         _otel = False
         return None
     _otel = True
-    options.telemetry = decide(session)
-    return options.telemetry
+    return decide(session)
 
 
 class ConnectionBase(Generic[M]):

@@ -30,7 +30,6 @@ from stompy.errors import (
 )
 
 if TYPE_CHECKING:
-    from stompy._tracing import Telemetry
     from stompy._websocket import WebSocket
 
 __all__ = (
@@ -248,9 +247,6 @@ class ClientOptions:
         #: Whether the connection records OpenTelemetry spans and metrics (when
         #: ``opentelemetry-api`` is installed and the application installed an SDK).
         self.tracing = tracing
-        #: What it records, decided as it connects (``None``: nothing; see
-        #: :mod:`stompy._tracing`).
-        self.telemetry: Telemetry | None = None
         #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``).
         self.ws_headers = dict(ws_headers or {})
         for name, value in self.ws_headers.items():

@@ -80,7 +80,7 @@ class Message(MessageBase):
         sent) when the message has no ``reply-to``."""
         io = self._io
         call = Call(io.session, time.monotonic())
-        telemetry = io.session.options.telemetry
+        telemetry = io.telemetry
         if telemetry is None:
             io.run(call.reply(self.event, body, options))
         else:
@@ -319,7 +319,7 @@ class Connection(ConnectionBase[Message]):
                 raise LocalProtocolError(
                     f"connect() on a connection that is {self._session.status}"
                 )
-        self._telemetry = instrument(self._session)
+        self._telemetry = self._io.telemetry = instrument(self._session)
         self._io.connect()
 
     def close(self) -> bool:

@@ -28,7 +28,7 @@ import socket
 import ssl as _ssl
 import threading
 import time
-from typing import Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._calls import Running, Steps
 from stompy._protocol import State
@@ -43,6 +43,9 @@ from stompy._session import (
 from stompy._state import Status
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
+
+if TYPE_CHECKING:
+    from stompy._tracing import Telemetry
 
 __all__ = ("IOThread", "bytes_waiting")
 
@@ -93,6 +96,8 @@ class IOThread(Generic[M]):
         self._wake_w: socket.socket | None = None
         self.wake_sent = False
         self._abandoned = False
+        #: What the connection records for OpenTelemetry (``None``: nothing).
+        self.telemetry: Telemetry | None = None
 
     # -- for user threads ----------------------------------------------------------------
 
