@@ -63,7 +63,13 @@ from stompy._events import (
     Receipt,
 )
 from stompy._frames import V10, V11, V12, VERSIONS, Frame, make_headers
-from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
+from stompy._heartbeat import (
+    Heartbeat,
+    format_heartbeat,
+    negotiate,
+    only_heartbeats,
+    parse_heartbeat,
+)
 from stompy.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 __all__ = ("ACK_MODES", "ClientProtocol", "State", "SubscriptionInfo")
@@ -603,7 +609,7 @@ class ClientProtocol:
         if data:
             self._parser.feed(data)
             if now is not None and self._heartbeat is not None:
-                self._heartbeat.received(now)
+                self._heartbeat.received(now, only_heartbeats(data))
 
     def receive_eof(self) -> None:
         """The peer closed the transport.

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stompy._events import HeartbeatTimedOut
-from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
+from stompy._heartbeat import (
+    Heartbeat,
+    format_heartbeat,
+    negotiate,
+    only_heartbeats,
+    parse_heartbeat,
+)
 from stompy._protocol import ClientProtocol, State
 from stompy.errors import RemoteProtocolError
 from tests.test_protocol import connected, events, server_bytes
@@ -93,32 +101,53 @@ def test_tolerance_below_one_is_refused() -> None:
 def test_deadlines() -> None:
     assert Heartbeat(0, 0, 2.0, 5.0).deadline() is None
     assert Heartbeat(1000, 0, 2.0, 5.0).deadline() == 6.0
-    # Before anything arrived the incoming window is one interval longer (grace).
+    # CONNECTED is a frame: the first window is one interval longer.
     assert Heartbeat(0, 1000, 2.0, 5.0).deadline() == 8.0
     assert Heartbeat(3000, 1000, 2.0, 5.0).deadline() == 8.0
     assert Heartbeat(1000, 1000, 1.5, 5.0).deadline() == 6.0
 
 
-def test_first_incoming_interval_has_a_grace_period() -> None:
-    # ActiveMQ sends its first beat two intervals after CONNECTED: with tolerance
-    # 2.0 that must not count as a dead peer.
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"\n", True),
+        (b"\r\n", True),
+        (b"\n\n\r\n", True),
+        (b"", False),  # nothing is not a beat
+        (b"MESSAGE\n", False),
+        (b"\nMESSAGE\n", False),  # a beat, then a frame
+        (b"\x00\n", False),  # the end of a frame
+        (b" \n", False),
+    ],
+)
+def test_only_heartbeats(data: bytes, expected: bool) -> None:
+    assert only_heartbeats(data) is expected
+
+
+def test_a_frame_gets_one_more_interval_than_a_beat() -> None:
+    # ActiveMQ's first beat after CONNECTED, or after any other frame, comes up to two
+    # intervals after it: with tolerance 2.0 that must not count as a dead peer.
     beat = Heartbeat(0, 1000, 2.0, 0.0)
-    assert not beat.peer_dead(2.0)
     assert not beat.peer_dead(2.999)
     assert beat.peer_dead(3.0)
-    beat.received(2.0)  # the first beat: from now on the plain window applies
+    beat.received(2.0, beat_only=True)  # a beat: the plain window
     assert beat.deadline() == 4.0
-    assert beat.peer_dead(4.0)
+    beat.received(3.5)  # a frame (or bytes nobody looked at)
+    assert beat.deadline() == 6.5
+    assert not beat.peer_dead(6.499)
+    beat.received(4.0, beat_only=True)
+    assert beat.deadline() == 6.0
+    assert beat.peer_dead(6.0)
 
 
 def test_beat_due_and_peer_dead_at_their_boundaries() -> None:
     beat = Heartbeat(1000, 2000, 2.0, 10.0)
     assert not beat.beat_due(10.999)
     assert beat.beat_due(11.0)
-    assert not beat.peer_dead(15.999)  # 2 s x 2.0, plus the first interval's grace
+    assert not beat.peer_dead(15.999)  # 2 s x 2.0, plus one interval after CONNECTED
     assert beat.peer_dead(16.0)
     beat.sent(11.0)
-    beat.received(13.0)
+    beat.received(13.0, beat_only=True)
     assert beat.deadline() == 12.0
     assert not beat.beat_due(11.5)
     assert not beat.peer_dead(16.9)
@@ -145,13 +174,19 @@ times = st.floats(0, 1e7, allow_nan=False)
 intervals = st.integers(0, 100_000)
 
 
-@given(intervals, intervals, st.floats(1.0, 5.0), times, times, times)
+@given(intervals, intervals, st.floats(1.0, 5.0), times, times, times, st.booleans())
 def test_something_is_due_at_every_deadline(
-    out_ms: int, in_ms: int, tolerance: float, start: float, sent: float, received: float
+    out_ms: int,
+    in_ms: int,
+    tolerance: float,
+    start: float,
+    sent: float,
+    received: float,
+    beat_only: bool,
 ) -> None:
     beat = Heartbeat(out_ms, in_ms, tolerance, start)
     beat.sent(sent)
-    beat.received(received)
+    beat.received(received, beat_only)
     deadline = beat.deadline()
     if deadline is None:
         assert out_ms == in_ms == 0
@@ -162,6 +197,143 @@ def test_something_is_due_at_every_deadline(
     before = deadline - max(1e-6, abs(deadline) * 1e-12)
     assert not beat.beat_due(before)
     assert not beat.peer_dead(before)
+
+
+# -- the rule, against models of the peer --------------------------------------------
+
+
+def documented_window(interval: float, tolerance: float, after_beat: bool) -> float:
+    """docs/heartbeats.md: interval x tolerance after a beat, one interval more otherwise."""
+    return interval * (tolerance if after_beat else tolerance + 1)
+
+
+# (fraction of the window the next arrival uses, whether it holds only heart-beats)
+arrivals = st.lists(st.tuples(st.floats(0.0, 0.99), st.booleans()), max_size=40)
+
+
+def within_the_rule(
+    interval: float, tolerance: float, start: float, steps: list[tuple[float, bool]]
+) -> Iterator[tuple[float, bool]]:
+    """``(time, only heart-beats)`` of arrivals, each inside the window that the
+    documented rule opens at the one before (CONNECTED, a frame, opens the first)."""
+    last, after_beat = start, False
+    for fraction, beat_only in steps:
+        last += fraction * documented_window(interval, tolerance, after_beat)
+        after_beat = beat_only
+        yield last, beat_only
+
+
+@given(st.integers(1, 100_000), st.floats(1.0, 5.0), times, arrivals)
+def test_a_peer_within_the_rule_is_never_declared_dead(
+    in_ms: int, tolerance: float, start: float, steps: list[tuple[float, bool]]
+) -> None:
+    beat = Heartbeat(0, in_ms, tolerance, start)
+    for arrival, beat_only in within_the_rule(in_ms / 1000, tolerance, start, steps):
+        assert not beat.peer_dead(arrival)
+        deadline = beat.deadline()
+        assert deadline is not None
+        assert deadline > arrival
+        beat.received(arrival, beat_only)
+
+
+@given(st.integers(1, 100_000), st.floats(1.0, 5.0), times, arrivals)
+def test_a_silent_peer_is_declared_dead_within_the_documented_bound(
+    in_ms: int, tolerance: float, start: float, steps: list[tuple[float, bool]]
+) -> None:
+    interval = in_ms / 1000
+    beat = Heartbeat(0, in_ms, tolerance, start)
+    last, after_beat = start, False
+    for last, after_beat in within_the_rule(interval, tolerance, start, steps):
+        beat.received(last, after_beat)
+    bound = documented_window(interval, tolerance, after_beat)
+    assert bound <= interval * (tolerance + 1)  # the bound whatever came last
+    limit = last + bound
+    slack = 1e-9 * max(1.0, abs(limit))  # float rounding, nothing more
+    deadline = beat.deadline()
+    assert deadline is not None
+    assert deadline <= limit + slack
+    assert beat.peer_dead(limit + slack)
+    # ...and not before the rule says so.
+    assert not beat.peer_dead(last + bound * 0.999)
+
+
+def broker_arrivals(
+    interval: float,
+    check_every: float,
+    beats_are_output: bool,
+    first_check: float,
+    frames: list[float],
+    delays: list[float],
+) -> list[tuple[float, bool]]:
+    """When a broker's bytes arrive: ``(time, only heart-beats)``, CONNECTED written at 0.
+
+    The broker looks every ``check_every`` seconds (first at ``first_check``) and writes
+    a beat if it wrote nothing since its last look; ``beats_are_output`` says whether
+    its own beats count as something written. ActiveMQ 5.17 (measured, docs/brokers.md):
+    ``check_every=interval``, beats not counted, so the first beat after a frame comes
+    up to two intervals after it. RabbitMQ: ``check_every=interval / 2``, beats counted.
+    Each write arrives ``delays[i]`` seconds later, in order (TCP).
+    """
+    horizon = max(frames, default=0.0) + 3 * interval
+    writes: list[tuple[float, bool]] = [(0.0, False)] + [(t, False) for t in sorted(frames)]
+    checks = [first_check + k * check_every for k in range(int(horizon / check_every) + 2)]
+    previous = float("-inf")
+    for check in checks:
+        # A write at the very time of a look counts for the next one.
+        wrote = [
+            t for t, beat in writes if previous <= t < check and (beats_are_output or not beat)
+        ]
+        if not wrote:
+            writes.append((check, True))
+        previous = check
+    writes.sort()
+    out: list[tuple[float, bool]] = []
+    for i, (written, beat_only) in enumerate(writes):
+        arrival = written + delays[i % len(delays)]
+        out.append((max(arrival, out[-1][0]) if out else arrival, beat_only))
+    return out
+
+
+broker_shapes = st.sampled_from([("activemq", 1.0, False), ("rabbitmq", 0.5, True)])
+
+
+@example(  # measured: a RECEIPT just after ActiveMQ's look, its next beat 2.03 intervals on
+    in_ms=100,
+    shape=("activemq", 1.0, False),
+    first_check=1.0,
+    frames=[1.001],
+    delays=[0.0, 0.0, 0.03],
+)
+@given(
+    st.integers(10, 10_000),
+    broker_shapes,
+    st.floats(0.01, 1.0),
+    st.lists(st.floats(0.0, 20.0), max_size=20),
+    st.lists(st.floats(0.0, 0.25), min_size=1, max_size=20),
+)
+def test_brokers_we_test_are_never_taken_for_dead_with_the_default_tolerance(
+    in_ms: int,
+    shape: tuple[str, float, bool],
+    first_check: float,
+    frames: list[float],
+    delays: list[float],
+) -> None:
+    # Times in intervals (frames, delays, the first check), scaled by the interval.
+    interval = in_ms / 1000
+    _, check_every, beats_are_output = shape
+    got = broker_arrivals(
+        interval,
+        check_every * interval,
+        beats_are_output,
+        first_check * check_every * interval,
+        [t * interval for t in frames],
+        [d * interval for d in delays],
+    )
+    connected_at, _ = got[0]
+    beat = Heartbeat(0, in_ms, 2.0, connected_at)
+    for arrival, beat_only in got[1:]:
+        assert not beat.peer_dead(arrival), (arrival, beat.last_received)
+        beat.received(arrival, beat_only)
 
 
 # -- in the client -------------------------------------------------------------------
@@ -276,15 +448,30 @@ def test_any_byte_is_a_sign_of_life() -> None:
     proto.receive_data(b"MESS", 1.9)  # part of a frame, no heart-beat
     proto.handle_timer(2.0)
     assert proto.state is State.CONNECTED
-    assert proto.next_deadline() == 3.9
+    assert proto.next_deadline() == 4.9  # after a frame, one interval more
     proto.receive_data(b"", 3.0)  # nothing is not life
-    assert proto.next_deadline() == 3.9
+    assert proto.next_deadline() == 4.9
+
+
+def test_after_a_frame_the_window_is_one_interval_longer() -> None:
+    # ActiveMQ's first beat after a frame comes up to two intervals after it.
+    proto = connected(heartbeats=(0, 1000), server_heartbeat="1000,0", now=0.0)
+    proto.receive_data(server_bytes("RECEIPT", (("receipt-id", "r1"),)), 1.0)
+    assert proto.next_deadline() == 4.0
+    proto.handle_timer(3.05)  # two intervals and a bit: not dead
+    assert proto.state is State.CONNECTED
+    proto.receive_data(b"\n", 3.05)  # a beat: from now on the plain window
+    assert proto.next_deadline() == 5.05
+    proto.receive_data(b"\r\n", 4.0)
+    assert proto.next_deadline() == 6.0
+    proto.handle_timer(6.0)
+    assert events(proto)[-1] == HeartbeatTimedOut(2.0)
 
 
 def test_note_alive_counts_as_life() -> None:
     proto = connected(heartbeats=(0, 1000), server_heartbeat="1000,0", now=0.0)
-    proto.note_alive(1.0)
-    assert proto.next_deadline() == 3.0
+    proto.note_alive(1.0)  # bytes nobody looked at yet: maybe a frame
+    assert proto.next_deadline() == 4.0
     ClientProtocol().note_alive(1.0)  # no heart-beats: nothing to note
 
 

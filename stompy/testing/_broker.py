@@ -60,7 +60,13 @@ from typing import Final, TypedDict
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
 from stompy._frames import V10, V11, V12, VERSIONS, Frame, Headers
-from stompy._heartbeat import Heartbeat, format_heartbeat, negotiate, parse_heartbeat
+from stompy._heartbeat import (
+    Heartbeat,
+    format_heartbeat,
+    negotiate,
+    only_heartbeats,
+    parse_heartbeat,
+)
 from stompy.errors import FrameTooLarge, ProtocolError
 
 __all__ = (
@@ -119,7 +125,8 @@ class BrokerConfig:
     #: The broker's ``heart-beat`` header, ``(can send, wants)`` in ms. Small values let
     #: the client's wishes decide, since the negotiated interval is the larger one.
     heartbeats: tuple[int, int] = (100, 100)
-    #: A client is dropped after ``incoming interval * tolerance`` of silence.
+    #: A client is dropped after ``incoming interval * tolerance`` of silence after its
+    #: last heart-beat, one interval more after a frame (the client's rule too).
     heartbeat_tolerance: float = 2.0
     #: Frame size limits for what clients send.
     limits: FrameLimits = field(default_factory=FrameLimits)
@@ -858,7 +865,7 @@ class ServerSession:
         if not data:
             return
         if self._heartbeat is not None:
-            self._heartbeat.received(now)
+            self._heartbeat.received(now, only_heartbeats(data))
         self._parser.feed(data)
         while self.state in (SessionState.AWAITING_CONNECT, SessionState.CONNECTED):
             try:
