@@ -21,18 +21,13 @@ from typing_extensions import Unpack
 
 from stompy import _keywords as kw
 from stompy._async_io import TaskIO
-from stompy._base import (
-    ConnectionBase,
-    SubscriptionBase,
-    TransactionBase,
-    instrument,
-    transaction_id,
-)
+from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
 from stompy._calls import Call, Steps
 from stompy._events import MessageReceived
+from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
-from stompy._session import MAX_OUTGOING, Inbox
+from stompy._session import MAX_OUTGOING
 from stompy._state import Status
 from stompy.errors import LocalProtocolError, StompError
 
@@ -92,12 +87,8 @@ class AsyncMessage(MessageBase):
     async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request; see :meth:`stompy.Message.reply`."""
         conn = self._conn
-        call = Call(conn._session, anyio.current_time())
-        telemetry = conn._telemetry
-        if telemetry is None:
-            await conn._io.run(call.reply(self.event, body, options))
-        else:
-            await conn._io.run(telemetry.reply(call, self.event, body, options))
+        call = traced(Call(conn._session, anyio.current_time()), conn._telemetry)
+        await conn._io.run(call.reply(self.event, body, options))
 
 
 class AsyncSubscription(SubscriptionBase[AsyncMessage]):
@@ -115,14 +106,10 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         Cancelling it loses no message. Raises the connection's error once it is lost
         and every message received before was handed out.
         """
-        telemetry = self._telemetry
-        if telemetry is None:
+        if self._telemetry is None:
             return await self._take(timeout)
         started = time.time_ns()
-        message = await self._take(timeout)
-        if message is not None:
-            telemetry.received(message, started)
-        return message
+        return self._received(await self._take(timeout), started)
 
     async def _take(self, timeout: float | None) -> AsyncMessage | None:
         """:meth:`get`, untraced."""
@@ -195,9 +182,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         batch = [first]
         if self._take_more(batch, max_messages):
             self._io.make_room()
-        if self._telemetry is not None:
-            self._telemetry.received_batch(batch, started)
-        return batch
+        return self._received_batch(batch, started)
 
     def __aiter__(self) -> AsyncSubscription:
         return self
@@ -309,7 +294,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         status = self._session.status
         if status is not Status.NEW:
             raise LocalProtocolError(f"connect() on a connection that is {status}")
-        self._telemetry = instrument(self._session)
+        self._instrument()
         await self._io.connect()
         if self._options.hooked:
             io = self._io
@@ -350,14 +335,10 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
                 if len(session.outgoing) > MAX_OUTGOING:
                     await self._io.run(Call(session, anyio.current_time()).flush())
             return
-        call = Call(session, anyio.current_time())
-        if telemetry is None:
-            steps = call.send(destination, body, headers, content_type, transaction, receipt)
-        else:
-            steps = telemetry.send(
-                call, destination, body, headers, content_type, transaction, receipt
-            )
-        await self._io.run(steps)
+        call = traced(Call(session, anyio.current_time()), telemetry)
+        await self._io.run(
+            call.send(destination, body, headers, content_type, transaction, receipt)
+        )
 
     async def send_many(
         self,
@@ -367,15 +348,10 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
         receipt = options.get("receipt", False)
         transaction = transaction_id(options.get("transaction"))
-        telemetry = self._telemetry
         count = 0
         for work in split_for_sending(messages):
-            call = Call(self._session, anyio.current_time())
-            if telemetry is None:
-                count += await self._io.run(call.send_some(work, receipt, transaction))
-            else:
-                steps = telemetry.send_some(call, work, receipt, transaction)
-                count += await self._io.run(steps)
+            call = traced(Call(self._session, anyio.current_time()), self._telemetry)
+            count += await self._io.run(call.send_some(work, receipt, transaction))
         return count
 
     async def request(
@@ -386,11 +362,8 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         Many tasks may wait for replies on one connection at once; cancelling one
         forgets its request (a later reply is dropped).
         """
-        call = Call(self._session, anyio.current_time())
-        telemetry = self._telemetry
-        if telemetry is None:
-            return await self._io.run(call.request(destination, body, options))
-        return await self._io.run(telemetry.request(call, destination, body, options))
+        call = traced(Call(self._session, anyio.current_time()), self._telemetry)
+        return await self._io.run(call.request(destination, body, options))
 
     def subscribe(
         self,
@@ -445,17 +418,20 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         await self._io.run(call.acknowledge(command, message.event, message._epoch, tx, receipt))
 
 
+#: The context of a user's function that nothing traces.
+_UNTRACED: Final = contextlib.nullcontext()
+
+
 async def _outcome(
     call: Callable[[Any], object],
     argument: object,
     what: str,
-    around: Callable[[], contextlib.AbstractContextManager[None]] | None = None,
+    around: contextlib.AbstractContextManager[None] = _UNTRACED,
 ) -> None:
     """Call the user's function (awaiting a coroutine function's result), inside
-    ``around()`` if given; log what it raises: it must not end the connection's task
-    group."""
+    ``around``; log what it raises: it must not end the connection's task group."""
     try:
-        with around() if around is not None else contextlib.nullcontext():
+        with around:
             result = call(argument)
             if inspect.isawaitable(result):
                 await result
@@ -470,11 +446,8 @@ async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], o
     what = f"on_message callback of {sub!r}"
     try:
         while (message := await sub._take(None)) is not None:
-            if telemetry is None:
-                await _outcome(callback, message, what)
-            else:
-                around = functools.partial(telemetry.processing, message)
-                await _outcome(callback, message, what, around)
+            around = _UNTRACED if telemetry is None else telemetry.processing(message)
+            await _outcome(callback, message, what, around)
     except StompError as exc:
         log.debug("%r ended: %s", sub, exc)
 

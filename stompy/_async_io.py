@@ -32,7 +32,8 @@ import anyio.abc
 import anyio.lowlevel
 
 from stompy._calls import Call, Running, Steps, Wait, Waiting
-from stompy._session import Attempts, Handshake, Session, failure_reason
+from stompy._connecting import Attempts, Handshake
+from stompy._session import Session, failure_reason
 from stompy._state import Status
 from stompy._sync_io import bytes_waiting
 from stompy._urls import Endpoint

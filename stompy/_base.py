@@ -2,7 +2,9 @@
 
 ``Connection`` and ``AsyncConnection``, their subscriptions and their transactions
 differ only in how a call waits (a thread's condition variable, an anyio event).
-Their state and everything read from it without waiting live here, once.
+Their state and everything read from it without waiting live here, once; so does
+the choice of what a connection records for OpenTelemetry (:func:`instrument`) and of
+the steps a call that sends runs, traced or not (:func:`traced`).
 """
 
 from __future__ import annotations
@@ -12,35 +14,40 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from typing_extensions import Unpack
 
+from stompy._calls import Call
 from stompy._events import MessageReceived
+from stompy._inbox import Inbox
 from stompy._keywords import ConnectionOptions
+from stompy._message import MessageBase
 from stompy._options import ClientOptions
-from stompy._session import Inbox, Session
+from stompy._session import Session
 from stompy._state import Status
 from stompy._urls import Endpoint
 from stompy.errors import ConfigurationError, LocalProtocolError, StompError, TransactionLost
 
 if TYPE_CHECKING:
-    from stompy._tracing import Telemetry
+    from stompy._tracing import Telemetry, TracedCall
 
 __all__ = (
     "ConnectionBase",
     "SubscriptionBase",
     "TransactionBase",
     "instrument",
+    "traced",
     "transaction_id",
 )
 
-M = TypeVar("M")
+#: The transport's message class.
+M = TypeVar("M", bound=MessageBase)
 
 # Whether opentelemetry-api could be imported: None until a connection asked.
 _otel: bool | None = None
 
 
 def instrument(session: Session[Any]) -> Telemetry | None:
-    """What ``session``'s connection records for OpenTelemetry, decided as it connects
-    nothing with ``tracing=False``, without opentelemetry-api,
-    or while the application installed no SDK. Only then is the API imported."""
+    """What ``session``'s connection records for OpenTelemetry, decided as it connects:
+    nothing with ``tracing=False``, without opentelemetry-api, or while the application
+    installed no SDK. Only then is the API imported."""
     global _otel
     if not session.options.tracing or _otel is False:
         return None
@@ -51,6 +58,12 @@ def instrument(session: Session[Any]) -> Telemetry | None:
         return None
     _otel = True
     return decide(session)
+
+
+def traced(call: Call[M], telemetry: Telemetry | None) -> Call[M] | TracedCall[M]:
+    """``call`` as a client runs a send, a request or a reply: as it is, or on a
+    connection that records ``telemetry``, with each message in a PRODUCER span."""
+    return call if telemetry is None else telemetry.traced(call)
 
 
 class ConnectionBase(Generic[M]):
@@ -67,6 +80,12 @@ class ConnectionBase(Generic[M]):
         #: ``connect()``.
         self._telemetry: Telemetry | None = None
         self._setup()
+
+    def _instrument(self) -> Telemetry | None:
+        """Decide, as the connection connects, what it records for OpenTelemetry
+        (:func:`instrument`); that is :attr:`_telemetry` from then on."""
+        self._telemetry = telemetry = instrument(self._session)
+        return telemetry
 
     def _setup(self) -> None:
         """Make the transport's own parts (the session exists by then)."""
@@ -160,6 +179,21 @@ class SubscriptionBase(Generic[M]):
         if failure is not None:
             raise failure
         return False
+
+    def _received(self, message: M | None, started: int) -> M | None:
+        """``message`` (if any), taken by a traced ``get()`` that began at ``started``
+        (``time.time_ns()``), recorded: its ``receive`` span."""
+        if message is not None:
+            assert self._telemetry is not None
+            self._telemetry.received(message, started)
+        return message
+
+    def _received_batch(self, batch: list[M], started: int) -> list[M]:
+        """``batch``, taken by a ``get_batch()`` that began at ``started``, recorded
+        when traced."""
+        if self._telemetry is not None:
+            self._telemetry.received_batch(batch, started)
+        return batch
 
     def _take_more(self, batch: list[M], max_messages: int) -> bool:
         """Add to ``batch`` what has arrived, up to ``max_messages`` in all; whether the

@@ -22,10 +22,12 @@ from collections.abc import Generator, Mapping
 from typing import Final, Generic, TypeVar
 
 from stompy._events import MessageReceived
+from stompy._inbox import Inbox
 from stompy._keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._options import Outgoing
 from stompy._protocol import ClientProtocol
-from stompy._session import MAX_OUTGOING, Inbox, Session, log, reply_address
+from stompy._requests import reply_address
+from stompy._session import MAX_OUTGOING, Session, log
 from stompy._state import ReceiptState, Status
 from stompy.errors import (
     AckLost,

@@ -238,7 +238,7 @@ class ClientOptions:
         check_overflow(overflow)
         self.overflow: Overflow = overflow
         self.strict = strict
-        #: The lifecycle hooks (see :class:`~stompy._session.Notice`).
+        #: The lifecycle hooks (see :class:`~stompy._notices.Notice`).
         self.on_connected = on_connected
         self.on_reconnected = on_reconnected
         self.on_disconnected = on_disconnected

@@ -11,8 +11,7 @@ clock: time and randomness come in as arguments.
 The parts it decides over live in modules of their own: establishing a connection
 (:mod:`stompy._connecting`), a subscription's inbox and prefetch
 (:mod:`stompy._inbox`), the request/reply table (:mod:`stompy._requests`) and the
-queued hook calls (:mod:`stompy._notices`). The names other modules import from here
-are re-exported.
+queued hook calls (:mod:`stompy._notices`); import their names from there.
 
 Request/reply: :meth:`Session.request` sends with ``reply-to`` naming
 :data:`REPLY_QUEUE` and a fresh ``correlation-id``; :meth:`Session.pump` hands each
@@ -52,8 +51,8 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from stompy._connecting import Attempts, Handshake
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
-from stompy._inbox import MAX_PREFETCH, PREFETCH_HEADERS, Inbox, subscribe_headers
-from stompy._notices import MAX_NOTICES, Notice, queue_notice
+from stompy._inbox import Inbox, subscribe_headers
+from stompy._notices import Notice, queue_notice
 from stompy._options import ClientOptions, Overflow, check_overflow, error_for_event, take_output
 from stompy._protocol import ClientProtocol, State
 from stompy._requests import (
@@ -61,7 +60,6 @@ from stompy._requests import (
     Request,
     answered,
     check_request_headers,
-    reply_address,
     subscribes_to_temp_queue,
 )
 from stompy._state import ReceiptState, Status
@@ -79,26 +77,13 @@ from stompy.errors import (
 if TYPE_CHECKING:
     from stompy._websocket import WebSocket
 
-# Re-exported from the modules split out of this one (see the module docstring): other
-# modules import them from here.
 __all__ = (
-    "MAX_NOTICES",
     "MAX_OUTGOING",
-    "MAX_PREFETCH",
-    "PREFETCH_HEADERS",
-    "REPLY_QUEUE",
     "STALL_WARNING",
-    "Attempts",
-    "Handshake",
-    "Inbox",
-    "Notice",
     "Pumped",
-    "Request",
     "Session",
     "Subscribed",
     "failure_reason",
-    "reply_address",
-    "subscribe_headers",
 )
 
 log: Final = logging.getLogger("stompy")

@@ -14,7 +14,6 @@ blocked call and iterator wakes up and raises (``ConnectionLost``,
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 import warnings
@@ -23,18 +22,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing_extensions import Unpack
 
 from stompy import _keywords as kw
-from stompy._base import (
-    ConnectionBase,
-    SubscriptionBase,
-    TransactionBase,
-    instrument,
-    transaction_id,
-)
+from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
 from stompy._calls import Call
 from stompy._events import MessageReceived
+from stompy._inbox import Inbox
 from stompy._message import MessageBase
-from stompy._options import Outgoing, log, log_sent, split_for_sending
-from stompy._session import MAX_OUTGOING, Inbox
+from stompy._options import Outgoing, log, split_for_sending
 from stompy._state import Status
 from stompy._sync_io import IOThread
 from stompy.errors import LocalProtocolError, StompError
@@ -79,12 +72,8 @@ class Message(MessageBase):
         :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
         sent) when the message has no ``reply-to``."""
         io = self._io
-        call = Call(io.session, time.monotonic())
-        telemetry = io.telemetry
-        if telemetry is None:
-            io.run(call.reply(self.event, body, options))
-        else:
-            io.run(telemetry.reply(call, self.event, body, options))
+        call = traced(Call(io.session, time.monotonic()), io.telemetry)
+        io.run(call.reply(self.event, body, options))
 
     def _answer(self, command: str, transaction: Transaction | str | None, receipt: bool) -> None:
         tx = transaction_id(transaction)
@@ -116,14 +105,10 @@ class Subscription(SubscriptionBase[Message]):
         nothing is left. Raises the connection's error once it is lost and every
         message received before is handed out.
         """
-        telemetry = self._telemetry
-        if telemetry is None:
+        if self._telemetry is None:
             return self._take(timeout)
         started = time.time_ns()
-        message = self._take(timeout)
-        if message is not None:
-            telemetry.received(message, started)
-        return message
+        return self._received(self._take(timeout), started)
 
     def _take(self, timeout: float | None) -> Message | None:
         """:meth:`get`, untraced."""
@@ -165,9 +150,7 @@ class Subscription(SubscriptionBase[Message]):
         with self._io.lock:
             if self._take_more(batch, max_messages):
                 self._io.wake()
-        if self._telemetry is not None:
-            self._telemetry.received_batch(batch, started)
-        return batch
+        return self._received_batch(batch, started)
 
     def __iter__(self) -> Iterator[Message]:
         """Yield messages until the subscription or the connection ends."""
@@ -319,7 +302,7 @@ class Connection(ConnectionBase[Message]):
                 raise LocalProtocolError(
                     f"connect() on a connection that is {self._session.status}"
                 )
-        self._telemetry = self._io.telemetry = instrument(self._session)
+        self._io.telemetry = self._instrument()
         self._io.connect()
 
     def close(self) -> bool:
@@ -374,20 +357,15 @@ class Connection(ConnectionBase[Message]):
         telemetry = self._telemetry
         if transaction is None and not receipt and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
-            with self._io.lock:
+            io = self._io
+            with io.lock:
                 proto = self._session.usable()
                 if proto is not None:
                     proto.send(destination, body, headers=headers, content_type=content_type)
-                    self._flush()
+                    io.queue_output()
                     return
-        call = Call(self._session, time.monotonic())
-        if telemetry is None:
-            steps = call.send(destination, body, headers, content_type, transaction, receipt)
-        else:
-            steps = telemetry.send(
-                call, destination, body, headers, content_type, transaction, receipt
-            )
-        self._io.run(steps)
+        call = traced(Call(self._session, time.monotonic()), telemetry)
+        self._io.run(call.send(destination, body, headers, content_type, transaction, receipt))
 
     def send_many(
         self, messages: Iterable[Outgoing], **options: Unpack[kw.BatchOptions[Transaction]]
@@ -403,14 +381,10 @@ class Connection(ConnectionBase[Message]):
         """
         receipt = options.get("receipt", False)
         transaction = transaction_id(options.get("transaction"))
-        telemetry = self._telemetry
         count = 0
         for work in split_for_sending(messages):
-            call = Call(self._session, time.monotonic())
-            if telemetry is None:
-                count += self._io.run(call.send_some(work, receipt, transaction))
-            else:
-                count += self._io.run(telemetry.send_some(call, work, receipt, transaction))
+            call = traced(Call(self._session, time.monotonic()), self._telemetry)
+            count += self._io.run(call.send_some(work, receipt, transaction))
         return count
 
     def request(
@@ -426,11 +400,8 @@ class Connection(ConnectionBase[Message]):
         seconds (30 by default; a later reply is dropped), and
         :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
         """
-        call = Call(self._session, time.monotonic())
-        telemetry = self._telemetry
-        if telemetry is None:
-            return self._io.run(call.request(destination, body, options))
-        return self._io.run(telemetry.request(call, destination, body, options))
+        call = traced(Call(self._session, time.monotonic()), self._telemetry)
+        return self._io.run(call.request(destination, body, options))
 
     def subscribe(
         self,
@@ -466,30 +437,6 @@ class Connection(ConnectionBase[Message]):
     def _end(self, tx: Transaction, command: str, receipt: bool) -> None:
         call = Call(self._session, time.monotonic())
         self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
-
-    def _flush(self) -> None:
-        """The fast path's flush (under the lock): the core's bytes to the outgoing
-        buffer, the I/O thread woken; a full buffer is waited out by the careful path."""
-        session = self._session
-        proto = session.proto
-        assert proto is not None
-        if session.ws is None:  # Session.flush, inlined: this runs for every frame sent
-            data = proto.data_to_send(time.monotonic())
-            if not data:
-                return
-            if log.isEnabledFor(logging.DEBUG):
-                log_sent(data, session.endpoint)
-            # Queued for the I/O thread, which writes whatever accumulated in one send:
-            # measured faster than writing from the caller's thread, which costs a
-            # system call per frame.
-            session.outgoing += data
-        elif not session.flush(time.monotonic()):
-            return
-        io = self._io
-        if not io.wake_sent:
-            io.wake()
-        if len(session.outgoing) > MAX_OUTGOING and threading.current_thread() is not io.thread:
-            io.run(Call(session, time.monotonic()).flush())
 
 
 def send(

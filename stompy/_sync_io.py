@@ -4,10 +4,10 @@ One I/O thread per connection owns the socket. It waits in a selector (``epoll``
 ``kqueue`` where there is one: no limit on descriptor numbers) for bytes from
 the broker, for bytes to write, for a wake-up from a user thread, or for the core's
 next heart-beat deadline, whichever comes first. User threads never touch the socket:
-a call runs its steps on the session engine under the lock (:meth:`IOThread.run`),
-which appends the encoded bytes to the outgoing buffer and wakes the I/O thread; that
-writes whatever has accumulated in one go (many frames, one ``send``), so frames can
-never interleave.
+a call runs its steps on the session engine under the lock (:meth:`IOThread.run`; a
+send that waits for nothing, :meth:`IOThread.queue_output`), which appends the encoded
+bytes to the outgoing buffer and wakes the I/O thread; that writes whatever has
+accumulated in one go (many frames, one ``send``), so frames can never interleave.
 
 While the session keeps a backlog (a subscription's inbox is full) the thread stops
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import select
 import selectors
 import socket
@@ -30,16 +31,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from stompy._calls import Running, Steps
+from stompy._calls import Call, Running, Steps
+from stompy._connecting import Attempts, Handshake
+from stompy._options import log_sent
 from stompy._protocol import State
-from stompy._session import (
-    MAX_OUTGOING,
-    Attempts,
-    Handshake,
-    Session,
-    failure_reason,
-    log,
-)
+from stompy._session import MAX_OUTGOING, Session, failure_reason, log
 from stompy._state import Status
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
@@ -116,6 +112,30 @@ class IOThread(Generic[M]):
                 running.close()  # an interrupted wait: the call forgets its receipt
                 self.kick()  # what was queued before an error goes out too
         return running.result
+
+    def queue_output(self) -> None:
+        """After a send made under the lock (a client's fast path): the core's bytes to
+        the outgoing buffer, the I/O thread woken; past :data:`MAX_OUTGOING`, wait for
+        room as a call's steps do."""
+        session = self.session
+        proto = session.proto
+        assert proto is not None
+        if session.ws is None:  # Session.flush, inlined: this runs for every frame sent
+            data = proto.data_to_send(time.monotonic())
+            if not data:
+                return
+            if log.isEnabledFor(logging.DEBUG):
+                log_sent(data, session.endpoint)
+            # Queued for the I/O thread, which writes whatever accumulated in one send:
+            # measured faster than writing from the caller's thread, which costs a
+            # system call per frame.
+            session.outgoing += data
+        elif not session.flush(time.monotonic()):
+            return
+        if not self.wake_sent:
+            self.wake()
+        if len(session.outgoing) > MAX_OUTGOING and threading.current_thread() is not self.thread:
+            self.run(Call(session, time.monotonic()).flush())
 
     def kick(self) -> None:
         """Wake the I/O thread if there is something to write and it does not know."""

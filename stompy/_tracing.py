@@ -8,17 +8,17 @@ paths: per message, the cost of tracing that is off is one ``is None``. This mod
 imported only by a connection whose ``tracing`` option is on, and only if
 ``opentelemetry-api`` can be imported; the sans-IO core never imports it.
 
-With a tracer, every call that sends wraps the session engine's steps
-(:mod:`stompy._calls`): a PRODUCER span starts as the call does, its context goes into
-the SEND's headers with the globally configured propagator (W3C ``traceparent`` and
-``tracestate`` by default; a header the user set wins, and a ``traceparent`` of the
-user's is the message's creation context, linked, not replaced), and the span ends as
-the call does: at the RECEIPT for a send that asked for one, at the reply for a request.
-Every message handed to the user gets a CONSUMER span whose parent is the creation
-context extracted from its headers (and a link to it, as the messaging conventions ask
-of consumers): ``receive`` for ``get()``, iteration and a request's reply, one
-``receive`` span linking each message for ``get_batch()``, and ``process`` around an
-``on_message`` callback, which runs with that span current.
+With a tracer, every call that sends runs a :class:`TracedCall` around the session
+engine's steps (:mod:`stompy._calls`): a PRODUCER span starts as the call does, its
+context goes into the SEND's headers with the globally configured propagator (W3C
+``traceparent`` and ``tracestate`` by default; a header the user set wins, and a
+``traceparent`` of the user's is the message's creation context, linked, not replaced),
+and the span ends as the call does: at the RECEIPT for a send that asked for one, at the
+reply for a request. Every message handed to the user gets a CONSUMER span whose parent
+is the creation context extracted from its headers (and a link to it, as the messaging
+conventions ask of consumers): ``receive`` for ``get()``, iteration and a request's
+reply, one ``receive`` span linking each message for ``get_batch()``, and ``process``
+around an ``on_message`` callback, which runs with that span current.
 
 With instruments, messages and body bytes, sent and handed over, are counted in a
 :class:`Tally` (an integer add per message) that the meter provider reads when it
@@ -35,7 +35,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
@@ -60,6 +60,7 @@ __all__ = (
     "Instruments",
     "Tally",
     "Telemetry",
+    "TracedCall",
     "instrument",
     "trace_headers",
 )
@@ -121,6 +122,7 @@ RECEIPT_BUCKETS: Final = (
     10.0,
 )
 
+M = TypeVar("M")
 T = TypeVar("T")
 Attributes = dict[str, str | bool | int | float]
 
@@ -378,7 +380,7 @@ class Telemetry:
 
     # -- sending -------------------------------------------------------------------------
 
-    def _producer(
+    def producer(
         self,
         destination: str,
         body: bytes | str,
@@ -423,10 +425,16 @@ class Telemetry:
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         return span, {**carrier, **headers} if headers else carrier
 
-    def _sent(self, destination: str, body: bytes | str) -> None:
+    def sent(self, destination: str, body: bytes | str, receipt_wait: float | None) -> None:
+        """Count a message sent; ``receipt_wait``: the seconds its RECEIPT took, if it
+        asked for one."""
         instruments = self._instruments
-        if instruments is not None:
-            instruments.sent.add(self._key("send", destination, ""), _body_size(body))
+        if instruments is None:
+            return
+        key = self._key("send", destination, "")
+        instruments.sent.add(key, _body_size(body))
+        if receipt_wait is not None:
+            instruments.receipt_duration.record(receipt_wait, _tally_attributes(key))
 
     def _key(self, operation: str, destination: str, subscription: str) -> TallyKey:
         endpoint = self._session.endpoint
@@ -434,117 +442,9 @@ class Telemetry:
             return (operation, destination, subscription, "", 0)
         return (operation, destination, subscription, endpoint.host, endpoint.port)
 
-    def _run(self, spans: Sequence[Span | None], steps: Steps[T]) -> Steps[T]:
-        """``steps``, the ``spans`` ended with them (marked with what they raised)."""
-        try:
-            return (yield from steps)
-        except BaseException as exc:
-            for span in spans:
-                if span is not None:
-                    _fail(span, exc)
-            raise
-        finally:
-            for span in spans:
-                if span is not None:
-                    span.end()
-
-    def send(
-        self,
-        call: Call[Any],
-        destination: str,
-        body: bytes | str,
-        headers: Mapping[str, str] | None,
-        content_type: str | None,
-        transaction: str | None,
-        receipt: bool,
-        parent: Frame | None = None,
-    ) -> Steps[None]:
-        """:meth:`Call.send` in a PRODUCER span that ends with it (at the RECEIPT)."""
-        span, sent = self._producer(destination, body, headers, transaction, parent)
-        started = time.perf_counter()
-        steps = call.send(destination, body, sent, content_type, transaction, receipt)
-        yield from self._run((span,), steps)
-        self._sent(destination, body)
-        instruments = self._instruments
-        if receipt and instruments is not None:
-            attributes = _tally_attributes(self._key("send", destination, ""))
-            instruments.receipt_duration.record(time.perf_counter() - started, attributes)
-
-    def reply(
-        self, call: Call[Any], event: MessageReceived, body: bytes | str, options: MessageOptions
-    ) -> Steps[None]:
-        """:meth:`Call.reply` traced as a send; with no span current, its parent is the
-        request's creation context, so that a reply joins the request's trace."""
-        destination, headers = reply_address(event.frame, options.get("headers"))
-        yield from self.send(
-            call,
-            destination,
-            body,
-            headers,
-            options.get("content_type"),
-            None,
-            options.get("receipt", False),
-            parent=event.frame,
-        )
-
-    def send_some(
-        self,
-        call: Call[Any],
-        work: list[Outgoing] | Outgoing,
-        receipt: bool,
-        transaction: str | None,
-    ) -> Steps[int]:
-        """:meth:`Call.send_some` with a PRODUCER span per message."""
-        if isinstance(work, Outgoing):
-            yield from self.send(
-                call,
-                work.destination,
-                work.body,
-                work.headers,
-                work.content_type,
-                transaction,
-                receipt,
-            )
-            return 1
-        spans: list[Span | None] = []
-        traced: list[Outgoing] = []
-        for message in work:
-            span, headers = self._producer(
-                message.destination, message.body, message.headers, transaction
-            )
-            spans.append(span)
-            traced.append(
-                Outgoing(message.destination, message.body, headers, message.content_type)
-            )
-        count = yield from self._run(spans, call.send_some(traced, receipt, transaction))
-        for message in work:
-            self._sent(message.destination, message.body)
-        return count
-
-    def request(
-        self, call: Call[T], destination: str, body: bytes | str, options: RequestOptions
-    ) -> Steps[T]:
-        """:meth:`Call.request` in a PRODUCER span that ends at the reply, which is
-        handed over with a ``receive`` span."""
-        span, headers = self._producer(destination, body, options.get("headers"), None)
-        traced: RequestOptions = {**options, "headers": headers}
-        try:
-            reply = yield from call.request(destination, body, traced)
-        except BaseException as exc:
-            if span is not None:
-                _fail(span, exc)
-                span.end()
-            raise
-        self._sent(destination, body)
-        if isinstance(reply, MessageBase):
-            if span is not None:
-                conversation = reply.event.frame.get("correlation-id")
-                if conversation is not None:
-                    span.set_attribute(CONVERSATION_ID, conversation)
-            self.received(reply, time.time_ns())  # its wait is the request span's
-        if span is not None:
-            span.end()
-        return reply
+    def traced(self, call: Call[M]) -> TracedCall[M]:
+        """``call``'s sends, each message in a PRODUCER span."""
+        return TracedCall(self, call)
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -665,3 +565,113 @@ class Telemetry:
         attributes = _tally_attributes(self._key("", "", ""))
         del attributes[OPERATION_NAME]
         return attributes
+
+
+def _in_spans(spans: Sequence[Span | None], steps: Steps[T]) -> Steps[T]:
+    """``steps``, the ``spans`` ended with them (marked with what they raised)."""
+    try:
+        return (yield from steps)
+    except BaseException as exc:
+        for span in spans:
+            if span is not None:
+                _fail(span, exc)
+        raise
+    finally:
+        for span in spans:
+            if span is not None:
+                span.end()
+
+
+class TracedCall(Generic[M]):
+    """A :class:`Call`'s sends (``send``, ``send_some``, ``request``, ``reply``), each
+    message in a PRODUCER span: what a connection that records telemetry runs instead
+    of the call's own (:func:`stompy._base.traced`)."""
+
+    __slots__ = ("call", "telemetry")
+
+    def __init__(self, telemetry: Telemetry, call: Call[M]) -> None:
+        self.telemetry = telemetry
+        self.call = call
+
+    def send(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: Mapping[str, str] | None,
+        content_type: str | None,
+        transaction: str | None,
+        receipt: bool,
+        parent: Frame | None = None,
+    ) -> Steps[None]:
+        """:meth:`Call.send` in a PRODUCER span that ends with it (at the RECEIPT)."""
+        telemetry = self.telemetry
+        span, sent = telemetry.producer(destination, body, headers, transaction, parent)
+        started = time.perf_counter()
+        steps = self.call.send(destination, body, sent, content_type, transaction, receipt)
+        yield from _in_spans((span,), steps)
+        telemetry.sent(destination, body, time.perf_counter() - started if receipt else None)
+
+    def reply(
+        self, event: MessageReceived, body: bytes | str, options: MessageOptions
+    ) -> Steps[None]:
+        """:meth:`Call.reply` traced as a send; with no span current, its parent is the
+        request's creation context, so that a reply joins the request's trace."""
+        destination, headers = reply_address(event.frame, options.get("headers"))
+        yield from self.send(
+            destination,
+            body,
+            headers,
+            options.get("content_type"),
+            None,
+            options.get("receipt", False),
+            parent=event.frame,
+        )
+
+    def send_some(
+        self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
+    ) -> Steps[int]:
+        """:meth:`Call.send_some` with a PRODUCER span per message."""
+        if isinstance(work, Outgoing):
+            yield from self.send(
+                work.destination, work.body, work.headers, work.content_type, transaction, receipt
+            )
+            return 1
+        telemetry = self.telemetry
+        spans: list[Span | None] = []
+        traced: list[Outgoing] = []
+        for message in work:
+            span, headers = telemetry.producer(
+                message.destination, message.body, message.headers, transaction
+            )
+            spans.append(span)
+            traced.append(
+                Outgoing(message.destination, message.body, headers, message.content_type)
+            )
+        count = yield from _in_spans(spans, self.call.send_some(traced, receipt, transaction))
+        for message in work:
+            telemetry.sent(message.destination, message.body, None)
+        return count
+
+    def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
+        """:meth:`Call.request` in a PRODUCER span that ends at the reply, which is
+        handed over with a ``receive`` span."""
+        telemetry = self.telemetry
+        span, headers = telemetry.producer(destination, body, options.get("headers"), None)
+        traced: RequestOptions = {**options, "headers": headers}
+        try:
+            reply = yield from self.call.request(destination, body, traced)
+        except BaseException as exc:
+            if span is not None:
+                _fail(span, exc)
+                span.end()
+            raise
+        telemetry.sent(destination, body, None)
+        if isinstance(reply, MessageBase):
+            if span is not None:
+                conversation = reply.event.frame.get("correlation-id")
+                if conversation is not None:
+                    span.set_attribute(CONVERSATION_ID, conversation)
+            telemetry.received(reply, time.time_ns())  # its wait is the request span's
+        if span is not None:
+            span.end()
+        return reply

@@ -11,8 +11,11 @@ shows how to write a third.
 from __future__ import annotations
 
 from stompy._calls import Call, Running, Steps, Wait, Waiting
+from stompy._connecting import Attempts, Handshake
+from stompy._inbox import Inbox
+from stompy._notices import Notice
 from stompy._options import ClientOptions
-from stompy._session import MAX_OUTGOING, Attempts, Handshake, Inbox, Notice, Pumped
+from stompy._session import MAX_OUTGOING, Pumped
 from stompy._session import Session as ClientSession
 from stompy._state import ReceiptState, Status
 

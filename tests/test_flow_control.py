@@ -17,13 +17,8 @@ import anyio
 import pytest
 
 import stompy
-from stompy._session import (
-    MAX_PREFETCH,
-    PREFETCH_HEADERS,
-    STALL_WARNING,
-    Session,
-    subscribe_headers,
-)
+from stompy._inbox import MAX_PREFETCH, PREFETCH_HEADERS, subscribe_headers
+from stompy._session import STALL_WARNING, Session
 from stompy._sync_io import bytes_waiting
 from stompy.errors import (
     ConfigurationError,

@@ -16,7 +16,8 @@ import stompy
 from stompy import Frame, encode
 from stompy._calls import REQUEST_TIMEOUT, Call, Running, Steps, Wait, Waiting
 from stompy._keywords import RequestOptions
-from stompy._session import REPLY_QUEUE, Session
+from stompy._requests import REPLY_QUEUE
+from stompy._session import Session
 from stompy.errors import (
     ConfigurationError,
     ConnectionLost,

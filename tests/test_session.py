@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 import stompy
 from stompy import Frame, encode
+from stompy._connecting import Handshake
 from stompy._events import Connected, MessageReceived
 from stompy._options import ClientOptions
-from stompy._session import Handshake, Session
+from stompy._session import Session
 from stompy._state import ReceiptState, Status
 from stompy.errors import (
     ConnectFailed,
