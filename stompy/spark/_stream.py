@@ -431,16 +431,20 @@ class StreamConsumer:
                 changed.wait_for(
                     lambda: self._arrived > before or self._failure is not None, timeout=idle
                 )
-                # Quiet: nothing taken nor converted for ``trickle`` seconds.
-                seen, quiet_at = (self._arrived, self._numbered), time.monotonic() + trickle
-                while before < seen[0] < before + limit and self._failure is None:
+                # Quiet: the intake waited ``trickle`` seconds for a message (the time
+                # it spends converting what it took does not count).
+                seen, quiet_at = self._arrived, time.monotonic() + trickle
+                while before < self._arrived < before + limit and self._failure is None:
+                    if self._numbered != self._arrived:
+                        changed.wait(SETTLE)
+                        seen, quiet_at = self._arrived, time.monotonic() + trickle
+                        continue
                     remaining = quiet_at - time.monotonic()
                     if remaining <= 0:
                         break
                     changed.wait(remaining)
-                    if (self._arrived, self._numbered) != seen:
-                        seen = (self._arrived, self._numbered)
-                        quiet_at = time.monotonic() + trickle
+                    if self._arrived != seen:
+                        seen, quiet_at = self._arrived, time.monotonic() + trickle
                 changed.wait_for(
                     lambda: self._numbered == self._arrived or self._failure is not None,
                     timeout=SETTLE,
