@@ -25,6 +25,8 @@ _ENCODE: Final = (
     "a login or passcode must percent-encode '/', '?', '#', '@', '[' and ']' "
     "(%2F, %3F, %23, %40, %5B, %5D)"
 )
+#: A host an error message may show: a name, an IPv4 or a bracketed IPv6 address.
+_PLAIN_HOST: Final = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]")
 #: Where a comma-separated list of URLs is cut: before each next scheme.
 _NEXT_URL: Final = re.compile(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)")
 
@@ -64,14 +66,26 @@ def _place(parts: SplitResult) -> str:
 
     Only the scheme and what follows the userinfo's ``@`` are shown; without an ``@``,
     nothing after the host's colon (``stomp://guest:guest`` lacks its host: the "port"
-    is a passcode). The path is left out too: a passcode holding a raw ``/``, ``?`` or
-    ``#`` spills into it.
+    is a passcode). After an ``@``, a host or a (bad) port is shown only if it is made
+    of ASCII letters, digits and the dots of a name: a passcode holding a raw ``@``
+    makes what follows it look like a host (``stomp://app:@:sécret``). The path is
+    left out too: a passcode holding a raw ``/``, ``?`` or ``#`` spills into it.
     """
     _, at, place = parts.netloc.rpartition("@")
     if not at and not place.startswith("["):
         host, colon, _ = place.partition(":")
-        place = host + (":..." if colon else "")
-    return f"{parts.scheme}://{place}"
+        return f"{parts.scheme}://{host}{':...' if colon else ''}"
+    if place.startswith("["):
+        end = place.find("]") + 1
+        host, port = place[:end], place[end + 1 :] if place[end : end + 1] == ":" else None
+    else:
+        host, colon, rest = place.partition(":")
+        port = rest if colon else None
+    if not _PLAIN_HOST.fullmatch(host):
+        host = "..."
+    if port is not None and not (port.isascii() and port.isalnum()):
+        port = "..."
+    return f"{parts.scheme}://{host}{'' if port is None else ':' + port}"
 
 
 def parse_url(url: str) -> Endpoint:

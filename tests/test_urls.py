@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stompy import cli
@@ -117,6 +117,9 @@ shapes = st.sampled_from(
 
 
 @given(shapes, secrets)
+# A raw "@" in the passcode: what follows it looks like a host and a port.
+@example("stomp://h2.example:1, stomp+ssl://app:{p}", "@:Ω")
+@example("stomp://app:{p}", "@ß:Ω")
 def test_no_error_shows_any_part_of_a_passcode(shape: str, passcode: str) -> None:
     url = shape.format(p=passcode)
     try:
