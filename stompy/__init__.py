@@ -26,6 +26,7 @@ from stompy._options import Outgoing, Overflow, Reconnect
 from stompy._protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._sync import Connection, Message, Subscription, Transaction, send
 from stompy._urls import Endpoint, parse_url
+from stompy._version import __version__ as __version__
 from stompy.errors import (
     AckLost,
     BodyNotText,
@@ -48,8 +49,6 @@ from stompy.errors import (
     TransactionLost,
     WebSocketClosed,
 )
-
-__version__ = "0.1.0"
 
 # A library logs only where the application configured logging: without this handler,
 # logging's last resort would print WARNINGs (a lost connection) to stderr.

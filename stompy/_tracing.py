@@ -52,6 +52,7 @@ from stompy._options import ClientOptions, Outgoing
 from stompy._requests import reply_address
 from stompy._session import Session
 from stompy._urls import Endpoint
+from stompy._version import __version__
 from stompy.errors import HeartbeatTimeout, StompError
 
 __all__ = (
@@ -310,8 +311,6 @@ def _tracer() -> Tracer | None:
     if isinstance(provider, _NO_SDK_TRACERS):
         return None
     if _tracers is None or _tracers[0] is not provider:
-        from stompy import __version__
-
         tracer = provider.get_tracer(INSTRUMENTATION_NAME, __version__, schema_url=SCHEMA_URL)
         _tracers = (provider, tracer)
     return _tracers[1]
@@ -323,8 +322,6 @@ def _instruments() -> Instruments | None:
     if type(provider).__name__ in _NO_SDK_METERS:
         return None
     if _meters is None or _meters[0] is not provider:
-        from stompy import __version__
-
         meter = provider.get_meter(INSTRUMENTATION_NAME, __version__, schema_url=SCHEMA_URL)
         _meters = (provider, Instruments(meter))
     return _meters[1]

@@ -44,6 +44,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, TextIO
 
+from stompy._version import __version__
+
 if TYPE_CHECKING:
     from stompy._message import MessageBase
     from stompy._sync import Connection
@@ -248,8 +250,6 @@ def _client_options(frame: str, header_example: str) -> _Parser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stompy`` and its subcommands."""
-    from stompy import __version__
-
     parser = argparse.ArgumentParser(
         prog="stompy",
         description="Send and receive STOMP messages, or run a broker for tests.",
