@@ -14,7 +14,12 @@ message costs, set-up and interpreter start-up left out. Paths:
 and the same for stomp.py (``stomp.py-parse`` and so on; see :mod:`benchmarks.codec`
 and :mod:`benchmarks.clients`, whose code each path runs). The client paths count every
 thread of the client (its I/O thread too); the server runs in a process of its own,
-which callgrind does not follow. Needs ``valgrind`` on the PATH.
+which callgrind does not follow. A publisher's input (the bodies and header dicts the
+benchmark builds before its timer starts) is built in both runs, so it is left out too.
+
+``--flavour`` picks the stompy measured: ``pure`` (the checkout's ``.py`` files, the
+default), ``compiled`` (the core compiled with mypyc first, as a wheel's build does,
+into a temporary copy of the package) or ``both``. Needs ``valgrind`` on the PATH.
 """
 
 from __future__ import annotations
@@ -68,8 +73,9 @@ def _setup(path: str, count: int) -> Callable[[], object]:
 
 
 def _client(path: str, count: int, work: bool) -> None:
-    """Run a client path against its bare server; without ``work``, only connect."""
-    from benchmarks import clients
+    """Run a client path against its bare server; without ``work``, only connect (and
+    build a publisher's input, which the work builds before its timer)."""
+    from benchmarks import clients, workload
     from benchmarks.rawstomp import Server
     from benchmarks.servers import ServerProcess
 
@@ -79,6 +85,10 @@ def _client(path: str, count: int, work: bool) -> None:
     with ServerProcess(kind, count=count) as server:
         job = clients.Job(Server(kind, *server.address), count, 600.0)
         if not work:
+            if not consume:
+                # What stompy_sync_publish and stomppy_publish build outside their timer.
+                inputs = ([workload.body(i) for i in range(count)], job.send_headers())
+                del inputs
             if stomppy:
                 conn, listener = clients._stomppy_connection(job, job.deadline())
                 clients._stomppy_close(conn, listener)
@@ -102,9 +112,9 @@ def _inner(path: str, count: int, work: bool) -> None:
         run()
 
 
-def _instructions(path: str, count: int, work: bool, python: str) -> int:
+def _instructions(path: str, count: int, work: bool, python: str, tree: Path = _ROOT) -> int:
     """The instructions of one child run of ``path``: the set-up for ``count``
-    messages, and with ``work`` the work on them."""
+    messages, and with ``work`` the work on them. ``tree`` holds the stompy measured."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         command = [
@@ -121,8 +131,10 @@ def _instructions(path: str, count: int, work: bool, python: str) -> int:
             "--work" if work else "--no-work",
         ]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
-        subprocess.run(command, check=True, capture_output=True, cwd=_ROOT, env=env)
+        # The tree first (its stompy), then the checkout (the benchmarks).
+        paths = [str(tree), str(_ROOT), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        subprocess.run(command, check=True, capture_output=True, cwd=tree, env=env)
         text = Path(out).read_text()
     match = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
     if match is None:
@@ -130,10 +142,42 @@ def _instructions(path: str, count: int, work: bool, python: str) -> int:
     return int(match.group(1))
 
 
+#: What hatch_build.py writes to compile the core (see its ``SETUP``).
+_SETUP: Final = """\
+from setuptools import setup
+from mypyc.build import mypycify
+
+setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
+"""
+
+
+def _compile_core(into: Path) -> Path:
+    """A copy of stompy in ``into`` with the core compiled by mypyc, as a wheel has it
+    (the build hook's way: an empty ``__init__.py`` while compiling); returns ``into``."""
+    from stompy._compiled import CORE_MODULES
+
+    paths = [f"stompy/{m.__name__.rpartition('.')[2]}.py" for m in CORE_MODULES]
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd")
+    shutil.copytree(_ROOT / "stompy", into / "stompy", ignore=skip)
+    init = into / "stompy" / "__init__.py"
+    real_init = init.read_text()
+    init.write_text("")
+    (into / "setup.py").write_text(_SETUP.format(paths=paths))
+    subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=into,
+        check=True,
+        capture_output=True,
+    )
+    init.write_text(real_init)
+    return into
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
     parser.add_argument("paths", nargs="*", help=f"default: {' '.join(PATHS)}")
     parser.add_argument("--count", type=int, default=3000)
+    parser.add_argument("--flavour", choices=("pure", "compiled", "both"), default="pure")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--work", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -146,9 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.paths or PATHS:
         if path not in PATHS + STOMPPY_PATHS:
             parser.error(f"unknown path {path!r}")
-        full = _instructions(path, args.count, True, sys.executable)
-        empty = _instructions(path, args.count, False, sys.executable)
-        print(f"{path:20} {(full - empty) / args.count:12,.0f} instructions per message")
+    with tempfile.TemporaryDirectory(prefix="stompy-instructions-") as tmp:
+        trees = []
+        if args.flavour in ("pure", "both"):
+            trees.append(("pure", _ROOT))
+        if args.flavour in ("compiled", "both"):
+            trees.append(("compiled", _compile_core(Path(tmp))))
+        for flavour, tree in trees:
+            for path in args.paths or PATHS:
+                if flavour == "compiled" and path.startswith("stomp.py"):
+                    continue  # stompy's build does not change stomp.py
+                full = _instructions(path, args.count, True, sys.executable, tree)
+                empty = _instructions(path, args.count, False, sys.executable, tree)
+                name = path if len(trees) == 1 else f"{path} ({flavour})"
+                print(f"{name:22} {(full - empty) / args.count:12,.0f} instructions per message")
     return 0
 
 

@@ -1249,3 +1249,34 @@ def test_a_message_without_message_id_is_the_servers_fault() -> None:
     with pytest.raises(RemoteProtocolError, match="without the message-id header") as info:
         proto.next_event()
     assert not isinstance(info.value, LocalProtocolError)
+
+
+@pytest.mark.parametrize(
+    ("version", "sub"),
+    [("1.0", "s-1"), ("1.1", "s:1"), ("1.2", "s:1"), ("1.2", "s:1\\x"), ("1.2", "s\r1")],
+)
+def test_a_message_is_routed_by_its_own_subscription_header_as_sent(version: str, sub: str) -> None:
+    # The lookups a MESSAGE needs search the received block: header names that only
+    # contain the ones looked for, or values that look like them, must not match; an
+    # escaped id is unescaped.
+    proto = connected(version)
+    assert proto.subscribe("/q", id=sub) == sub
+    other = proto.subscribe("/r", id="other")
+    headers = (
+        ("x-subscription", other),
+        ("note", "subscription:other"),
+        ("message-id", "m:1"),
+        ("subscription", sub),
+        ("subscription", other),  # a repeat: the first entry wins
+    )
+    proto.receive_data(server_bytes("MESSAGE", headers, b"hi", version))
+    event = proto.next_event()
+    assert isinstance(event, MessageReceived)
+    assert event.subscription == sub
+    assert event.frame.get("subscription") == sub
+    # Only a header whose name holds "message-id": the header itself is missing.
+    proto.receive_data(
+        server_bytes("MESSAGE", (("x-message-id", "m2"), ("subscription", sub)), b"", version)
+    )
+    with pytest.raises(RemoteProtocolError, match="without the message-id header"):
+        proto.next_event()
