@@ -513,3 +513,27 @@ def test_a_tally_keeps_at_most_its_limit_of_attribute_sets() -> None:
     (overflow,) = [o for o in counted if o.attributes == {"otel.metric.overflow": True}]
     assert overflow.value == 10
     assert sum(o.value for o in tally.observe(1)) == 3 * (MAX_TALLIES + 10)
+
+
+def test_the_spark_connector_carries_the_trace_context(otel: Recorded, broker: Broker) -> None:
+    # Writes inject the task's context into every message; reads keep it in `headers`.
+    pytest.importorskip("pyarrow")
+    from stompy.spark._core import TaskIdentity, WriteColumns, drain, write_partition
+    from stompy.spark._options import parse_read_options, parse_write_options
+
+    destination = queue()
+    write = parse_write_options({"url": broker.url, "destination": destination})
+    columns = WriteColumns.from_schema([("body", "string")], write.destination)
+    with trace.get_tracer("a-spark-task").start_as_current_span("task") as task:
+        write_partition(iter([("a",), ("b",)]), write, columns, TaskIdentity("q", "0", 0))
+    read = parse_read_options(
+        {"url": broker.url, "destination": destination, "idletimeout": "0.3"}, streaming=False
+    )
+    rows = [row for batch in drain(read) for row in batch.to_pylist()]
+    assert sorted(row["body"] for row in rows) == [b"a", b"b"]
+    trace_id = format(task.get_span_context().trace_id, "032x")
+    for row in rows:
+        assert dict(row["headers"])["traceparent"].split("-")[1] == trace_id
+    producers = otel.of(SpanKind.PRODUCER)
+    assert len(producers) == 2
+    assert all(span.context.trace_id == task.get_span_context().trace_id for span in producers)
