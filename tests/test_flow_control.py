@@ -307,16 +307,20 @@ def test_blocking_auto_overflow_pause_is_the_default(broker: Broker) -> None:
 
 
 CONSUMED = 1500
+#: Heart-beats fast beside the consumption (1,500 x at least 1 ms of work: several
+#: windows), not so fast that a pause of the whole process (coverage, a loaded CI
+#: machine) makes a 300 ms window race; 100 ms did, once, under coverage.
+BEATS = (200, 200)
 
 
 def test_blocking_a_slow_consumer_with_fast_heartbeats_gets_everything() -> None:
     dest = queue()
-    with run_broker(heartbeats=(100, 100)) as beating:
+    with run_broker(heartbeats=BEATS) as beating:
         with stompy.Connection(beating.url) as producer:
             producer.send_many(
                 (stompy.Outgoing(dest, str(n)) for n in range(CONSUMED)), receipt=True
             )
-        with stompy.Connection(beating.url, heartbeats=(100, 100), max_pending=50) as conn:
+        with stompy.Connection(beating.url, heartbeats=BEATS, max_pending=50) as conn:
             sub = conn.subscribe(dest)
             for n in range(CONSUMED):
                 message = sub.get(timeout=10)
@@ -380,14 +384,12 @@ async def test_async_a_slow_consumer_with_fast_heartbeats_gets_everything() -> N
     # The consumer never waits (its messages are there already) and works 1 ms on each:
     # heart-beats must still go out and come in.
     dest = queue()
-    with run_broker(heartbeats=(100, 100)) as beating, anyio.fail_after(60):
+    with run_broker(heartbeats=BEATS) as beating, anyio.fail_after(60):
         async with stompy.AsyncConnection(beating.url) as producer:
             await producer.send_many(
                 (stompy.Outgoing(dest, str(n)) for n in range(CONSUMED)), receipt=True
             )
-        async with stompy.AsyncConnection(
-            beating.url, heartbeats=(100, 100), max_pending=1000
-        ) as conn:
+        async with stompy.AsyncConnection(beating.url, heartbeats=BEATS, max_pending=1000) as conn:
             sub = await conn.subscribe(dest)
             for n in range(CONSUMED):
                 message = await sub.get(timeout=10)
