@@ -434,9 +434,12 @@ class StreamConsumer:
                 # Quiet: the intake waited ``trickle`` seconds for a message (the time
                 # it spends converting what it took does not count).
                 seen, quiet_at = self._arrived, time.monotonic() + trickle
+                give_up = time.monotonic() + idle + SETTLE  # a wait that always ends
                 while before < self._arrived < before + limit and self._failure is None:
+                    if time.monotonic() >= give_up:
+                        break
                     if self._numbered != self._arrived:
-                        changed.wait(SETTLE)
+                        changed.wait(min(SETTLE, max(0.0, give_up - time.monotonic())))
                         seen, quiet_at = self._arrived, time.monotonic() + trickle
                         continue
                     remaining = quiet_at - time.monotonic()
