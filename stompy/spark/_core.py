@@ -124,6 +124,11 @@ class _Windows:
         self.first: int | None = None
         self.opened = 0
         self._ended = False
+        #: Windows left because they went quiet before their prefetch was full, with
+        #: the room they still had: the broker may yet send them messages (a window
+        #: goes quiet on a busy machine too), which are taken before the next wait, so
+        #: that none sits unread (and holds the connection's reading) until the end.
+        self._left: list[tuple[Subscription, int]] = []
         self._sub = self._subscribe()
 
     def _subscribe(self) -> Subscription:
@@ -137,9 +142,23 @@ class _Windows:
     def _renew(self) -> None:
         if self.opened == 1:
             self.first = self.taken
+        if self.taken < self.size:
+            self._left.append((self._sub, self.size - self.taken))
         if self.settings.prefetch is None:
             self.size = min(2 * self.size, MAX_PREFETCH)
         self._sub = self._subscribe()
+
+    def _late(self, limit: int) -> list[Message]:
+        """Messages that reached a window left earlier (one window's, at most ``limit``)."""
+        for at, (sub, room) in enumerate(self._left):
+            got = sub.get_batch(min(limit, room), timeout=0)
+            if got:
+                if len(got) == room:
+                    del self._left[at]  # full now: the broker sends it no more
+                else:
+                    self._left[at] = (sub, room - len(got))
+                return got
+        return []
 
     def take(self, limit: int) -> list[Message]:
         """Up to ``limit`` next messages of one window (at least one), or none once the
@@ -150,6 +169,9 @@ class _Windows:
         # QUIET more.
         seen_idle = 0.0
         while not self._ended:
+            late = self._late(limit)
+            if late:
+                return late
             if self.renewable and self.taken == self.size:
                 self._renew()
             quiet = self.renewable and self.taken > 0 and self.opened < MAX_WINDOWS
@@ -168,8 +190,8 @@ class _Windows:
                         break
             self.taken += len(got)
             self._ended = self._ended or not got
-            return got
-        return []
+            return got or self._late(limit)
+        return self._late(limit)
 
     def explain(self, partition: int) -> None:
         """Say so when the read may have stopped short of what the destination holds."""

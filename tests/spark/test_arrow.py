@@ -62,3 +62,28 @@ def test_a_repeated_header_keeps_its_first_entry() -> None:
     assert row["headers"] == [("destination", "/queue/a"), ("k", "1")]
     assert row["destination"] == "/queue/a"
     assert row["offset"] == 7
+
+
+def test_a_repeat_is_found_where_the_names_line_up_with_a_pattern() -> None:
+    # The names of the three frames, run together, repeat the first frame's: a, b, a, b,
+    # a, b. Only the frames' sizes (2, 1, 3) show that the third holds "b" twice.
+    frames = FrameParser("1.2").parse(
+        b"MESSAGE\na:1\nb:2\n\n\x00MESSAGE\na:3\n\n\x00MESSAGE\nb:4\na:5\nb:6\n\n\x00"
+    )
+    rows = message_batch([message(f) for f in frames], [0] * 3, range(3)).to_pylist()
+    assert [row["headers"] for row in rows] == [
+        [("a", "1"), ("b", "2")],
+        [("a", "3")],
+        [("b", "4"), ("a", "5")],
+    ]
+
+
+def test_a_header_in_some_frames_only_is_null_in_the_others() -> None:
+    frames = FrameParser("1.2").parse(
+        b"MESSAGE\ncontent-type:text/plain\n\n\x00MESSAGE\nk:v\n\n\x00"
+        b"MESSAGE\nk:w\ncontent-type:a/b\nredelivered:true\n\n\x00"
+    )
+    rows = message_batch([message(f) for f in frames], [0] * 3, range(3)).to_pylist()
+    assert [row["content_type"] for row in rows] == ["text/plain", None, "a/b"]
+    assert [row["redelivered"] for row in rows] == [False, False, True]
+    assert [row["destination"] for row in rows] == ["", "", ""]

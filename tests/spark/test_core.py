@@ -469,6 +469,24 @@ def test_a_drain_reads_past_its_prefetch_through_windows(broker: Broker) -> None
     assert broker.unacked_count("/queue/in") == 0
 
 
+def test_a_window_left_quiet_still_has_what_reaches_it_read(broker: Broker) -> None:
+    # The first window takes 5 messages and goes quiet, so the task opens a second;
+    # messages sent then reach both windows (the broker spreads them over its two
+    # subscriptions): those of the first are read too, not left unread to the end.
+    fill(broker.url, "/queue/in", 5)
+    settings = read_settings(broker.url, streaming=False, prefetch="100", idleTimeout="1")
+    got: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: got.extend(rows(drain(settings))))
+    reader.start()
+    broker.wait_until(
+        lambda: sum(len(c.subscriptions) for c in broker.connections) >= 2, timeout=10
+    )
+    fill(broker.url, "/queue/in", 60, start=5)
+    reader.join(30)
+    assert sorted(int(r["body"]) for r in got) == list(range(65))
+    assert broker.queue_depth("/queue/in") == broker.unacked_count("/queue/in") == 0
+
+
 def test_drains_running_together_share_the_queue(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 6000)
     settings = read_settings(broker.url, streaming=False, idleTimeout="0.5")
