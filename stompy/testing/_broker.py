@@ -499,7 +499,6 @@ class BrokerCore:
 
     def _check_capacity(self, sends: list[_TxSend]) -> None:
         """Raise :class:`_Reject` unless every send fits the storage bounds."""
-        config = self.config
         counts: dict[str, int] = {}
         size = 0
         for send in sends:
@@ -507,6 +506,14 @@ class BrokerCore:
                 counts[send.destination] = counts.get(send.destination, 0) + 1
                 size += len(send.body)
         for name, count in counts.items():
+            self._check_room(name, count, 0)
+        self._check_room(None, 0, size)
+
+    def _check_room(self, name: str | None, count: int, size: int) -> None:
+        """Raise :class:`_Reject` unless queue ``name`` takes ``count`` more messages
+        and the broker ``size`` more bytes of bodies."""
+        config = self.config
+        if name is not None:
             dest = self._destinations.get(name)
             depth = len(dest.messages) if dest is not None else 0
             if depth + count > config.max_queue:
@@ -1010,12 +1017,15 @@ class ServerSession:
         self._send_frame("CONNECTED", tuple(headers))
 
     def _transaction(self, frame: Frame) -> list[_TxSend | _TxSettle] | None:
-        name = frame.get("transaction")
+        return self._open_transaction(frame.command, frame.get("transaction"))
+
+    def _open_transaction(self, command: str, name: str | None) -> list[_TxSend | _TxSettle] | None:
+        """The frames so far of transaction ``name`` (``None``: outside any)."""
         if name is None:
             return None
         ops = self._transactions.get(name)
         if ops is None:
-            raise _Reject(f"{frame.command} in transaction {name!r}, which is not open")
+            raise _Reject(f"{command} in transaction {name!r}, which is not open")
         if len(ops) >= self.core.config.max_transaction_frames:
             raise _Reject(
                 f"transaction {name!r} holds {len(ops)} frames, the broker's "
@@ -1025,19 +1035,40 @@ class ServerSession:
         return ops
 
     def _on_send(self, frame: Frame) -> None:
-        destination = self._required(frame, "destination")
-        ops = self._transaction(frame)
-        headers = tuple((k, v) for k, v in frame.headers if k not in _BROKER_HEADERS)
-        reply_to = frame.get("reply-to")
+        # The busiest path of a broker: the header entries are read in one pass.
+        destination = transaction = receipt = reply_to = None
+        user: list[tuple[str, str]] = []
+        for entry in frame.headers:
+            name = entry[0]
+            if name not in _BROKER_HEADERS:
+                user.append(entry)
+                if name == "reply-to" and reply_to is None:
+                    reply_to = entry[1]
+            elif name == "destination":
+                destination = entry[1] if destination is None else destination
+            elif name == "transaction":
+                transaction = entry[1] if transaction is None else transaction
+            elif name == "receipt":
+                receipt = entry[1] if receipt is None else receipt
+        if not destination:
+            what = "an empty" if destination == "" else "no"
+            raise _Reject(
+                f"SEND frame with {what} destination header, which is required "
+                f"(STOMP {self.version})"
+            )
+        ops = self._open_transaction("SEND", transaction)
+        headers = tuple(user)
         if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
             headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
         send = _TxSend(destination, headers, frame.body)
         if ops is not None:
             ops.append(send)
         else:
-            self.core._check_capacity([send])
+            topic = destination.startswith(_TOPIC_PREFIX)
+            self.core._check_room(None if topic else destination, 1, 0 if topic else len(send.body))
             self.core._publish(send)
-        self._receipt(frame)
+        if receipt is not None:
+            self._send_frame("RECEIPT", (("receipt-id", receipt),))
 
     def _temp_queue(self, name: str) -> str:
         """The private queue that stands for the temporary queue ``name`` (made at its
