@@ -137,7 +137,12 @@ class _Windows:
             headers["browser"] = "true"
         self.opened += 1
         self.taken = 0
-        return self.conn.subscribe(self.destination, ack="client", id=sub_id, headers=headers)
+        # The inbox holds the whole window: a subscription the client stopped reading
+        # for (flow control) would hold the socket, and with it every other window and
+        # the final RECEIPT, while the window waited for looks idle.
+        return self.conn.subscribe(
+            self.destination, ack="client", id=sub_id, headers=headers, max_pending=self.size
+        )
 
     def _renew(self) -> None:
         if self.opened == 1:
@@ -168,9 +173,9 @@ class _Windows:
         # counts towards idleTimeout, so that the end of a read costs idleTimeout, not
         # QUIET more.
         seen_idle = 0.0
-        while not self._ended:
+        while True:
             late = self._late(limit)
-            if late:
+            if late or self._ended:
                 return late
             if self.renewable and self.taken == self.size:
                 self._renew()
@@ -189,9 +194,12 @@ class _Windows:
                         self._ended = True
                         break
             self.taken += len(got)
-            self._ended = self._ended or not got
-            return got or self._late(limit)
-        return self._late(limit)
+            if got:
+                return got
+            # Idle, unless a window left earlier got messages meanwhile.
+            late = self._late(limit)
+            self._ended = not late
+            return late
 
     def explain(self, partition: int) -> None:
         """Say so when the read may have stopped short of what the destination holds."""

@@ -29,8 +29,8 @@ def read(**options: str) -> dict[str, str]:
 def test_read_defaults() -> None:
     settings = parse_read_options(read())
     assert settings.destinations == ("/queue/a",)
-    assert settings.max_messages_per_batch == 10_000
-    assert settings.stream_prefetch == 20_000
+    assert settings.max_messages_per_batch == 20_000
+    assert settings.stream_prefetch == 40_000
     assert settings.batch_window == 1000
     assert settings.max_messages_per_partition is None
     assert settings.mode == "consume"
