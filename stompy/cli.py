@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import getpass
 import io
 import json
@@ -180,6 +181,15 @@ def _add_header_option(
     )
 
 
+def _add_heartbeat_option(
+    parser: argparse._ActionsContainer, default: tuple[int, int], help: str
+) -> None:
+    """``--heartbeat SEND,RECEIVE``, in ms."""
+    parser.add_argument(
+        "--heartbeat", type=_heartbeat, default=default, metavar="SEND,RECEIVE", help=help
+    )
+
+
 def _client_options(frame: str, header_example: str) -> _Parser:
     """The arguments of ``send`` and ``subscribe``: URL, destination, the headers of the
     ``frame`` it sends, and where and how to connect."""
@@ -211,12 +221,8 @@ def _client_options(frame: str, header_example: str) -> _Parser:
     group.add_argument(
         "--vhost", metavar="HOST", help="the CONNECT host header (default: the URL path, else /)"
     )
-    group.add_argument(
-        "--heartbeat",
-        type=_heartbeat,
-        default=(10_000, 10_000),
-        metavar="SEND,RECEIVE",
-        help="heart-beats to offer, in ms (default 10000,10000; 0,0 for none)",
+    _add_heartbeat_option(
+        group, (10_000, 10_000), "heart-beats to offer, in ms (default 10000,10000; 0,0 for none)"
     )
     group.add_argument(
         "--cafile", type=Path, metavar="PEM", help="trust these CA certificates for TLS"
@@ -246,6 +252,44 @@ def _client_options(frame: str, header_example: str) -> _Parser:
         "--debug", action="store_true", help="log everything and show tracebacks on errors"
     )
     return common
+
+
+#: The broker command's limits, WebSocket and TLS options: (flag, type, metavar, help);
+#: each is None unless given (the broker's own default then).
+_BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = (
+    (
+        "--max-queue",
+        int,
+        "N",
+        "messages one queue (or topic backlog) holds at most (default 1,000,000)",
+    ),
+    ("--max-stored-bytes", int, "N", "body bytes all queues hold at most (default 256 MiB)"),
+    (
+        "--websocket",
+        int,
+        "PORT",
+        "also serve STOMP over WebSocket on PORT, 0 picking a free one (needs wsproto)",
+    ),
+    (
+        "--tls-cert",
+        Path,
+        "PEM",
+        "speak TLS only (stomp+ssl://, wss://), with this certificate chain",
+    ),
+    ("--tls-key", Path, "PEM", "the certificate's private key (default: in the --tls-cert file)"),
+    (
+        "--max-redeliveries",
+        int,
+        "N",
+        "move a message redelivered N times to a dead-letter queue (default: no limit)",
+    ),
+    (
+        "--dead-letter-queue",
+        str,
+        "DESTINATION",
+        "where those go (default: /queue/DLQ.<name> per destination)",
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -337,55 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--vhost", action="append", metavar="HOST", help="accepted virtual host (repeatable)"
     )
-    broker.add_argument(
-        "--heartbeat",
-        type=_heartbeat,
-        default=(1000, 1000),
-        metavar="SEND,RECEIVE",
-        help="the broker's heart-beat header in ms (default 1000,1000)",
+    _add_heartbeat_option(
+        broker, (1000, 1000), "the broker's heart-beat header in ms (default 1000,1000)"
     )
     broker.add_argument("--prefetch", type=int, default=100, help="client-ack prefetch")
-    broker.add_argument(
-        "--max-queue",
-        type=int,
-        metavar="N",
-        help="messages one queue (or topic backlog) holds at most (default 1,000,000)",
-    )
-    broker.add_argument(
-        "--max-stored-bytes",
-        type=int,
-        metavar="N",
-        help="body bytes all queues hold at most (default 256 MiB)",
-    )
-    broker.add_argument(
-        "--websocket",
-        type=int,
-        metavar="PORT",
-        help="also serve STOMP over WebSocket on PORT, 0 picking a free one (needs wsproto)",
-    )
-    broker.add_argument(
-        "--tls-cert",
-        type=Path,
-        metavar="PEM",
-        help="speak TLS only (stomp+ssl://, wss://), with this certificate chain",
-    )
-    broker.add_argument(
-        "--tls-key",
-        type=Path,
-        metavar="PEM",
-        help="the certificate's private key (default: in the --tls-cert file)",
-    )
-    broker.add_argument(
-        "--max-redeliveries",
-        type=int,
-        metavar="N",
-        help="move a message redelivered N times to a dead-letter queue (default: no limit)",
-    )
-    broker.add_argument(
-        "--dead-letter-queue",
-        metavar="DESTINATION",
-        help="where those go (default: /queue/DLQ.<name> per destination)",
-    )
+    for flag, kind, metavar, text in _BROKER_LIMITS:
+        broker.add_argument(flag, type=kind, metavar=metavar, help=text)
 
     proxy = _serving_command(
         commands,
@@ -593,6 +594,13 @@ def _send_main(args: argparse.Namespace, secrets: _Secrets) -> int:
     headers = dict(args.extra_headers)
     conn = _connection(args, secrets)
     stream, literal, size = _open_body(args.body)
+    send = functools.partial(
+        conn.send,
+        args.destination,
+        headers=headers,
+        content_type=args.content_type,
+        receipt=args.receipt,
+    )
     stdin = _binary(sys.stdin)
     if stream is stdin and _isatty(sys.stdin):
         print("stompy send: reading from the terminal; end with Ctrl-D", file=sys.stderr)
@@ -602,13 +610,7 @@ def _send_main(args: argparse.Namespace, secrets: _Secrets) -> int:
         if not args.lines:
             body = stream.read() if stream is not None else literal
             with conn:
-                conn.send(
-                    args.destination,
-                    body,
-                    headers=headers,
-                    content_type=args.content_type,
-                    receipt=args.receipt,
-                )
+                send(body)
             return EXIT_OK
         if stream is None:
             text = literal.encode() if isinstance(literal, str) else literal
@@ -620,13 +622,7 @@ def _send_main(args: argparse.Namespace, secrets: _Secrets) -> int:
             with conn:
                 done = 0
                 for line, taken in lines:
-                    conn.send(
-                        args.destination,
-                        line,
-                        headers=headers,
-                        content_type=args.content_type,
-                        receipt=args.receipt,
-                    )
+                    send(line)
                     sent += 1
                     done += taken
                     progress.update(sent, done)

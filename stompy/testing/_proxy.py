@@ -699,7 +699,7 @@ async def fault_proxy(
 # -- from another thread ---------------------------------------------------------------------
 
 
-class FaultProxy(InThread):
+class FaultProxy(InThread[ProxyStats, ProxyConnectionInfo]):
     """A fault proxy running in a background thread, as yielded by :func:`run_fault_proxy`.
 
     The same methods as :class:`AsyncFaultProxy`, callable from any thread (each runs
@@ -714,16 +714,6 @@ class FaultProxy(InThread):
 
     def __repr__(self) -> str:
         return f"<stompy.testing.FaultProxy {self.host}:{self.port} -> {self.target}>"
-
-    @property
-    def connections(self) -> tuple[ProxyConnectionInfo, ...]:
-        """A snapshot of every open proxied connection, oldest first."""
-        return self._call(lambda: self._proxy.connections)
-
-    @property
-    def stats(self) -> ProxyStats:
-        """A snapshot of the proxy's counters."""
-        return self._call(lambda: self._proxy.stats)
 
     def cut(self, connection: int | None = None, *, after: float = 0.0) -> None:
         """See :meth:`AsyncFaultProxy.cut`."""

@@ -11,7 +11,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, Protocol, TypeVar, overload
+from typing import Any, Final, Generic, Protocol, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -21,6 +21,7 @@ from anyio.from_thread import BlockingPortal
 __all__ = (
     "STREAM_ERRORS",
     "InThread",
+    "Inspected",
     "Listening",
     "peer_name",
     "serving_task_group",
@@ -28,6 +29,9 @@ __all__ = (
 )
 
 T = TypeVar("T")
+#: A server's counters and what it says about one connection.
+S = TypeVar("S", covariant=True)
+C = TypeVar("C", covariant=True)
 
 #: What a broken, reset or closed stream raises: the end of that connection, no bug.
 STREAM_ERRORS: Final = (
@@ -86,13 +90,24 @@ class Listening(Protocol):
     def url(self) -> str: ...
 
 
-class InThread:
+class Inspected(Listening, Protocol[S, C]):
+    """A running server that counts what it does and lists its connections."""
+
+    @property
+    def stats(self) -> S: ...
+
+    @property
+    def connections(self) -> tuple[C, ...]: ...
+
+
+class InThread(Generic[S, C]):
     """The base of a server's twin for synchronous code: each call runs in the server's
     event loop, in its background thread, and waits for it. Not callable from that loop.
     """
 
-    def __init__(self, portal: BlockingPortal, server: Listening) -> None:
+    def __init__(self, portal: BlockingPortal, server: Inspected[S, C]) -> None:
         self._portal = portal
+        self._server = server
         #: The address it listens on.
         self.host = server.host
         #: The real port (never 0).
@@ -109,6 +124,16 @@ class InThread:
     def _call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``function(*args, **kwargs)`` in the server's event loop (awaited if async)."""
         return self._portal.call(functools.partial(function, *args, **kwargs))
+
+    @property
+    def connections(self) -> tuple[C, ...]:
+        """A snapshot of every open connection, oldest first."""
+        return self._call(lambda: self._server.connections)
+
+    @property
+    def stats(self) -> S:
+        """A snapshot of the server's counters."""
+        return self._call(lambda: self._server.stats)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Poll ``predicate`` (in this thread) until it is true.

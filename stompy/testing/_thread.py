@@ -16,7 +16,7 @@ from stompy.testing._shared import InThread
 __all__ = ("Broker", "run_broker")
 
 
-class Broker(InThread):
+class Broker(InThread[BrokerStats, ConnectionInfo]):
     """A broker running in a background thread, as yielded by :func:`run_broker`.
 
     The same inspection and fault methods as :class:`AsyncBroker`, callable from any
@@ -42,16 +42,6 @@ class Broker(InThread):
     def unacked_count(self, destination: str | None = None) -> int:
         """Messages delivered and not yet acknowledged, for one destination or all."""
         return self._call(self._broker.unacked_count, destination)
-
-    @property
-    def connections(self) -> tuple[ConnectionInfo, ...]:
-        """A snapshot of every open connection (session id, login, version, ...)."""
-        return self._call(lambda: self._broker.connections)
-
-    @property
-    def stats(self) -> BrokerStats:
-        """A snapshot of the broker's counters."""
-        return self._call(lambda: self._broker.stats)
 
     def destinations(self) -> tuple[str, ...]:
         """Destinations that currently hold messages or subscriptions."""
