@@ -58,6 +58,7 @@ from stompy.errors import ConfigurationError
 from stompy.testing._shared import (
     STREAM_ERRORS,
     InThread,
+    in_loop,
     peer_name,
     serving_task_group,
     wait_until,
@@ -715,55 +716,15 @@ class FaultProxy(InThread[ProxyStats, ProxyConnectionInfo]):
     def __repr__(self) -> str:
         return f"<stompy.testing.FaultProxy {self.host}:{self.port} -> {self.target}>"
 
-    def cut(self, connection: int | None = None, *, after: float = 0.0) -> None:
-        """See :meth:`AsyncFaultProxy.cut`."""
-        self._call(self._proxy.cut, connection, after=after)
-
-    def cut_mid_frame(
-        self, direction: Direction = "downstream", *, keep: int = 1, after: float = 0.0
-    ) -> None:
-        """See :meth:`AsyncFaultProxy.cut_mid_frame`."""
-        self._call(self._proxy.cut_mid_frame, direction, keep=keep, after=after)
-
-    def corrupt(
-        self, direction: Direction = "downstream", *, offset: int = 0, after: float = 0.0
-    ) -> None:
-        """See :meth:`AsyncFaultProxy.corrupt`."""
-        self._call(self._proxy.corrupt, direction, offset=offset, after=after)
-
-    def stall(
-        self, seconds: float | None = None, direction: Direction = "both", *, after: float = 0.0
-    ) -> None:
-        """See :meth:`AsyncFaultProxy.stall`."""
-        self._call(self._proxy.stall, seconds, direction, after=after)
-
-    def resume(self, direction: Direction = "both") -> None:
-        """See :meth:`AsyncFaultProxy.resume`."""
-        self._call(self._proxy.resume, direction)
-
-    def delay(self, seconds: float, direction: Direction = "both", *, after: float = 0.0) -> None:
-        """See :meth:`AsyncFaultProxy.delay`."""
-        self._call(self._proxy.delay, seconds, direction, after=after)
-
-    def throttle(
-        self,
-        bytes_per_second: int | None,
-        direction: Direction = "both",
-        *,
-        after: float = 0.0,
-    ) -> None:
-        """See :meth:`AsyncFaultProxy.throttle`."""
-        self._call(self._proxy.throttle, bytes_per_second, direction, after=after)
-
-    def refuse(
-        self, seconds: float | None = None, *, mode: RefuseMode = "close", after: float = 0.0
-    ) -> None:
-        """See :meth:`AsyncFaultProxy.refuse`."""
-        self._call(self._proxy.refuse, seconds, mode=mode, after=after)
-
-    def reset(self) -> None:
-        """See :meth:`AsyncFaultProxy.reset`."""
-        self._call(self._proxy.reset)
+    cut = in_loop(AsyncFaultProxy.cut)
+    cut_mid_frame = in_loop(AsyncFaultProxy.cut_mid_frame)
+    corrupt = in_loop(AsyncFaultProxy.corrupt)
+    stall = in_loop(AsyncFaultProxy.stall)
+    resume = in_loop(AsyncFaultProxy.resume)
+    delay = in_loop(AsyncFaultProxy.delay)
+    throttle = in_loop(AsyncFaultProxy.throttle)
+    refuse = in_loop(AsyncFaultProxy.refuse)
+    reset = in_loop(AsyncFaultProxy.reset)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, Generic, Protocol, TypeVar, overload
+from typing import Any, Concatenate, Final, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -23,12 +23,14 @@ __all__ = (
     "InThread",
     "Inspected",
     "Listening",
+    "in_loop",
     "peer_name",
     "serving_task_group",
     "wait_until",
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
 #: A server's counters and what it says about one connection.
 S = TypeVar("S", covariant=True)
 C = TypeVar("C", covariant=True)
@@ -145,3 +147,28 @@ class InThread(Generic[S, C]):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"condition not met within {timeout} s")
             time.sleep(0.005)
+
+
+@overload
+def in_loop(
+    method: Callable[Concatenate[Any, P], Awaitable[T]],
+) -> Callable[Concatenate[InThread[Any, Any], P], T]: ...
+
+
+@overload
+def in_loop(
+    method: Callable[Concatenate[Any, P], T],
+) -> Callable[Concatenate[InThread[Any, Any], P], T]: ...
+
+
+def in_loop(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An :class:`InThread` method that runs the server's ``method`` in its event loop
+    (``method`` as its class has it: the twin passes its server as ``self``), with the
+    same parameters; its docstring points to ``method``'s."""
+
+    @functools.wraps(method)
+    def call(self: InThread[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        return self._call(method, self._server, *args, **kwargs)
+
+    call.__doc__ = f"See :meth:`{method.__qualname__}`."
+    return call
