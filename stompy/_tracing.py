@@ -627,16 +627,14 @@ class TracedCall(Generic[M]):
     def send_some(
         self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
     ) -> Steps[int]:
-        """:meth:`Call.send_some` with a PRODUCER span per message."""
-        if isinstance(work, Outgoing):
-            yield from self.send(
-                work.destination, work.body, work.headers, work.content_type, transaction, receipt
-            )
-            return 1
+        """:meth:`Call.send_some` with a PRODUCER span per message (the last message
+        alone, which carries the receipt, as :meth:`send`)."""
+        alone = isinstance(work, Outgoing)
+        messages = [work] if isinstance(work, Outgoing) else work
         telemetry = self.telemetry
         spans: list[Span | None] = []
         traced: list[Outgoing] = []
-        for message in work:
+        for message in messages:
             span, headers = telemetry.producer(
                 message.destination, message.body, message.headers, transaction
             )
@@ -644,9 +642,12 @@ class TracedCall(Generic[M]):
             traced.append(
                 Outgoing(message.destination, message.body, headers, message.content_type)
             )
-        count = yield from _in_spans(spans, self.call.send_some(traced, receipt, transaction))
-        for message in work:
-            telemetry.sent(message.destination, message.body, None)
+        started = time.perf_counter()
+        steps = self.call.send_some(traced[0] if alone else traced, receipt, transaction)
+        count = yield from _in_spans(spans, steps)
+        waited = time.perf_counter() - started if alone and receipt else None
+        for message in messages:
+            telemetry.sent(message.destination, message.body, waited)
         return count
 
     def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
