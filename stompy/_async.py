@@ -28,7 +28,7 @@ from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
 from stompy._session import MAX_OUTGOING
-from stompy._state import Status
+from stompy._state import CLOSED, CONNECTED, NEW, RECONNECTING
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
@@ -141,7 +141,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         """Wait until a message is in the inbox or the subscription ended."""
         items = self._inbox.items
         getting = self._io.getting
-        while not items and not self._ended() and self._session.status is not Status.CLOSED:
+        while not items and not self._ended() and self._session.status is not CLOSED:
             event = self._wakeup
             if event is None:
                 event = self._wakeup = anyio.Event()
@@ -209,7 +209,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._session.status in (Status.CONNECTED, Status.RECONNECTING):
+        if self._session.status in (CONNECTED, RECONNECTING):
             with anyio.CancelScope(shield=exc_info[0] is not None):
                 await self.unsubscribe()
         else:
@@ -292,7 +292,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     async def connect(self) -> None:
         """Connect (retrying per ``reconnect``) and start the connection's tasks."""
         status = self._session.status
-        if status is not Status.NEW:
+        if status is not NEW:
             raise LocalProtocolError(f"connect() on a connection that is {status}")
         self._instrument()
         await self._io.connect()
@@ -462,7 +462,7 @@ async def _run_hooks(io: TaskIO[AsyncMessage]) -> None:
             while session.notices:
                 notice = session.notices.popleft()
                 await _outcome(notice.hook, notice.argument, f"the {notice.what} hook")
-            if session.status is Status.CLOSED:
+            if session.status is CLOSED:
                 return
     finally:
         if io.hooks_done is not None:

@@ -34,7 +34,7 @@ import anyio.lowlevel
 from stompy._calls import Call, Running, Steps, Wait, Waiting
 from stompy._connecting import Attempts, Handshake
 from stompy._session import Session, failure_reason
-from stompy._state import Status
+from stompy._state import CLOSED, CLOSING, NEW, RECONNECTING, Status
 from stompy._sync_io import bytes_waiting
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, StompError
@@ -260,7 +260,7 @@ class TaskIO(Generic[M]):
         session = self.session
         for delay, endpoint in attempts:
             await anyio.sleep(delay)
-            if session.status not in (Status.NEW, Status.RECONNECTING):
+            if session.status not in (NEW, RECONNECTING):
                 return attempts
             try:
                 established = await self._establish(endpoint)
@@ -268,7 +268,7 @@ class TaskIO(Generic[M]):
                 attempts.failed(endpoint, exc)
                 continue
             status: Status = session.status  # read again: close() may have come meanwhile
-            if status not in (Status.NEW, Status.RECONNECTING):
+            if status not in (NEW, RECONNECTING):
                 await self._abandon(established[0])
                 return attempts
             return established
@@ -336,7 +336,7 @@ class TaskIO(Generic[M]):
         try:
             while True:
                 lost = await self._run_epoch()
-                if lost is None or session.status in (Status.CLOSING, Status.CLOSED):
+                if lost is None or session.status in (CLOSING, CLOSED):
                     return
                 if not await self._reconnect(lost):
                     return
@@ -441,7 +441,7 @@ class TaskIO(Generic[M]):
                                 await stream.send(data)
                     self._drained.set()
                     self._drained = anyio.Event()
-                if session.status is Status.CLOSED:
+                if session.status is CLOSED:
                     return
         except TimeoutError:
             self._end_epoch(scope, session.stopped_reading())
@@ -481,7 +481,7 @@ class TaskIO(Generic[M]):
             return False
         established = await self._attempt(attempts)
         if isinstance(established, Attempts):
-            if session.status is Status.RECONNECTING:
+            if session.status is RECONNECTING:
                 session.give_up(established)
                 self.status_changed()
             return False

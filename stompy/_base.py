@@ -21,7 +21,7 @@ from stompy._keywords import ConnectionOptions
 from stompy._message import MessageBase
 from stompy._options import ClientOptions
 from stompy._session import Session
-from stompy._state import Status
+from stompy._state import CONNECTED
 from stompy._urls import Endpoint
 from stompy.errors import ConfigurationError, LocalProtocolError, StompError, TransactionLost
 
@@ -102,7 +102,7 @@ class ConnectionBase(Generic[M]):
 
     @property
     def connected(self) -> bool:
-        return self._session.status is Status.CONNECTED
+        return self._session.status is CONNECTED
 
     @property
     def failure(self) -> StompError | None:

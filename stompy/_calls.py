@@ -28,7 +28,7 @@ from stompy._options import Outgoing
 from stompy._protocol import ClientProtocol
 from stompy._requests import reply_address
 from stompy._session import MAX_OUTGOING, Session, log
-from stompy._state import ReceiptState, Status
+from stompy._state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy.errors import (
     AckLost,
     ConfigurationError,
@@ -93,7 +93,7 @@ class Wait:
 #: A call's steps: it yields waits, is sent the time after each, and returns ``T``.
 Steps = Generator[Wait, float, T]
 
-_CLOSING: Final = (Status.CLOSING, Status.CLOSED)
+_CLOSING: Final = (CLOSING, CLOSED)
 
 
 class Running(Generic[T]):
@@ -148,15 +148,15 @@ class Call(Generic[M]):
             # wait for its verdict rather than misuse a dead core.
             proto = session.proto
             deadline = self.now + options.receipt_timeout
-            while session.status is Status.CONNECTED and session.proto is proto:
+            while session.status is CONNECTED and session.proto is proto:
                 if self.now >= deadline or not session.serving:
                     break
                 yield from self._wait(Waiting.CHANGE, deadline)
-        if session.status is Status.RECONNECTING:
+        if session.status is RECONNECTING:
             policy = options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
             deadline = self.now + timeout if give_up is None else give_up
-            while session.status is Status.RECONNECTING:
+            while session.status is RECONNECTING:
                 if self.now >= deadline:
                     raise ConnectionLost(f"not reconnected within {timeout} s")
                 yield from self._wait(Waiting.CHANGE, deadline)
@@ -465,12 +465,10 @@ class Call(Generic[M]):
         failed first, or there was none; a second goodbye says what the first did.
         """
         session = self.session
-        if session.status is Status.CLOSED and session.goodbye_confirmed is not None:
+        if session.status is CLOSED and session.goodbye_confirmed is not None:
             return session.goodbye_confirmed
         try:
-            if session.status in (Status.CONNECTED, Status.RECONNECTING) and (
-                session.failure is None
-            ):
+            if session.status in (CONNECTED, RECONNECTING) and (session.failure is None):
                 epoch = session.epoch
                 rid = session.begin_close()
                 session.flush(self.now)

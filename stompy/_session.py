@@ -54,7 +54,7 @@ from stompy._events import AckMode, Connected, MessageReceived, Receipt
 from stompy._inbox import Inbox, subscribe_headers
 from stompy._notices import Notice, queue_notice
 from stompy._options import ClientOptions, Overflow, check_overflow, error_for_event, take_output
-from stompy._protocol import ClientProtocol, State
+from stompy._protocol import ClientProtocol
 from stompy._requests import (
     REPLY_QUEUE,
     Request,
@@ -62,7 +62,15 @@ from stompy._requests import (
     check_request_headers,
     subscribes_to_temp_queue,
 )
-from stompy._state import ReceiptState, Status
+from stompy._state import (
+    CLOSED,
+    CLOSING,
+    CONNECTED,
+    NEW,
+    PROTOCOL_CLOSED,
+    RECONNECTING,
+    ReceiptState,
+)
 from stompy._urls import Endpoint
 from stompy.errors import (
     ConfigurationError,
@@ -154,7 +162,7 @@ class Session(Generic[M]):
         uniform: Callable[[float, float], float] = random.uniform,
     ) -> None:
         self.options = options
-        self.status = Status.NEW
+        self.status = NEW
         #: The error that ended the session for good, or ``None``.
         self.failure: StompError | None = None
         self.epoch = 0
@@ -200,6 +208,9 @@ class Session(Generic[M]):
         self.notices: deque[Notice] = deque()
         self._installed = 0  # connections established so far
         self._end_told = False  # on_disconnected was queued for the current connection
+        #: Whether the stompy logger logs at DEBUG, as of the last :meth:`pump` (one look
+        #: per batch of received bytes, rather than one per frame sent).
+        self.debug = log.isEnabledFor(logging.DEBUG)
         #: Whether the broker confirmed the goodbye (its DISCONNECT receipt came); set
         #: when the session is closed (see :meth:`Call.goodbye`).
         self.goodbye_confirmed: bool | None = None
@@ -231,9 +242,10 @@ class Session(Generic[M]):
         self._write_since = None
         self.backlog.clear()
         self.epoch += 1
-        self.status = Status.CONNECTED
+        self.status = CONNECTED
         self.serving = True
         self.ending = None
+        self.debug = log.isEnabledFor(logging.DEBUG)
         self._now = now
         self._watch_backlog()
         for inbox in self.inboxes.values():
@@ -266,18 +278,18 @@ class Session(Generic[M]):
         """The connection ended (an ERROR, say), and the transport has not yet decided
         between reconnecting and failing: an intent waits for that verdict."""
         proto = self.proto
-        return self.status is Status.CONNECTED and (
-            self.ending is not None or (proto is not None and proto.state is State.CLOSED)
+        return self.status is CONNECTED and (
+            self.ending is not None or (proto is not None and proto.state is PROTOCOL_CLOSED)
         )
 
     def usable(self) -> ClientProtocol | None:
         """The core, when an intent can run on it right away (no wait, no error)."""
         proto = self.proto
         if (
-            self.status is Status.CONNECTED
+            self.status is CONNECTED
             and self.ending is None
             and proto is not None
-            and proto.state is not State.CLOSED
+            and proto.state is not PROTOCOL_CLOSED
         ):
             return proto
         return None
@@ -285,7 +297,7 @@ class Session(Generic[M]):
     def saw_end(self, error: StompError) -> None:
         """The transport saw the connection end with ``error``; its verdict (:meth:`lost`)
         follows. Until then intents wait rather than run on a dead core."""
-        if self.ending is None and self.status is Status.CONNECTED:
+        if self.ending is None and self.status is CONNECTED:
             self.ending = error
 
     def ready(self) -> ClientProtocol:
@@ -293,7 +305,7 @@ class Session(Generic[M]):
         if self.failure is not None:
             raise self.failure
         proto = self.proto
-        if self.status is not Status.CONNECTED or proto is None:
+        if self.status is not CONNECTED or proto is None:
             raise LocalProtocolError(f"the connection is {self.status}")
         return proto
 
@@ -359,11 +371,7 @@ class Session(Generic[M]):
         if self.inboxes.pop(inbox.id, None) is not None:
             self._remember_ended(inbox.id)
         proto = self.proto
-        if (
-            self.status is Status.CONNECTED
-            and proto is not None
-            and inbox.id in proto.subscriptions
-        ):
+        if self.status is CONNECTED and proto is not None and inbox.id in proto.subscriptions:
             rid = proto.unsubscribe(inbox.id, receipt=receipt)
             if rid is not None:
                 self.expect(rid)
@@ -474,7 +482,7 @@ class Session(Generic[M]):
         if (
             not self.serving
             or epoch != self.epoch
-            or not (status is Status.CONNECTED or (allow_closing and status is Status.CLOSING))
+            or not (status is CONNECTED or (allow_closing and status is CLOSING))
         ):
             return ReceiptState.LOST
         return ReceiptState.PENDING
@@ -521,7 +529,7 @@ class Session(Generic[M]):
         woke = self.drain_backlog()
         deliver = self._deliver
         expected = self._expected
-        debug = log.isEnabledFor(logging.DEBUG)
+        self.debug = debug = log.isEnabledFor(logging.DEBUG)
         try:
             event = proto.next_event()
             while event is not None:
@@ -729,7 +737,7 @@ class Session(Generic[M]):
         assert proto is not None
         self._now = now
         stuck = self.write_deadline(now)
-        if stuck is not None and now >= stuck and proto.state is not State.CLOSED:
+        if stuck is not None and now >= stuck and proto.state is not PROTOCOL_CLOSED:
             return Pumped(True, self.stopped_reading())
         if proto.negotiated_heartbeats[1]:
             unread = waiting()
@@ -762,7 +770,7 @@ class Session(Generic[M]):
         Returns the reconnect attempts, or ``None`` when the session is over: closed by
         the user, or failed (no reconnect policy).
         """
-        if self.status in (Status.CLOSING, Status.CLOSED):
+        if self.status in (CLOSING, CLOSED):
             return None
         if self.ending is None:
             self.ending = error  # what the calls of this epoch say they were lost to
@@ -783,7 +791,7 @@ class Session(Generic[M]):
             self.fail(error)
             return None
         log.warning("connection to %s lost (%s); reconnecting", self.endpoint, error)
-        self.status = Status.RECONNECTING
+        self.status = RECONNECTING
         self.epoch += 1  # unanswered receipts and open transactions are lost
         return Attempts(self.options.endpoints, policy.delays(self._uniform), first=False)
 
@@ -794,7 +802,7 @@ class Session(Generic[M]):
     def fail(self, failure: StompError) -> None:
         self._told_end(failure)
         self.failure = failure
-        self.status = Status.CLOSED
+        self.status = CLOSED
 
     def begin_close(self) -> str | None:
         """Start the goodbye: DISCONNECT with a receipt if the connection is up.
@@ -803,20 +811,20 @@ class Session(Generic[M]):
         """
         rid = None
         proto = self.proto
-        if self.status is Status.CONNECTED and self.failure is None and proto is not None:
+        if self.status is CONNECTED and self.failure is None and proto is not None:
             try:
                 rid = proto.disconnect(receipt=True)
             except StompError:
                 rid = None
             if rid is not None:
                 self.expect(rid)
-        if self.status in (Status.CONNECTED, Status.RECONNECTING):
-            self.status = Status.CLOSING
+        if self.status in (CONNECTED, RECONNECTING):
+            self.status = CLOSING
         return rid
 
     def closed(self) -> None:
         """The session is over: every subscription ends."""
         self._told_end(None)  # closed by the user (a loss was told as it happened)
-        self.status = Status.CLOSED
+        self.status = CLOSED
         for inbox in self.inboxes.values():
             inbox.active = False

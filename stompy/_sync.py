@@ -28,7 +28,7 @@ from stompy._events import MessageReceived
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
-from stompy._state import Status
+from stompy._state import CONNECTED, NEW, RECONNECTING
 from stompy._sync_io import IOThread
 from stompy.errors import LocalProtocolError, StompError
 
@@ -182,7 +182,7 @@ class Subscription(SubscriptionBase[Message]):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._session.status in (Status.CONNECTED, Status.RECONNECTING):
+        if self._session.status in (CONNECTED, RECONNECTING):
             self.unsubscribe()
         else:
             self._inbox.active = False
@@ -277,7 +277,7 @@ class Connection(ConnectionBase[Message]):
         # Like a socket: never closed, the Connection warns and lets its thread and
         # socket go (nothing the I/O thread holds refers to the Connection).
         io = getattr(self, "_io", None)
-        if io is None or self._session.status not in (Status.CONNECTED, Status.RECONNECTING):
+        if io is None or self._session.status not in (CONNECTED, RECONNECTING):
             return
         try:
             _warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
@@ -298,7 +298,7 @@ class Connection(ConnectionBase[Message]):
         :class:`ServerError` when the broker refuses (for example a wrong passcode).
         """
         with self._io.cond:
-            if self._session.status is not Status.NEW:
+            if self._session.status is not NEW:
                 raise LocalProtocolError(
                     f"connect() on a connection that is {self._session.status}"
                 )

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import logging
 import select
 import selectors
 import socket
@@ -34,9 +33,8 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from stompy._calls import Call, Running, Steps
 from stompy._connecting import Attempts, Handshake
 from stompy._options import log_sent
-from stompy._protocol import State
 from stompy._session import MAX_OUTGOING, Session, failure_reason, log
-from stompy._state import Status
+from stompy._state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
 
@@ -121,10 +119,12 @@ class IOThread(Generic[M]):
         proto = session.proto
         assert proto is not None
         if session.ws is None:  # Session.flush, inlined: this runs for every frame sent
-            data = proto.data_to_send(time.monotonic())
+            # The time matters only to outgoing heart-beats (when the last byte went).
+            beats = proto.negotiated_heartbeats[0]
+            data = proto.data_to_send(time.monotonic() if beats else None)
             if not data:
                 return
-            if log.isEnabledFor(logging.DEBUG):
+            if session.debug:
                 log_sent(data, session.endpoint)
             # Queued for the I/O thread, which writes whatever accumulated in one send:
             # measured faster than writing from the caller's thread, which costs a
@@ -198,7 +198,7 @@ class IOThread(Generic[M]):
         while True:
             with cond:
                 while not session.notices:
-                    if session.status is Status.CLOSED and not session.serving:
+                    if session.status is CLOSED and not session.serving:
                         return
                     cond.wait()
                 notice = session.notices.popleft()
@@ -230,7 +230,7 @@ class IOThread(Generic[M]):
             with self.cond:
                 if delay:
                     self.cond.wait(delay)  # close() cuts it short
-                if session.status not in (Status.NEW, Status.RECONNECTING):
+                if session.status not in (NEW, RECONNECTING):
                     return attempts
             try:
                 return self._establish(endpoint)
@@ -328,7 +328,7 @@ class IOThread(Generic[M]):
         watched = 0  # the events the selector watches on the socket
         while True:
             with self.cond:
-                if session.status is Status.CLOSED:
+                if session.status is CLOSED:
                     return None
                 if session.ending is not None:  # a call found the broker not reading
                     return session.ending
@@ -374,7 +374,7 @@ class IOThread(Generic[M]):
                     self._send(sock)
             except (OSError, _ssl.SSLError) as exc:
                 with self.cond:
-                    if session.status in (Status.CLOSING, Status.CLOSED):
+                    if session.status in (CLOSING, CLOSED):
                         return None
                     reason = failure_reason(exc)
                     error = ConnectionLost(f"connection to {session.endpoint} failed: {reason}")
@@ -383,7 +383,7 @@ class IOThread(Generic[M]):
             now = time.monotonic()
             with self.cond:
                 status: Status = session.status  # a local: another thread changes it
-                if status is Status.CLOSED:
+                if status is CLOSED:
                     return None
                 ended = None if data is None else session.receive(data, now)
                 if deadline is not None and now >= deadline:
@@ -398,10 +398,10 @@ class IOThread(Generic[M]):
                     with contextlib.suppress(OSError):
                         self._send(sock)
                     failure = ended
-                if failure is None and proto.state is State.CLOSED and not session.outgoing:
+                if failure is None and proto.state is PROTOCOL_CLOSED and not session.outgoing:
                     failure = ConnectionLost("closed")
                 if failure is not None:
-                    if session.status is Status.CLOSING:
+                    if session.status is CLOSING:
                         return None
                     session.saw_end(failure)
                     return failure
@@ -440,12 +440,12 @@ class IOThread(Generic[M]):
         with self.cond:
             status: Status = session.status  # a local: another thread changes it
             if isinstance(established, Attempts):
-                if status is Status.RECONNECTING:
+                if status is RECONNECTING:
                     session.give_up(established)
                     self._close_socket()
                     self.cond.notify_all()
                 return False
-            if status is not Status.RECONNECTING:  # close() came meanwhile
+            if status is not RECONNECTING:  # close() came meanwhile
                 established[0].close()
                 return False
         self._install(*established)
