@@ -25,6 +25,18 @@ class Status(enum.Enum):
         return self.value
 
 
+# The members bound to names once: looking one up on its class (``Status.CONNECTED``)
+# goes through the enum machinery, ~1,000 instructions on Python 3.11, where a module
+# global is one cached load. For the checks made per message sent or received.
+NEW: Final = Status.NEW
+CONNECTED: Final = Status.CONNECTED
+RECONNECTING: Final = Status.RECONNECTING
+CLOSING: Final = Status.CLOSING
+CLOSED: Final = Status.CLOSED
+#: The core's state once its connection ended.
+PROTOCOL_CLOSED: Final = State.CLOSED
+
+
 class ReceiptState(enum.Enum):
     """How a wait for one RECEIPT (or for the reply to one request) stands."""
 
@@ -37,15 +49,3 @@ class ReceiptState(enum.Enum):
     LOST = "lost"
     #: The connection failed for good (:attr:`Session.failure` says why).
     FAILED = "failed"
-
-
-# The members bound to names once: looking one up on its class (``Status.CONNECTED``)
-# goes through the enum machinery, ~1,000 instructions on Python 3.11, where a module
-# global is one cached load. For the checks made per message sent or received.
-NEW: Final = Status.NEW
-CONNECTED: Final = Status.CONNECTED
-RECONNECTING: Final = Status.RECONNECTING
-CLOSING: Final = Status.CLOSING
-CLOSED: Final = Status.CLOSED
-#: The core's state once its connection ended.
-PROTOCOL_CLOSED: Final = State.CLOSED
