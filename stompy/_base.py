@@ -202,7 +202,12 @@ class SubscriptionBase(Generic[M]):
         take = min(max_messages - len(batch), len(items))
         if not take:
             return False
-        batch += [items.popleft() for _ in range(take)]
+        popleft = items.popleft
+        try:
+            for _ in range(take):
+                batch.append(popleft())
+        except IndexError:
+            pass  # a blocking get() in another thread took some meanwhile (it takes unlocked)
         return self._session.wants_resume(self._inbox)
 
     @staticmethod

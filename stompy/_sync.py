@@ -14,9 +14,11 @@ blocked call and iterator wakes up and raises (``ConnectionLost``,
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from typing_extensions import Unpack
@@ -42,9 +44,10 @@ class Message(MessageBase):
     # keep the Connection alive, or an unclosed one could never be collected.
     __slots__ = ("_io",)
 
-    def __init__(self, event: MessageReceived, epoch: int, io: IOThread[Message]) -> None:
+    def __init__(self, io: IOThread[Message], event: MessageReceived, epoch: int) -> None:
         # MessageBase's fields set here directly: one per received message, so the
-        # super() call is worth saving.
+        # super() call is worth saving. The I/O thread first: the session's ``wrap`` is
+        # ``partial(Message, io)``, a call at C speed.
         self.event = event
         self._epoch = epoch
         self._headers = None
@@ -112,25 +115,46 @@ class Subscription(SubscriptionBase[Message]):
 
     def _take(self, timeout: float | None) -> Message | None:
         """:meth:`get`, untraced."""
-        io = self._io
-        inbox = self._inbox
-        items = inbox.items
-        with io.lock:  # the condition's lock, entered at C speed
-            if not items:
-                deadline = None if timeout is None else time.monotonic() + timeout
-                while not items:
-                    if self._ended():
-                        return None
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return None
-                    io.cond.wait(remaining)
+        items = self._inbox.items
+        try:
+            # A message already here is taken without the lock: a deque's popleft() is
+            # atomic, and the I/O thread only appends.
             message = items.popleft()
-            if self._session.backlog and len(items) <= inbox.max_pending // 2:
-                # The I/O thread waits for room: wake it once half is free, not at every
-                # message, or each get() would cost it a wake-up to move one message.
+        except IndexError:
+            return self._wait(items, timeout)
+        if self._session.backlog:
+            self._made_room()
+        return message
+
+    def _wait(self, items: deque[Message], timeout: float | None) -> Message | None:
+        """:meth:`_take` with the inbox empty: wait for a message, under the lock."""
+        io = self._io
+        with io.lock:  # the condition's lock, entered at C speed
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    message = items.popleft()  # (another thread's get() may take it first)
+                    break
+                except IndexError:
+                    pass
+                if self._ended():
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                io.cond.wait(remaining)
+        if self._session.backlog:
+            self._made_room()
+        return message
+
+    def _made_room(self) -> None:
+        """After a take while the I/O thread keeps a backlog: wake it once half the
+        inbox is free, not at every message, or each get() would cost it a wake-up to
+        move one message."""
+        io = self._io
+        with io.lock:
+            if self._session.wants_resume(self._inbox):
                 io.wake()
-            return message
 
     def get_batch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """Up to ``max_messages`` messages, oldest first: waits up to ``timeout`` seconds
@@ -267,11 +291,8 @@ class Connection(ConnectionBase[Message]):
     def _setup(self) -> None:
         self._io = io = IOThread(self._session)
         self._subs: dict[str, Subscription] = {}
-
-        def message(event: MessageReceived, epoch: int) -> Message:
-            return Message(event, epoch, io)
-
-        self._session.wrap = message  # it must not hold the Connection: see __del__
+        # It must not hold the Connection: see __del__.
+        self._session.wrap = functools.partial(Message, io)
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         # Like a socket: never closed, the Connection warns and lets its thread and
@@ -353,9 +374,9 @@ class Connection(ConnectionBase[Message]):
         headers = options.get("headers")
         content_type = options.get("content_type")
         receipt = options.get("receipt", False)
-        transaction = transaction_id(options.get("transaction"))
+        given = options.get("transaction")
         telemetry = self._telemetry
-        if transaction is None and not receipt and telemetry is None:
+        if given is None and not receipt and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
             with io.lock:
@@ -365,6 +386,7 @@ class Connection(ConnectionBase[Message]):
                     io.queue_output()
                     return
         call = traced(Call(self._session, time.monotonic()), telemetry)
+        transaction = transaction_id(given)
         self._io.run(call.send(destination, body, headers, content_type, transaction, receipt))
 
     def send_many(
