@@ -1,4 +1,5 @@
-"""The wheel's build hook: stompy's sans-IO core compiled with mypyc whenever it can be.
+"""The wheel's build hook: stompy's sans-IO core compiled with mypyc whenever it can be,
+and the parser's header-block check (``stompy/_cscan.pyx``) built with Cython.
 
 The way aiohttp, yarl and multidict ship their C cores: a wheel built with a C compiler
 at hand (``pip install .``, ``python -m build``, cibuildwheel) holds the core modules
@@ -10,6 +11,11 @@ is pure Python (``py3-none-any``), with a warning in the build log and no error,
 * the interpreter is not CPython (mypyc targets CPython's C API);
 * mypyc cannot be imported (a build without isolation and without mypy installed);
 * the compile fails: no C compiler, no Python headers, or mypyc rejects the code.
+
+The accelerator is built the same way, independently: with Cython importable and a C
+compiler, ``stompy/_cscan.*.so`` goes into the wheel (``stompy._compiled.ACCELERATED``);
+without, a warning, and the parser makes the same check in Python (or mypyc's C). Cython
+is a build requirement only: nothing imports it at run time.
 
 Editable installs (``pip install -e .``) are always pure Python.
 
@@ -49,6 +55,16 @@ from mypyc.build import mypycify
 setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
 """
 
+#: The Cython accelerator, as its own extension module ``stompy._cscan``.
+ACCELERATOR = "stompy/_cscan.pyx"
+CYTHON_SETUP = """\
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+extension = Extension("stompy._cscan", [{path!r}])
+setup(name="stompy-cscan", ext_modules=cythonize([extension], language_level=3))
+"""
+
 
 def forced_pure() -> bool:
     return os.environ.get(NO_EXTENSIONS, "") not in ("", "0")
@@ -65,9 +81,10 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
     work: tempfile.TemporaryDirectory[str] | None = None
 
     def dependencies(self) -> list[str]:
-        """What the compile needs (``requires``: mypy, which brings mypyc, and setuptools,
-        which mypyc drives), installed into the build environment only when a compile
-        will be tried: a forced pure build downloads none of it."""
+        """What the compile needs (``requires``: mypy, which brings mypyc, setuptools,
+        which mypyc drives, and Cython, for the accelerator), installed into the build
+        environment only when a compile will be tried: a forced pure build downloads none
+        of it."""
         if forced_pure() or platform.python_implementation() != "CPython":
             return []
         return list(self.config.get("requires", []))
@@ -81,17 +98,35 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         if platform.python_implementation() != "CPython":
             self.app.display_info("stompy: not CPython: a pure-Python wheel")
             return
+        built: dict[str, str] = {}
         if find_spec("mypyc") is None:
-            self.app.display_warning("stompy: mypyc is not installed: a pure-Python wheel")
-            return
-        try:
-            built = self.compile()
-        except (CompileFailed, OSError) as error:
-            self.app.display_warning(
-                f"stompy: the core did not compile, a pure-Python wheel:\n{error}"
-            )
-            return
-        self.app.display_info(f"stompy: the core compiled with mypyc: {', '.join(built.values())}")
+            self.app.display_warning("stompy: mypyc is not installed: a pure-Python core")
+        else:
+            try:
+                core = self.compile()
+            except (CompileFailed, OSError) as error:
+                self.app.display_warning(
+                    f"stompy: the core did not compile, a pure-Python core:\n{error}"
+                )
+            else:
+                self.app.display_info(
+                    f"stompy: the core compiled with mypyc: {', '.join(core.values())}"
+                )
+                built.update(core)
+        if find_spec("Cython") is None:
+            self.app.display_warning("stompy: Cython is not installed: no accelerator")
+        else:
+            try:
+                accelerator = self.accelerate()
+            except (CompileFailed, OSError) as error:
+                self.app.display_warning(f"stompy: the accelerator did not build:\n{error}")
+            else:
+                self.app.display_info(
+                    f"stompy: the accelerator built with Cython: {', '.join(accelerator.values())}"
+                )
+                built.update(accelerator)
+        if not built:
+            return  # a pure-Python wheel
         build_data["pure_python"] = False
         build_data["infer_tag"] = True  # e.g. cp311-cp311-linux_x86_64
         build_data["force_include"].update(built)
@@ -108,12 +143,43 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         Raises CompileFailed when mypyc or the C compiler fails, or when a module
         listed has no extension module afterwards."""
         paths: list[str] = list(self.config.get("compile", []))
-        self.work = tempfile.TemporaryDirectory(prefix="stompy-mypyc-")
-        work = Path(self.work.name)
+        work = self.copy("mypyc")
+        self.build(work, SETUP.format(paths=paths))
+        built = {str(p): p.relative_to(work).as_posix() for p in extensions(work)}
+        modules = {p.name.split(".")[0]: p for p in extensions(work / "stompy")}
+        for path in paths:
+            name = Path(path).stem
+            if name not in modules:
+                raise CompileFailed(f"mypyc built no extension module for {path}")
+            built[str(modules[name])] = f"stompy/{modules[name].name}"
+        return built
+
+    def accelerate(self) -> dict[str, str]:
+        """Build the Cython accelerator in a copy of the package; return its extension
+        module as a force-include entry. Raises CompileFailed as :meth:`compile` does."""
+        work = self.copy("cython")
+        self.build(work, CYTHON_SETUP.format(path=ACCELERATOR))
+        name = Path(ACCELERATOR).stem
+        for path in extensions(work / "stompy"):
+            if path.name.split(".")[0] == name:
+                return {str(path): f"stompy/{path.name}"}
+        raise CompileFailed(f"Cython built no extension module for {ACCELERATOR}")
+
+    def copy(self, name: str) -> Path:
+        """A fresh copy of the package (``__init__.py`` empty, no extension module) in a
+        folder ``name`` of the temporary directory, deleted by :meth:`finalize`."""
+        if self.work is None:
+            self.work = tempfile.TemporaryDirectory(prefix="stompy-build-")
+        work = Path(self.work.name) / name
         skip = shutil.ignore_patterns("__pycache__", *(f"*{s}" for s in EXTENSION_SUFFIXES))
         shutil.copytree(Path(self.root) / "stompy", work / "stompy", ignore=skip)
         (work / "stompy" / "__init__.py").write_text("")
-        (work / "setup.py").write_text(SETUP.format(paths=paths))
+        return work
+
+    @staticmethod
+    def build(work: Path, setup: str) -> None:
+        """Run ``setup`` as ``setup.py build_ext --inplace`` in ``work``."""
+        (work / "setup.py").write_text(setup)
         process = subprocess.run(
             [sys.executable, "setup.py", "build_ext", "--inplace"],
             cwd=work,
@@ -125,14 +191,7 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         if process.returncode != 0:
             raise CompileFailed("\n".join(process.stdout.splitlines()[-20:]))
 
-        def extensions(folder: Path) -> list[Path]:
-            return [p for p in folder.iterdir() if p.name.endswith(tuple(EXTENSION_SUFFIXES))]
 
-        built = {str(p): p.relative_to(work).as_posix() for p in extensions(work)}
-        modules = {p.name.split(".")[0]: p for p in extensions(work / "stompy")}
-        for path in paths:
-            name = Path(path).stem
-            if name not in modules:
-                raise CompileFailed(f"mypyc built no extension module for {path}")
-            built[str(modules[name])] = f"stompy/{modules[name].name}"
-        return built
+def extensions(folder: Path) -> list[Path]:
+    """The extension modules (``.so``, ``.pyd``) in ``folder``."""
+    return [p for p in folder.iterdir() if p.name.endswith(tuple(EXTENSION_SUFFIXES))]

@@ -62,10 +62,12 @@ def tests(session: nox.Session) -> None:
     session.run("coverage", "report", "--fail-under=90")
 
 
-#: The tests ``wheel`` runs against the installed wheel, core compiled: the core's own,
-#: both clients', and the check of stompy.COMPILED.
+#: The tests ``wheel`` runs against the installed wheel, core compiled and accelerator
+#: built: the core's own, both clients', and the checks of stompy.COMPILED and of
+#: the accelerator against the pure code.
 WHEEL_TESTS = (
     "tests/test_codec.py",
+    "tests/test_codec_accelerator.py",
     "tests/test_codec_lazy.py",
     "tests/test_codec_properties.py",
     "tests/test_frames.py",

@@ -15,7 +15,8 @@ soon as the crossing is seen, without waiting for (or buffering) the rest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -50,6 +51,29 @@ _SEPARATORS: Final = b"\n:" * 4096
 _NO_BLOCK: Final = bytearray()
 #: Stands for "no frame" in the parser's state, so that the attribute is never None.
 _NO_FRAME: Final = Frame("")
+
+
+def _accelerator() -> tuple[
+    Callable[[bytearray, str, bool], str] | None, Callable[[bytearray, int], int] | None
+]:
+    """The header-block check and the blank-line search of the optional Cython
+    accelerator (``_cscan.pyx``), or Nones: not built, or ``STOMPY_NO_EXTENSIONS`` set
+    (to anything but "" or "0") at import time."""
+    if os.environ.get("STOMPY_NO_EXTENSIONS", "") not in ("", "0"):
+        return None, None
+    try:
+        from stompy._cscan import blank_line, block_escaping
+    except ImportError:
+        return None, None
+    return block_escaping, blank_line
+
+
+_ACCELERATOR: Final = _accelerator()
+#: ``block_escaping(block, version, raw)``: the escaping with which the fast path takes
+#: a header block, or "" when the block needs the line-by-line path (see next_frame).
+_block_escaping: Final = _ACCELERATOR[0]
+#: ``blank_line(buf, start)``: ``buf.find(b"\n\n", start)``.
+_blank_line: Final = _ACCELERATOR[1]
 
 
 def shown(text: str) -> str:
@@ -122,6 +146,9 @@ class FrameParser:
         self._offset = 0  # stream offset of _buf[0], for error messages
         self._error: ProtocolError | None = None
         self._known_pairs: dict[str, tuple[str, str]] = {}  # line -> (name, value)
+        #: The accelerator's functions, or None (the tests compare the two ways).
+        self._block_escaping = _block_escaping
+        self._blank_line = _blank_line
         # Header scanning state, kept across calls so no byte is scanned twice.
         self._scan = 0  # where the search for the blank line resumes
         self._line_start = 0  # start of the header line being scanned
@@ -207,7 +234,8 @@ class FrameParser:
                     if pos >= end or buf[pos] == 13:
                         return None
                 scan = pos
-            stop = buf.find(b"\n\n", scan)
+            blank_line = self._blank_line
+            stop = buf.find(b"\n\n", scan) if blank_line is None else blank_line(buf, scan)
             block = buf[pos:stop] if stop >= 0 else _NO_BLOCK
             skip = 2  # the blank line: "\n\n" or "\n\r\n"
             if stop < 0 or 13 in block:
@@ -238,11 +266,16 @@ class FrameParser:
                     f"header block is not valid UTF-8: {exc.reason}", pos + exc.start
                 ) from None
             # The usual block: LF only, one colon per header line after a name, escapes
-            # that the version defines. It is checked here in a few C-level passes, and
-            # its pairs are made only if somebody reads them (see ReceivedFrame).
+            # that the version defines. It is checked here in a few C-level passes (in
+            # one, by the accelerator), and its pairs are made only if somebody reads
+            # them (see ReceivedFrame).
             command = "MESSAGE" if text[:8] == "MESSAGE\n" else text.partition("\n")[0]
             escaping = ""  # stays "" for a block that takes the line-by-line path
-            if command in COMMANDS and "\r" not in text:
+            block_escaping = self._block_escaping
+            if command in COMMANDS and block_escaping is not None:
+                # The same checks in one pass in C (stompy/_cscan.pyx), when built.
+                escaping = block_escaping(block, self._version, command in UNESCAPED_COMMANDS)
+            elif command in COMMANDS and "\r" not in text:
                 # What separates names from values and lines, alone, must alternate.
                 separators = block.translate(None, _NOT_SEPARATORS)
                 size = len(separators)

@@ -5,6 +5,10 @@ their ``.py`` files, and the import system loads the compiled ones; a pure-Pytho
 wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not CPython) and an editable install
 hold only the ``.py``. The build hook is ``hatch_build.py``; its ``compile`` list in
 pyproject.toml is :data:`CORE_MODULES` (a test keeps them equal).
+
+Apart from that, a wheel built where Cython was found holds ``stompy._cscan``, the
+parser's header-block check in C: :data:`ACCELERATED` tells whether the parser uses it
+(not with ``STOMPY_NO_EXTENSIONS`` set at import time, to anything but "" or "0").
 """
 
 from __future__ import annotations
@@ -26,3 +30,6 @@ def is_compiled(module: ModuleType) -> bool:
 
 #: True when the core modules are the compiled ones; False when they are pure Python.
 COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES)
+
+#: True when the parser checks header blocks with the Cython accelerator (``_cscan``).
+ACCELERATED: Final[bool] = _codec._block_escaping is not None

@@ -6,6 +6,7 @@ on the installed wheel (compiled, STOMPY_COMPILED=1).
 
 from __future__ import annotations
 
+import importlib
 import os
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 from pathlib import Path
@@ -60,3 +61,24 @@ def test_a_checkout_holds_no_compiled_module() -> None:
     ]
     assert left == [], "delete these: they shadow the .py files beside them"
     assert not stompy.COMPILED
+
+
+def test_accelerated_says_whether_the_parser_uses_the_cython_check() -> None:
+    assert isinstance(_compiled.ACCELERATED, bool)
+    assert _compiled.ACCELERATED is (stompy._codec._block_escaping is not None)
+    if _compiled.ACCELERATED:
+        assert _compiled.is_compiled(importlib.import_module("stompy._cscan"))
+
+
+def test_the_build_builds_the_accelerator_with_cython_at_build_time_only() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip(f"no {pyproject}")
+    project = tomllib.loads(pyproject.read_text())
+    hook = project["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["custom"]
+    assert any(r.lower().startswith("cython") for r in hook["requires"])
+    assert not any("cython" in d.lower() for d in project["project"]["dependencies"])
+    # The source goes into the sdist (and the wheel) beside the stub that types it.
+    assert (PACKAGE / "_cscan.pyx").is_file()
+    assert (PACKAGE / "_cscan.pyi").is_file()

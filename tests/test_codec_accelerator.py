@@ -1,0 +1,223 @@
+"""The parser's optional Cython accelerator (``stompy/_cscan.pyx``) changes nothing but speed.
+
+``FrameParser`` checks each complete header block with ``_cscan.block_escaping`` when a
+wheel built it, and in a few ``bytes``/``str`` passes otherwise. Hypothesis compares:
+
+* the C function with a plain model of what it decides, on arbitrary blocks, when it
+  is built (``nox -s wheel`` tests an installed wheel, where it is);
+* the parser with that check (the C one, or the model where none is built) and the
+  parser without it, on arbitrary streams: frames of every command in every version,
+  CRLF, escapes defined and not, content-length bodies holding NULs, and bytes flipped,
+  inserted, dropped; whole or cut anywhere. Frames, heart-beats and errors (kind and
+  message) are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from stompy import _codec, _compiled
+from stompy._codec import FrameLimits, FrameParser, encode
+from stompy._frames import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from stompy.errors import RemoteProtocolError
+from tests.test_codec_properties import SMALL_BLOCK, frames, mutated, split
+
+Check = Callable[[bytearray, str, bool], str]
+Blank = Callable[[bytearray, int], int]
+
+
+def _built() -> tuple[Check, Blank] | None:
+    try:
+        from stompy._cscan import blank_line, block_escaping
+    except ImportError:
+        return None
+    return block_escaping, blank_line
+
+
+BUILT = _built()
+built_check = None if BUILT is None else BUILT[0]
+built_blank = None if BUILT is None else BUILT[1]
+Outcome = tuple[list[tuple[str, tuple[tuple[str, str], ...], bytes]], int, str | None]
+
+_UNDEFINED_11 = re.compile(rb"\\[cn]")
+_UNDEFINED_12 = re.compile(rb"\\[cnr]")
+
+
+def model(block: bytearray, version: str, raw: bool) -> str:
+    """What ``block_escaping`` decides, said plainly: the fast path takes a block with no
+    CR, no colon on its command line, one colon per header line and not first, and
+    (where escaping applies) every backslash beginning a sequence the version defines."""
+    if b"\r" in block:
+        return ""
+    command, *lines = bytes(block).split(b"\n")
+    if b":" in command or any(line.count(b":") != 1 or line[:1] == b":" for line in lines):
+        return ""
+    if raw or version == "1.0":
+        return "1.0" if raw else version
+    defined = _UNDEFINED_12 if version == "1.2" else _UNDEFINED_11
+    return "" if b"\\" in defined.sub(b"", bytes(block)) else version
+
+
+def find_blank(buf: bytearray, start: int) -> int:
+    return buf.find(b"\n\n", start)
+
+
+# What the parser is compared with: the built functions, or the models.
+check: Check = built_check if built_check is not None else model
+blank: Blank = built_blank if built_blank is not None else find_blank
+
+versions = st.sampled_from(VERSIONS)
+# Header-block bytes: the ones the check looks at, often.
+block_bytes = st.lists(
+    st.sampled_from(b"\n\r:\\cnrtAZaz09-\xc3\xa9\x00") | st.integers(0, 255), max_size=60
+).map(bytes)
+
+
+def test_the_accelerator_is_used_when_built_and_allowed() -> None:
+    wanted = built_check is not None and os.environ.get("STOMPY_NO_EXTENSIONS", "") in ("", "0")
+    assert _compiled.ACCELERATED is wanted
+    assert (FrameParser()._block_escaping is not None) is wanted
+    assert (FrameParser()._blank_line is not None) is wanted
+    assert _codec._block_escaping is (built_check if wanted else None)
+    assert _codec._blank_line is (built_blank if wanted else None)
+
+
+def test_the_wheel_session_has_the_accelerator() -> None:
+    if os.environ.get("STOMPY_COMPILED") != "1":
+        pytest.skip("only nox -s wheel asks for the built extensions (STOMPY_COMPILED=1)")
+    assert built_check is not None
+    assert _compiled.ACCELERATED
+
+
+@pytest.mark.skipif(built_check is None, reason="the accelerator is not built")
+@given(st.sampled_from(sorted(COMMANDS)), block_bytes, versions, st.booleans())
+@example("MESSAGE", b"\na:b\\\\cn", "1.2", False)  # the model is strict: a slow path
+@example("MESSAGE", b"\na:b\\", "1.1", False)
+@example("SEND", b"\na:b\\r", "1.1", False)
+@example("SEND", b"\na:b\\r", "1.2", False)
+@example("CONNECT", b"\na:b\\t", "1.2", True)
+def test_the_built_check_decides_as_the_model(
+    command: str, rest: bytes, version: str, raw: bool
+) -> None:
+    assert built_check is not None
+    block = bytearray(command.encode() + rest)
+    assert built_check(block, version, raw) == model(block, version, raw)
+    assert built_check(block, version, raw) in ("", "1.0", version)
+
+
+@pytest.mark.skipif(built_blank is None, reason="the accelerator is not built")
+@given(block_bytes, block_bytes, st.integers(-130, 130))
+def test_the_built_blank_line_search_finds_what_find_does(
+    head: bytes, tail: bytes, start: int
+) -> None:
+    assert built_blank is not None
+    buf = bytearray(head + tail)
+    assert built_blank(buf, start) == buf.find(b"\n\n", start)
+    for at in range(len(buf) + 2):
+        assert built_blank(buf, at) == buf.find(b"\n\n", at)
+
+
+def outcome(
+    chunks: list[bytes], version: str, limits: FrameLimits, strict: bool, with_check: bool
+) -> Outcome:
+    parser = FrameParser(version, limits, strict=strict)
+    parser._block_escaping = check if with_check else None
+    parser._blank_line = blank if with_check else None
+    got: list[Frame] = []
+    try:
+        for chunk in chunks:
+            got += parser.parse(chunk)
+    except RemoteProtocolError as exc:
+        error: str | None = f"{type(exc).__name__}: {exc}"
+    else:
+        error = None
+    return [(f.command, f.headers, f.body) for f in got], parser.heartbeats, error
+
+
+def same_either_way(stream: bytes, version: str, data: st.DataObject) -> None:
+    limits = data.draw(st.sampled_from([FrameLimits(), SMALL_BLOCK]))
+    strict = data.draw(st.booleans())
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=6))
+    for chunks in ([stream], split(stream, cuts)):
+        fast = outcome(chunks, version, limits, strict, with_check=True)
+        assert fast == outcome(chunks, version, limits, strict, with_check=False)
+
+
+@st.composite
+def crlf(draw: st.DrawFn, version: str) -> bytes:
+    """Encoded frames with some of their LFs made CRLF (the blank line's too)."""
+    sent = draw(st.lists(frames(version), min_size=1, max_size=3))
+    stream = b"\n".join(encode(f, version) for f in sent)
+    parts = stream.split(b"\n")
+    eols = draw(st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=len(parts)))
+    return b"".join(p + e for p, e in zip(parts, eols, strict=False))[:-1]
+
+
+@st.composite
+def handmade(draw: st.DrawFn) -> bytes:
+    """A frame written by hand: any command, header lines of bytes the check cares
+    about (escapes defined or not, colons, CRs), maybe a content-length and a body with
+    NULs in it."""
+    command = draw(st.sampled_from(sorted(COMMANDS | {"BOGUS"}))).encode()
+    piece = st.lists(st.sampled_from([b"a", b"b", b":", b"\\", b"c", b"n", b"r", b"t", b"\r"]))
+    lines = draw(st.lists(piece.map(b"".join), max_size=5))
+    body = draw(st.binary(max_size=12) | st.sampled_from([b"\x00", b"a\x00b", b"\x00\x00"]))
+    if draw(st.booleans()):
+        lines.insert(draw(st.integers(0, len(lines))), b"content-length:%d" % len(body))
+    eol = draw(st.sampled_from([b"\n", b"\r\n"]))
+    return eol.join([command, *lines]) + eol + eol + body + b"\x00"
+
+
+@given(versions, st.data())
+def test_encoded_frames_parse_the_same_with_and_without_the_check(
+    version: str, data: st.DataObject
+) -> None:
+    sent = data.draw(st.lists(frames(version), min_size=1, max_size=4))
+    same_either_way(b"\n".join(encode(f, version) for f in sent), version, data)
+
+
+@given(versions, st.data())
+def test_crlf_frames_parse_the_same_with_and_without_the_check(
+    version: str, data: st.DataObject
+) -> None:
+    same_either_way(data.draw(crlf(version)), version, data)
+
+
+@given(versions, st.lists(handmade(), min_size=1, max_size=3), st.data())
+def test_handmade_frames_parse_the_same_with_and_without_the_check(
+    version: str, streams: list[bytes], data: st.DataObject
+) -> None:
+    same_either_way(b"".join(streams), version, data)
+
+
+@given(versions, st.data())
+def test_mutated_frames_parse_the_same_with_and_without_the_check(
+    version: str, data: st.DataObject
+) -> None:
+    same_either_way(data.draw(mutated(version)), version, data)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_escaped_backslash_before_c_reads_the_same_either_way(version: str) -> None:
+    """The Python check lets "\\\\cn" through (its replace passes remove "\\c", then
+    "\\n"), the C one leaves it to the slow path: the frame is the same."""
+    stream = b"MESSAGE\nk:a\\\\cn\n\n\x00"
+    fast = outcome([stream], version, FrameLimits(), True, with_check=True)
+    assert fast == outcome([stream], version, FrameLimits(), True, with_check=False)
+    want = "a\\\\cn" if version == "1.0" else "a\\cn"
+    assert fast[0] == [("MESSAGE", (("k", want),), b"")]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unescaped_commands_keep_their_backslashes_either_way(version: str) -> None:
+    for command in sorted(UNESCAPED_COMMANDS):
+        stream = command.encode() + b"\nk:a\\tb\\c\n\n\x00"
+        fast = outcome([stream], version, FrameLimits(), True, with_check=True)
+        assert fast == outcome([stream], version, FrameLimits(), True, with_check=False)
+        assert fast[0] == [(command, (("k", "a\\tb\\c"),), b"")]
