@@ -271,31 +271,33 @@ class FrameParser:
             # them (see ReceivedFrame).
             command = "MESSAGE" if text[:8] == "MESSAGE\n" else text.partition("\n")[0]
             escaping = ""  # stays "" for a block that takes the line-by-line path
-            block_escaping = self._block_escaping
-            if command in COMMANDS and block_escaping is not None:
-                # The same checks in one pass in C (stompy/_cscan.pyx), when built.
-                escaping = block_escaping(block, self._version, command in UNESCAPED_COMMANDS)
-            elif command in COMMANDS and "\r" not in text:
-                # What separates names from values and lines, alone, must alternate.
-                separators = block.translate(None, _NOT_SEPARATORS)
-                size = len(separators)
-                if (
-                    not size & 1
-                    # (bytes methods parse their arguments slowly: a slice compares faster)
-                    and separators == _SEPARATORS[:size]
-                    and "\n:" not in text
-                ):
-                    escaping = V10 if command in UNESCAPED_COMMANDS else self._version
-                    if escaping != V10 and "\\" in text:
-                        # Each backslash must begin a sequence the version defines (one
-                        # after an escaped backslash, "\\\\c", is left to the slow path).
-                        rest = text.replace("\\c", "")
-                        if "\\" in rest:
-                            rest = rest.replace("\\n", "")
-                            if escaping == V12:
-                                rest = rest.replace("\\r", "")
+            if command in COMMANDS:
+                block_escaping = self._block_escaping
+                if block_escaping is not None:
+                    # The same checks in one pass in C (stompy/_cscan.pyx), when built.
+                    raw = command in UNESCAPED_COMMANDS
+                    escaping = block_escaping(block, self._version, raw)
+                elif "\r" not in text:
+                    # What separates names from values and lines, alone, must alternate.
+                    separators = block.translate(None, _NOT_SEPARATORS)
+                    size = len(separators)
+                    if (
+                        not size & 1
+                        # (bytes methods parse their arguments slowly: a slice compares faster)
+                        and separators == _SEPARATORS[:size]
+                        and "\n:" not in text
+                    ):
+                        escaping = V10 if command in UNESCAPED_COMMANDS else self._version
+                        if escaping != V10 and "\\" in text:
+                            # Each backslash must begin a sequence the version defines (one
+                            # after an escaped backslash, "\\\\c", is left to the slow path).
+                            rest = text.replace("\\c", "")
                             if "\\" in rest:
-                                escaping = ""
+                                rest = rest.replace("\\n", "")
+                                if escaping == V12:
+                                    rest = rest.replace("\\r", "")
+                                if "\\" in rest:
+                                    escaping = ""
             if not escaping:
                 self._read_lines(text, pos)
                 self._body_start = self._scan = body_start
