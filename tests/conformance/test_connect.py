@@ -46,10 +46,12 @@ def test_wrong_passcode_is_refused(connect: Connect, broker_target: Target) -> N
 def test_heart_beats_keep_an_idle_connection_alive(
     connect: Connect, version: str, queue: str
 ) -> None:
-    client = connect(versions=(version,), heartbeats=(100, 100))
+    # 200 ms beats: 100 ms ones timed out twice on a machine with a load average of 8
+    # (a pause of the whole test process longer than two intervals).
+    client = connect(versions=(version,), heartbeats=(200, 200))
     outgoing, incoming = client.heartbeats
-    assert outgoing >= 100
-    assert incoming >= 100
+    assert outgoing >= 200
+    assert incoming >= 200
     idle = max(outgoing, incoming) * 4 / 1000
     client.idle(idle)  # from CONNECTED on
     client.subscribe(queue)
@@ -60,7 +62,7 @@ def test_heart_beats_keep_an_idle_connection_alive(
     client.send(queue, "and here")
     assert client.receive().text == "and here"
     received = getattr(client, "heartbeats_received", None)
-    if received is not None and incoming <= 150:
+    if received is not None and incoming <= 250:
         assert received > 0
 
 
