@@ -22,6 +22,7 @@ from collections.abc import Generator, Mapping
 from typing import Final, Generic, TypeVar
 
 from stompy._events import MessageReceived
+from stompy._frames import Frame
 from stompy._inbox import Inbox
 from stompy._keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._options import Outgoing
@@ -40,7 +41,16 @@ from stompy.errors import (
     TransactionLost,
 )
 
-__all__ = ("REQUEST_TIMEOUT", "RESENT_HEADER", "Call", "Running", "Steps", "Wait", "Waiting")
+__all__ = (
+    "REQUEST_TIMEOUT",
+    "RESENT_HEADER",
+    "Call",
+    "Running",
+    "Sends",
+    "Steps",
+    "Wait",
+    "Waiting",
+)
 
 #: Seconds ``request()`` waits for its reply unless told otherwise.
 REQUEST_TIMEOUT: Final = 30.0
@@ -120,7 +130,56 @@ class Running(Generic[T]):
         self._steps.close()
 
 
-class Call(Generic[M]):
+class Sends(Generic[M]):
+    """The sends a client makes of one call, written once for :class:`Call` and for
+    its traced twin (:class:`stompy._tracing.TracedCall`): :meth:`send` and
+    :meth:`reply` each come down to one :meth:`send_one`."""
+
+    __slots__ = ()
+
+    def send(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: Mapping[str, str] | None,
+        content_type: str | None,
+        transaction: str | None,
+        receipt: bool,
+    ) -> Steps[None]:
+        """SEND; with ``receipt``, until the broker confirmed.
+
+        With a reconnect policy, a send with a receipt whose connection is lost first
+        is sent again on the next connection, until ``send_timeout`` has passed since
+        the call began (never inside a transaction, which is lost). The first attempt
+        may have reached the broker, so the repeat carries :data:`RESENT_HEADER` (the
+        repeat's number): consumers can tell which messages may be duplicates. Each
+        attempt gets ``receipt_timeout`` for buffer room and receipt together, so the
+        call ends within ``send_timeout + receipt_timeout``.
+        """
+        message = Outgoing(destination, body, headers, content_type)
+        yield from self.send_one(message, transaction, receipt)
+
+    def reply(
+        self, event: MessageReceived, body: bytes | str, options: MessageOptions
+    ) -> Steps[None]:
+        """SEND ``body`` to the ``reply-to`` of the received message ``event``, with its
+        ``correlation-id``; as :meth:`send` otherwise (with ``receipt``, until confirmed).
+
+        Raises :class:`NoReplyTo` (nothing sent) when the message has no ``reply-to``.
+        """
+        destination, headers = reply_address(event.frame, options.get("headers"))
+        message = Outgoing(destination, body, headers, options.get("content_type"))
+        yield from self.send_one(message, None, options.get("receipt", False), event.frame)
+
+    def send_one(
+        self, message: Outgoing, transaction: str | None, receipt: bool, parent: Frame | None = None
+    ) -> Steps[None]:
+        """SEND ``message``, as :meth:`send` says; ``parent``: the received message it
+        answers (a reply), whose trace a traced call continues."""
+        raise NotImplementedError
+
+
+class Call(Sends[M]):
     """The calls on one session, each started at ``now`` (the transport's clock)."""
 
     __slots__ = ("now", "session")
@@ -234,25 +293,11 @@ class Call(Generic[M]):
 
     # -- the calls ---------------------------------------------------------------------
 
-    def send(
-        self,
-        destination: str,
-        body: bytes | str,
-        headers: Mapping[str, str] | None,
-        content_type: str | None,
-        transaction: str | None,
-        receipt: bool,
+    def send_one(
+        self, message: Outgoing, transaction: str | None, receipt: bool, parent: Frame | None = None
     ) -> Steps[None]:
-        """SEND; with ``receipt``, until the broker confirmed.
-
-        With a reconnect policy, a send with a receipt whose connection is lost first
-        is sent again on the next connection, until ``send_timeout`` has passed since
-        the call began (never inside a transaction, which is lost). The first attempt
-        may have reached the broker, so the repeat carries :data:`RESENT_HEADER` (the
-        repeat's number): consumers can tell which messages may be duplicates. Each
-        attempt gets ``receipt_timeout`` for buffer room and receipt together, so the
-        call ends within ``send_timeout + receipt_timeout``.
-        """
+        """SEND ``message``; with ``receipt``, until the broker confirmed (see
+        :meth:`Sends.send`; ``parent`` only matters to a traced call)."""
         session = self.session
         policy = session.options.reconnect
         give_up = self.now + (policy.send_timeout if policy is not None else 0.0)
@@ -261,14 +306,14 @@ class Call(Generic[M]):
             proto = yield from self.ready(give_up)
             epoch = session.epoch
             until = self.now + session.options.receipt_timeout
-            sent = headers
+            headers = message.headers
             if repeat:
-                sent = {**(headers or {}), RESENT_HEADER: str(repeat)}
+                headers = {**(headers or {}), RESENT_HEADER: str(repeat)}
             rid = proto.send(
-                destination,
-                body,
-                headers=sent,
-                content_type=content_type,
+                message.destination,
+                message.body,
+                headers=headers,
+                content_type=message.content_type,
                 transaction=transaction,
                 receipt=receipt,
             )
@@ -290,7 +335,7 @@ class Call(Generic[M]):
                 ):
                     raise
                 repeat += 1
-                log.info("sending again to %s after the connection was lost", destination)
+                log.info("sending again to %s after the connection was lost", message.destination)
 
     def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
         """SEND a request (see :meth:`Session.request`) and wait for its reply, which it
@@ -329,24 +374,6 @@ class Call(Generic[M]):
         finally:
             session.forget_request(request)
 
-    def reply(
-        self, event: MessageReceived, body: bytes | str, options: MessageOptions
-    ) -> Steps[None]:
-        """SEND ``body`` to the ``reply-to`` of the received message ``event``, with its
-        ``correlation-id``; as :meth:`send` otherwise (with ``receipt``, until confirmed).
-
-        Raises :class:`NoReplyTo` (nothing sent) when the message has no ``reply-to``.
-        """
-        destination, headers = reply_address(event.frame, options.get("headers"))
-        yield from self.send(
-            destination,
-            body,
-            headers,
-            options.get("content_type"),
-            None,
-            options.get("receipt", False),
-        )
-
     def send_some(
         self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
     ) -> Steps[int]:
@@ -354,9 +381,7 @@ class Call(Generic[M]):
         messages queued at once, or the last message alone, which carries the receipt.
         How many were sent; what was queued before an error goes out too."""
         if isinstance(work, Outgoing):
-            yield from self.send(
-                work.destination, work.body, work.headers, work.content_type, transaction, receipt
-            )
+            yield from self.send_one(work, transaction, receipt)
             return 1
         proto = yield from self.ready()
         try:

@@ -35,7 +35,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
@@ -43,13 +43,11 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
-from stompy._calls import Call, Steps
-from stompy._events import MessageReceived
+from stompy._calls import Call, Sends, Steps
 from stompy._frames import Frame
-from stompy._keywords import MessageOptions, RequestOptions
+from stompy._keywords import RequestOptions
 from stompy._message import MessageBase
 from stompy._options import ClientOptions, Outgoing
-from stompy._requests import reply_address
 from stompy._session import Session
 from stompy._urls import Endpoint
 from stompy._version import __version__
@@ -579,10 +577,10 @@ def _in_spans(spans: Sequence[Span | None], steps: Steps[T]) -> Steps[T]:
                 span.end()
 
 
-class TracedCall(Generic[M]):
-    """A :class:`Call`'s sends (``send``, ``send_some``, ``request``, ``reply``), each
-    message in a PRODUCER span: what a connection that records telemetry runs instead
-    of the call's own (:func:`stompy._base.traced`)."""
+class TracedCall(Sends[M]):
+    """A :class:`Call`'s sends (``send``, ``send_many``'s pieces, ``request``, ``reply``),
+    each message in a PRODUCER span: what a connection that records telemetry runs
+    instead of the call's own (:func:`stompy._base.traced`)."""
 
     __slots__ = ("call", "telemetry")
 
@@ -590,64 +588,45 @@ class TracedCall(Generic[M]):
         self.telemetry = telemetry
         self.call = call
 
-    def send(
-        self,
-        destination: str,
-        body: bytes | str,
-        headers: Mapping[str, str] | None,
-        content_type: str | None,
-        transaction: str | None,
-        receipt: bool,
-        parent: Frame | None = None,
-    ) -> Steps[None]:
-        """:meth:`Call.send` in a PRODUCER span that ends with it (at the RECEIPT)."""
-        telemetry = self.telemetry
-        span, sent = telemetry.producer(destination, body, headers, transaction, parent)
-        started = time.perf_counter()
-        steps = self.call.send(destination, body, sent, content_type, transaction, receipt)
-        yield from _in_spans((span,), steps)
-        telemetry.sent(destination, body, time.perf_counter() - started if receipt else None)
-
-    def reply(
-        self, event: MessageReceived, body: bytes | str, options: MessageOptions
-    ) -> Steps[None]:
-        """:meth:`Call.reply` traced as a send; with no span current, its parent is the
-        request's creation context, so that a reply joins the request's trace."""
-        destination, headers = reply_address(event.frame, options.get("headers"))
-        yield from self.send(
-            destination,
-            body,
-            headers,
-            options.get("content_type"),
-            None,
-            options.get("receipt", False),
-            parent=event.frame,
+    def _producer(
+        self, message: Outgoing, transaction: str | None, parent: Frame | None = None
+    ) -> tuple[Span | None, Outgoing]:
+        """The PRODUCER span of ``message`` (started) and the message to send instead."""
+        span, headers = self.telemetry.producer(
+            message.destination, message.body, message.headers, transaction, parent
         )
+        return span, Outgoing(message.destination, message.body, headers, message.content_type)
+
+    def send_one(
+        self, message: Outgoing, transaction: str | None, receipt: bool, parent: Frame | None = None
+    ) -> Steps[None]:
+        """:meth:`Call.send_one` in a PRODUCER span that ends with it (at the RECEIPT);
+        a reply's span has the request's creation context for parent when no span is
+        current, so that the reply joins the request's trace."""
+        span, traced = self._producer(message, transaction, parent)
+        started = time.perf_counter()
+        yield from _in_spans((span,), self.call.send_one(traced, transaction, receipt))
+        waited = time.perf_counter() - started if receipt else None
+        self.telemetry.sent(message.destination, message.body, waited)
 
     def send_some(
         self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
     ) -> Steps[int]:
         """:meth:`Call.send_some` with a PRODUCER span per message (the last message
-        alone, which carries the receipt, as :meth:`send`)."""
-        alone = isinstance(work, Outgoing)
-        messages = [work] if isinstance(work, Outgoing) else work
-        telemetry = self.telemetry
+        alone, which carries the receipt, as :meth:`send_one`)."""
+        if isinstance(work, Outgoing):
+            yield from self.send_one(work, transaction, receipt)
+            return 1
         spans: list[Span | None] = []
         traced: list[Outgoing] = []
-        for message in messages:
-            span, headers = telemetry.producer(
-                message.destination, message.body, message.headers, transaction
-            )
+        for message in work:
+            span, sent = self._producer(message, transaction)
             spans.append(span)
-            traced.append(
-                Outgoing(message.destination, message.body, headers, message.content_type)
-            )
-        started = time.perf_counter()
-        steps = self.call.send_some(traced[0] if alone else traced, receipt, transaction)
-        count = yield from _in_spans(spans, steps)
-        waited = time.perf_counter() - started if alone and receipt else None
-        for message in messages:
-            telemetry.sent(message.destination, message.body, waited)
+            traced.append(sent)
+        count = yield from _in_spans(spans, self.call.send_some(traced, receipt, transaction))
+        telemetry = self.telemetry
+        for message in work:
+            telemetry.sent(message.destination, message.body, None)
         return count
 
     def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
