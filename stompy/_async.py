@@ -457,8 +457,7 @@ async def _run_hooks(io: TaskIO[AsyncMessage]) -> None:
     session = io.session
     try:
         while True:
-            await io.noticed.wait()
-            io.noticed = anyio.Event()
+            await io.noticed.take()
             while session.notices:
                 notice = session.notices.popleft()
                 await _outcome(notice.hook, notice.argument, f"the {notice.what} hook")

@@ -34,6 +34,7 @@ import anyio.lowlevel
 from stompy._calls import Call, Running, Steps, Wait, Waiting
 from stompy._connecting import Attempts, Handshake
 from stompy._session import Session, failure_reason
+from stompy._signal import Signal
 from stompy._state import CLOSED, CLOSING, NEW, RECONNECTING, Status
 from stompy._sync_io import bytes_waiting
 from stompy._urls import Endpoint
@@ -67,9 +68,9 @@ class TaskIO(Generic[M]):
     def __init__(self, session: Session[M]) -> None:
         self.session = session
         self.stream: anyio.abc.ByteStream | None = None
-        self._out_ready = anyio.Event()
-        self._drained = anyio.Event()
-        self._changed = anyio.Event()  # set (and replaced) whenever the status changes
+        self._out_ready = Signal()  # the writer has something to write
+        self._drained = Signal()  # pulsed when the writer wrote
+        self._changed = Signal()  # pulsed whenever the status changes
         self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
         self._replies: dict[str, anyio.Event] = {}  # correlation-id -> its waiter's wake-up
         #: Subscriptions with a ``get()`` waiting.
@@ -82,7 +83,7 @@ class TaskIO(Generic[M]):
         self._host_task: int | None = None  # the task that entered _task_group
         self._epoch_scope: anyio.CancelScope | None = None
         #: Set when the session has hook calls to make (:attr:`Session.notices`).
-        self.noticed = anyio.Event()
+        self.noticed = Signal()
         #: Set by the hooks task once it made the last call (``None``: no such task).
         self.hooks_done: anyio.Event | None = None
 
@@ -91,10 +92,8 @@ class TaskIO(Generic[M]):
     def status_changed(self) -> None:
         """The session's status changed: wake every wait, each checks its own cause."""
         self.noticed.set()
-        self._changed.set()
-        self._changed = anyio.Event()
-        self._drained.set()
-        self._drained = anyio.Event()
+        self._changed.pulse()
+        self._drained.pulse()
         self._wake_answers()
         self._wake_getters(ended=True)
 
@@ -138,6 +137,7 @@ class TaskIO(Generic[M]):
             while wait is not None:
                 self.kick()
                 rid, cid = wait.receipt, wait.correlation_id
+                event: anyio.Event | Signal
                 if rid is not None:
                     event = receipts[rid] = anyio.Event()
                 elif cid is not None:
@@ -422,8 +422,7 @@ class TaskIO(Generic[M]):
         session = self.session
         try:
             while True:
-                await self._out_ready.wait()
-                self._out_ready = anyio.Event()
+                await self._out_ready.take()
                 while session.outgoing:
                     # Shielded: a cancelled write must not leave half a frame behind.
                     with (
@@ -439,8 +438,7 @@ class TaskIO(Generic[M]):
                             if data:
                                 session.wrote(anyio.current_time())
                                 await stream.send(data)
-                    self._drained.set()
-                    self._drained = anyio.Event()
+                    self._drained.pulse()
                 if session.status is CLOSED:
                     return
         except TimeoutError:

@@ -53,6 +53,7 @@ from anyio.abc import SocketAttribute
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from stompy._signal import Signal
 from stompy._urls import Endpoint, parse_urls
 from stompy.errors import ConfigurationError
 from stompy.testing._shared import (
@@ -374,7 +375,7 @@ class AsyncFaultProxy:
         self._links: dict[int, _Link] = {}
         self._next_id = 1
         self._held = 0
-        self._changed = anyio.Event()
+        self._changed = Signal()  # pulsed when a fault changes
         self._scheduled: set[anyio.CancelScope] = set()
         # The faults; reset() restores these values.
         self._stalled_until: dict[_Way, float] = {}
@@ -483,7 +484,7 @@ class AsyncFaultProxy:
         """End a stall now."""
         for way in _ways(direction):
             self._stalled_until.pop(way, None)
-        self._notify()
+        self._changed.pulse()
 
     def delay(self, seconds: float, direction: Direction = "both", *, after: float = 0.0) -> None:
         """Hold every chunk going ``direction`` ``seconds`` after it arrived; 0 ends it.
@@ -541,7 +542,7 @@ class AsyncFaultProxy:
         self._corrupt.clear()
         self._cut_after.clear()
         self._refuse_until = None
-        self._notify()
+        self._changed.pulse()
 
     # -- machinery ---------------------------------------------------------------------
 
@@ -553,7 +554,7 @@ class AsyncFaultProxy:
             action()
             if count:
                 self._counters.faults_injected += 1
-            self._notify()
+            self._changed.pulse()
 
         if delay:
             self._schedule(delay, fire)
@@ -561,7 +562,7 @@ class AsyncFaultProxy:
             action()
             if count:
                 self._counters.faults_injected += 1
-            self._notify()
+            self._changed.pulse()
 
     def _schedule(self, delay: float, fire: Callable[[], Awaitable[None]]) -> None:
         scope = anyio.CancelScope()
@@ -575,14 +576,9 @@ class AsyncFaultProxy:
 
         self._tg.start_soon(scheduled)
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
     async def _wait_change(self, timeout: float) -> None:
-        event = self._changed
         with anyio.move_on_after(timeout):
-            await event.wait()
+            await self._changed.wait()
 
     async def _wait_unstalled(self, way: _Way) -> None:
         while True:  # each round waits for the stall's end or for a change

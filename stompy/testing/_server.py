@@ -36,6 +36,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
+from stompy._signal import Signal
 from stompy.errors import StompError
 from stompy.testing._broker import (
     BrokerConfig,
@@ -72,20 +73,18 @@ class _Connection:
         self.eof = False
         #: Ended by :meth:`AsyncBroker.drop_all_connections`.
         self.dropped = False
-        self._changed = anyio.Event()
+        self._changed = Signal()
 
     def notify(self) -> None:
         """Wake every task of this connection waiting in :meth:`wait`."""
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._changed.pulse()
 
     async def wait(self, timeout: float | None = None) -> None:
-        event = self._changed
         if timeout is None:
-            await event.wait()
+            await self._changed.wait()
         else:
             with anyio.move_on_after(timeout):
-                await event.wait()
+                await self._changed.wait()
 
     async def run(self) -> None:
         session = self.session
