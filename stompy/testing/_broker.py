@@ -55,7 +55,7 @@ import warnings
 from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import InitVar, dataclass, field, replace
-from typing import Final, TypedDict
+from typing import Final, TypedDict, get_args
 
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
@@ -68,6 +68,7 @@ from stompy._heartbeat import (
     parse_heartbeat,
 )
 from stompy.errors import FrameTooLarge, ProtocolError
+from stompy.testing._shared import Counters
 
 __all__ = (
     "BrokerConfig",
@@ -81,21 +82,13 @@ __all__ = (
     "SubscriberInfo",
 )
 
-_ACK_MODES: Final[tuple[AckMode, ...]] = ("auto", "client", "client-individual")
+_ACK_MODES: Final[tuple[AckMode, ...]] = get_args(AckMode)
 #: Headers of a SEND frame that the broker sets itself on the MESSAGE frame; the rest
-#: are user headers and "MUST be passed through in the MESSAGE frame" (1.2, SEND).
-_BROKER_HEADERS: Final = frozenset(
-    {
-        "destination",
-        "transaction",
-        "receipt",
-        "content-length",
-        "message-id",
-        "subscription",
-        "ack",
-        "redelivered",
-    }
-)
+#: are user headers and "MUST be passed through in the MESSAGE frame" (1.2, SEND):
+#: what a SEND tells the broker, and what the broker adds to each delivery.
+_SEND_CONTROL: Final = ("destination", "transaction", "receipt", "content-length")
+_DELIVERY_HEADERS: Final = ("message-id", "subscription", "ack", "redelivered")
+_BROKER_HEADERS: Final = frozenset(_SEND_CONTROL + _DELIVERY_HEADERS)
 _TOPIC_PREFIX: Final = "/topic/"
 #: A ``reply-to`` starting with this names a temporary queue (RabbitMQ's convention)...
 _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
@@ -244,12 +237,8 @@ class StoredMessage:
 
 
 @dataclass(slots=True)
-class BrokerStats:
-    """Counters since the broker started or was reset.
-
-    What :attr:`AsyncBroker.stats` returns is a snapshot: a copy, which the broker
-    does not change afterwards (nor changing it the broker).
-    """
+class BrokerStats(Counters):
+    """Counters since the broker started or was reset (:attr:`AsyncBroker.stats`)."""
 
     connections_opened: int = 0
     connections_open: int = 0

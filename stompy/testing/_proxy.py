@@ -43,7 +43,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -57,7 +57,9 @@ from stompy._signal import Signal
 from stompy._urls import Endpoint, parse_urls
 from stompy.errors import ConfigurationError
 from stompy.testing._shared import (
+    CHUNK,
     STREAM_ERRORS,
+    Counters,
     InThread,
     in_loop,
     peer_name,
@@ -91,8 +93,6 @@ _DIRECTIONS: Final[dict[str, tuple[_Way, ...]]] = {
     "both": _WAYS,
 }
 
-#: Bytes read from a socket at once (a chunk is the unit every fault applies to).
-CHUNK: Final = 65536
 #: Chunks a pipe holds between its reader and its writer; then it stops reading.
 QUEUED_CHUNKS: Final = 16
 #: Seconds the other direction gets to end once one direction has ended.
@@ -105,12 +105,8 @@ _THROTTLE_SLICE: Final = 0.05
 
 
 @dataclass(slots=True)
-class ProxyStats:
-    """A proxy's counters, since it started.
-
-    What :attr:`AsyncFaultProxy.stats` returns is a snapshot: a copy, which the proxy
-    does not change afterwards (nor changing it the proxy).
-    """
+class ProxyStats(Counters):
+    """A proxy's counters, since it started (:attr:`AsyncFaultProxy.stats`)."""
 
     #: Client connections accepted (refused ones included).
     connections_accepted: int = 0
@@ -399,7 +395,7 @@ class AsyncFaultProxy:
     @property
     def stats(self) -> ProxyStats:
         """A snapshot of the proxy's counters."""
-        return replace(self._counters)
+        return self._counters.snapshot()
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""

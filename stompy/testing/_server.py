@@ -47,7 +47,7 @@ from stompy.testing._broker import (
     ServerSession,
     SessionState,
 )
-from stompy.testing._shared import STREAM_ERRORS, peer_name, serving_task_group, wait_until
+from stompy.testing._shared import CHUNK, STREAM_ERRORS, peer_name, serving_task_group, wait_until
 
 if TYPE_CHECKING:
     from stompy._websocket import WebSocketStream
@@ -58,7 +58,6 @@ logger = logging.getLogger("stompy.testing")
 
 #: Seconds a closing connection gets to flush its last frame and see the client's EOF.
 LINGER: Final = 2.0
-_CHUNK: Final = 65536
 
 
 class _Connection:
@@ -116,7 +115,7 @@ class _Connection:
                     return
                 await self.wait()
             try:
-                data = await self.stream.receive(_CHUNK)
+                data = await self.stream.receive(CHUNK)
             except STREAM_ERRORS:
                 data = b""
             if not data:

@@ -1,8 +1,9 @@
 """What the broker and the fault proxy share: their anyio plumbing and their thread side.
 
-Both serve connections in a task group that lives as long as an ``async with`` block,
-name peers the same way, offer ``wait_until`` to tests, and have a twin for
-synchronous code that runs them in a background thread behind a blocking portal.
+Both read sockets in chunks of the same size, serve connections in a task group that
+lives as long as an ``async with`` block, name peers the same way, hand out snapshots
+of their counters, offer ``wait_until`` to tests, and have a twin for synchronous code
+that runs them in a background thread behind a blocking portal.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from typing import Any, Concatenate, Final, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.from_thread import BlockingPortal
+from typing_extensions import Self
 
 __all__ = (
+    "CHUNK",
     "STREAM_ERRORS",
+    "Counters",
     "InThread",
     "Inspected",
     "Listening",
@@ -34,6 +39,10 @@ P = ParamSpec("P")
 #: A server's counters and what it says about one connection.
 S = TypeVar("S", covariant=True)
 C = TypeVar("C", covariant=True)
+
+#: Bytes read from a socket at once, by the broker and by the fault proxy (for the
+#: proxy, a chunk is also the unit every fault applies to).
+CHUNK: Final = 65536
 
 #: What a broken, reset or closed stream raises: the end of that connection, no bug.
 STREAM_ERRORS: Final = (
@@ -77,6 +86,19 @@ async def serving_task_group() -> AsyncIterator[anyio.abc.TaskGroup]:
     finally:
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
+
+
+@dataclass(slots=True)
+class Counters:
+    """The base of a server's counters (its fields), which it counts as things happen.
+
+    What the server's ``stats`` returns is a :meth:`snapshot`: a copy, which the server
+    does not change afterwards (nor changing it the server).
+    """
+
+    def snapshot(self, **changes: int) -> Self:
+        """A copy, with the fields named in ``changes`` set to their values."""
+        return replace(self, **changes)
 
 
 class Listening(Protocol):
