@@ -376,24 +376,21 @@ class Telemetry:
     # -- sending -------------------------------------------------------------------------
 
     def producer(
-        self,
-        destination: str,
-        body: bytes | str,
-        headers: Mapping[str, str] | None,
-        transaction: str | None,
-        parent: Frame | None = None,
-    ) -> tuple[Span | None, Mapping[str, str] | None]:
-        """Start the PRODUCER span of one message; the headers to send it with.
+        self, message: Outgoing, transaction: str | None, parent: Frame | None = None
+    ) -> tuple[Span | None, Outgoing]:
+        """Start the PRODUCER span of one message; the message to send instead.
 
-        Its context is injected unless ``headers`` carries a ``traceparent`` already (the
-        user's creation context: kept, and linked). ``parent``: the received message
-        this one answers, whose creation context is the parent when no span is current.
+        Its context is injected in the headers unless they carry a ``traceparent``
+        already (the user's creation context: kept, and linked). ``parent``: the
+        received message this one answers, whose creation context is the parent when
+        no span is current.
         """
         tracer = self._tracer
         if tracer is None:
-            return None, headers
+            return None, message
+        destination, headers = message.destination, message.headers
         attributes = self._attributes("send", "send", destination)
-        attributes[BODY_SIZE] = _body_size(body)
+        attributes[BODY_SIZE] = _body_size(message.body)
         if transaction is not None:
             attributes[TRANSACTION] = transaction
         links: list[Link] | None = None
@@ -415,10 +412,11 @@ class Telemetry:
             links=links,
         )
         if own:
-            return span, headers
+            return span, message
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
-        return span, {**carrier, **headers} if headers else carrier
+        traced = {**carrier, **headers} if headers else carrier
+        return span, Outgoing(destination, message.body, traced, message.content_type)
 
     def sent(self, destination: str, body: bytes | str, receipt_wait: float | None) -> None:
         """Count a message sent; ``receipt_wait``: the seconds its RECEIPT took, if it
@@ -588,22 +586,13 @@ class TracedCall(Sends[M]):
         self.telemetry = telemetry
         self.call = call
 
-    def _producer(
-        self, message: Outgoing, transaction: str | None, parent: Frame | None = None
-    ) -> tuple[Span | None, Outgoing]:
-        """The PRODUCER span of ``message`` (started) and the message to send instead."""
-        span, headers = self.telemetry.producer(
-            message.destination, message.body, message.headers, transaction, parent
-        )
-        return span, Outgoing(message.destination, message.body, headers, message.content_type)
-
     def send_one(
         self, message: Outgoing, transaction: str | None, receipt: bool, parent: Frame | None = None
     ) -> Steps[None]:
         """:meth:`Call.send_one` in a PRODUCER span that ends with it (at the RECEIPT);
         a reply's span has the request's creation context for parent when no span is
         current, so that the reply joins the request's trace."""
-        span, traced = self._producer(message, transaction, parent)
+        span, traced = self.telemetry.producer(message, transaction, parent)
         started = time.perf_counter()
         yield from _in_spans((span,), self.call.send_one(traced, transaction, receipt))
         waited = time.perf_counter() - started if receipt else None
@@ -619,12 +608,12 @@ class TracedCall(Sends[M]):
             return 1
         spans: list[Span | None] = []
         traced: list[Outgoing] = []
+        telemetry = self.telemetry
         for message in work:
-            span, sent = self._producer(message, transaction)
+            span, sent = telemetry.producer(message, transaction)
             spans.append(span)
             traced.append(sent)
         count = yield from _in_spans(spans, self.call.send_some(traced, receipt, transaction))
-        telemetry = self.telemetry
         for message in work:
             telemetry.sent(message.destination, message.body, None)
         return count
@@ -633,8 +622,8 @@ class TracedCall(Sends[M]):
         """:meth:`Call.request` in a PRODUCER span that ends at the reply, which is
         handed over with a ``receive`` span."""
         telemetry = self.telemetry
-        span, headers = telemetry.producer(destination, body, options.get("headers"), None)
-        traced: RequestOptions = {**options, "headers": headers}
+        span, sent = telemetry.producer(Outgoing(destination, body, options.get("headers")), None)
+        traced: RequestOptions = {**options, "headers": sent.headers}
         try:
             reply = yield from self.call.request(destination, body, traced)
         except BaseException as exc:
