@@ -23,7 +23,7 @@ class Signal:
         self._event = anyio.Event()
 
     def set(self) -> None:
-        """Wake the tasks waiting now, and the next to wait until one :meth:`take` s it."""
+        """Wake the tasks waiting now, and those that wait next, until a :meth:`take`."""
         self._event.set()
 
     def pulse(self) -> None:
