@@ -101,6 +101,7 @@ def _cpu_model() -> str:
 
 def _environment() -> dict[str, Any]:
     import stompy
+    import stompy._compiled
 
     return {
         "commit": _git("rev-parse", "HEAD"),
@@ -114,6 +115,7 @@ def _environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "stompy": getattr(stompy, "__version__", "?"),
         "stompy_compiled": not str(getattr(stompy._codec, "__file__", "")).endswith(".py"),
+        "stompy_accelerated": stompy._compiled.ACCELERATED,
     }
 
 
