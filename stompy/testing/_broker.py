@@ -223,7 +223,8 @@ class BrokerOptions(TypedDict, total=False):
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A message as the broker keeps it between SEND and MESSAGE."""
+    """A message as the broker keeps it between SEND and MESSAGE (its fields: the
+    broker's own storage is a leaner private class of the same meaning)."""
 
     message_id: str
     destination: str
@@ -317,13 +318,34 @@ class _Reject(Exception):
         self.headers = headers
 
 
+class _Message:
+    """What the broker stores for each message: :class:`StoredMessage`'s fields in a
+    plain slotted class, since a frozen dataclass sets each field through
+    ``object.__setattr__`` (most of a SEND's cost, once). Never changed once made (a
+    topic's subscriptions share it): redelivery makes a new one."""
+
+    __slots__ = ("body", "destination", "headers", "message_id", "redeliveries")
+
+    def __init__(
+        self, message_id: str, destination: str, headers: Headers, body: bytes, redeliveries: int
+    ) -> None:
+        self.message_id = message_id
+        self.destination = destination
+        #: The SEND frame's user headers, in order (``content-type`` included).
+        self.headers = headers
+        self.body = body
+        #: How many times it came back so far (see ``BrokerConfig.max_redeliveries``);
+        #: above 0 it is delivered with ``redelivered:true``.
+        self.redeliveries = redeliveries
+
+
 class _Destination:
     __slots__ = ("bytes", "is_topic", "messages", "name", "next_index", "subscriptions")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.is_topic = name.startswith(_TOPIC_PREFIX)
-        self.messages: deque[StoredMessage] = deque()
+        self.messages: deque[_Message] = deque()
         self.bytes = 0
         self.subscriptions: list[_Subscription] = []
         self.next_index = 0  # round-robin position among the subscriptions
@@ -355,7 +377,7 @@ class _Subscription:
         self.ack: AckMode = ack
         self.prefetch = prefetch
         #: Topic messages waiting until this subscription can take them.
-        self.backlog: deque[StoredMessage] = deque()
+        self.backlog: deque[_Message] = deque()
         #: message-id -> ack id of the unacknowledged deliveries, in delivery order.
         self.by_message_id: dict[str, str] = {}
         #: Whether its backlog dropped a message yet (warned once).
@@ -518,6 +540,32 @@ class BrokerCore:
                 "serve(max_stored_bytes=...) or stompy broker --max-stored-bytes)"
             )
 
+    def _accept(self, destination: str, headers: Headers, body: bytes) -> None:
+        """Take a SEND outside a transaction: check the room it needs, then publish it.
+
+        The busiest path of a broker, for a queue that exists, in one function: the
+        same checks and the same outcome as ``_check_room`` then ``_publish``.
+        """
+        dest = self._destinations.get(destination)
+        if dest is None or dest.is_topic:
+            topic = destination.startswith(_TOPIC_PREFIX)
+            self._check_room(None if topic else destination, 1, 0 if topic else len(body))
+            self._publish(_TxSend(destination, headers, body))
+            return
+        size = len(body)
+        config = self.config
+        stored = self._stored_bytes + size
+        if len(dest.messages) >= config.max_queue or stored > config.max_stored_bytes:
+            self._check_room(destination, 1, size)  # raises, naming the limit
+        self._counters.messages_received += 1
+        self._next_message += 1
+        message_id = f"message-{self._token}-{self._next_message}"
+        dest.messages.append(_Message(message_id, destination, headers, body, 0))
+        dest.bytes += size
+        self._stored_bytes = stored
+        if dest.subscriptions:
+            self._dispatch(dest)
+
     def _publish(self, send: _TxSend) -> None:
         self._counters.messages_received += 1
         if send.destination.startswith(_REPLY_QUEUE_PREFIX) and (
@@ -528,9 +576,9 @@ class BrokerCore:
             return
         self._next_message += 1
         message_id = f"message-{self._token}-{self._next_message}"
-        self._route(StoredMessage(message_id, send.destination, send.headers, send.body))
+        self._route(_Message(message_id, send.destination, send.headers, send.body, 0))
 
-    def _route(self, message: StoredMessage) -> None:
+    def _route(self, message: _Message) -> None:
         """Deliver ``message`` to its topic's subscribers, or store it in its queue."""
         dest = self._destination(message.destination)
         if dest.is_topic:
@@ -549,7 +597,7 @@ class BrokerCore:
         self._stored_bytes += len(message.body)
         self._dispatch(dest)
 
-    def _add_backlog(self, sub: _Subscription, message: StoredMessage) -> None:
+    def _add_backlog(self, sub: _Subscription, message: _Message) -> None:
         sub.backlog.append(message)
         if len(sub.backlog) > self.config.max_queue:
             sub.backlog.popleft()
@@ -577,7 +625,7 @@ class BrokerCore:
         name = f"{_REPLY_QUEUE_PREFIX}amq.gen-{self._token}-{self._next_temp}"
         return self._destination(name)
 
-    def _requeue(self, dest: _Destination, messages: list[StoredMessage]) -> None:
+    def _requeue(self, dest: _Destination, messages: list[_Message]) -> None:
         """Put delivered messages back at the front, in their order, for redelivery
         (those over ``max_redeliveries`` go to the dead-letter queue instead)."""
         again = self._given_back(messages)
@@ -586,7 +634,7 @@ class BrokerCore:
         dest.bytes += size
         self._stored_bytes += size
 
-    def _given_back(self, messages: list[StoredMessage]) -> list[StoredMessage]:
+    def _given_back(self, messages: list[_Message]) -> list[_Message]:
         """``messages``, delivered and given back, marked for redelivery, in order;
         those that used up ``max_redeliveries`` are dead-lettered and left out."""
         limit = self.config.max_redeliveries
@@ -595,7 +643,9 @@ class BrokerCore:
             if limit is not None and m.redeliveries >= limit:
                 self._dead_letter(m)
             else:
-                again.append(replace(m, redelivered=True, redeliveries=m.redeliveries + 1))
+                again.append(
+                    _Message(m.message_id, m.destination, m.headers, m.body, m.redeliveries + 1)
+                )
         return again
 
     def _dead_letter_queue(self, destination: str) -> str:
@@ -608,7 +658,7 @@ class BrokerCore:
             return _DLQ_PREFIX + destination[len(_QUEUE_PREFIX) :]
         return _DLQ_PREFIX + destination.strip("/").replace("/", ".")
 
-    def _dead_letter(self, message: StoredMessage) -> None:
+    def _dead_letter(self, message: _Message) -> None:
         """Move ``message``, redelivered ``max_redeliveries`` times, to its dead-letter
         queue, with an ``original-destination`` header (as ActiveMQ marks it)."""
         name = self._dead_letter_queue(message.destination)
@@ -637,7 +687,7 @@ class BrokerCore:
         )
         headers = tuple(h for h in message.headers if h[0] != "original-destination")
         headers += (("original-destination", message.destination),)
-        self._route(StoredMessage(message.message_id, name, headers, message.body))
+        self._route(_Message(message.message_id, name, headers, message.body, 0))
 
     def _dispatch(self, dest: _Destination) -> None:
         """Hand waiting messages to subscriptions that can take them."""
@@ -693,7 +743,7 @@ class ServerSession:
         self._opened = now
         self._heartbeat: Heartbeat | None = None
         self._subscriptions: dict[str, _Subscription] = {}
-        self._ack_index: dict[str, tuple[_Subscription, StoredMessage]] = {}
+        self._ack_index: dict[str, tuple[_Subscription, _Message]] = {}
         self._transactions: dict[str, list[_TxSend | _TxSettle]] = {}
         #: The temporary queues named in its SENDs' reply-to: their implicit
         #: subscriptions, by id (the ``/temp-queue/NAME`` itself).
@@ -799,7 +849,7 @@ class ServerSession:
         if self.state is not SessionState.CLOSED:
             self._queue(bytes(data))
 
-    def _deliver(self, sub: _Subscription, message: StoredMessage) -> None:
+    def _deliver(self, sub: _Subscription, message: _Message) -> None:
         headers = [
             ("destination", message.destination),
             ("message-id", message.message_id),
@@ -813,7 +863,7 @@ class ServerSession:
             # acknowledgment ... the MESSAGE frame MUST also contain an ack header" (1.2)
             if self.version == V12:
                 headers.append(("ack", ack_id))
-        if message.redelivered:
+        if message.redeliveries:
             headers.append(("redelivered", "true"))
             self.core._counters.messages_redelivered += 1
         headers.extend(message.headers)
@@ -913,14 +963,15 @@ class ServerSession:
 
     def _handle(self, frame: Frame, now: float) -> None:
         command = frame.command
+        if command == "SEND" and self.state is SessionState.CONNECTED:
+            self._on_send(frame)  # by far the most frequent: tested first
+            return
         if command in ("CONNECT", "STOMP"):
             self._on_connect(frame, now)
             return
         if self.state is SessionState.AWAITING_CONNECT:
             raise _Reject(f"expected a CONNECT or STOMP frame, got {command}")
-        if command == "SEND":
-            self._on_send(frame)
-        elif command == "SUBSCRIBE":
+        if command == "SUBSCRIBE":
             self._on_subscribe(frame)
         elif command == "UNSUBSCRIBE":
             self._on_unsubscribe(frame)
@@ -1045,17 +1096,14 @@ class ServerSession:
                 f"SEND frame with {what} destination header, which is required "
                 f"(STOMP {self.version})"
             )
-        ops = self._open_transaction("SEND", transaction)
+        ops = None if transaction is None else self._open_transaction("SEND", transaction)
         headers = tuple(user)
         if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
             headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
-        send = _TxSend(destination, headers, frame.body)
         if ops is not None:
-            ops.append(send)
+            ops.append(_TxSend(destination, headers, frame.body))
         else:
-            topic = destination.startswith(_TOPIC_PREFIX)
-            self.core._check_room(None if topic else destination, 1, 0 if topic else len(send.body))
-            self.core._publish(send)
+            self.core._accept(destination, headers, frame.body)
         if receipt is not None:
             self._send_frame("RECEIPT", (("receipt-id", receipt),))
 
