@@ -469,6 +469,28 @@ def test_receipts_for_every_frame(core: BrokerCore) -> None:
     assert peer.session.finished
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("receipt", ["r-1", "é 7", "a:b", "back\\slash", "cr\rhere", "two\nlines"])
+def test_a_receipt_is_written_as_encode_writes_it(
+    core: BrokerCore, version: str, receipt: str
+) -> None:
+    """The RECEIPT written without a Frame (an id with nothing to escape) and the one
+    encoded (any other) are the bytes encode() makes; in 1.0, which cannot escape, a
+    line break is flattened as in every frame the broker writes."""
+    peer = connected(core, version)
+    if version == V10 and ("\n" in receipt or "\r" in receipt):
+        # The frame to send: a 1.0 header cannot hold a line break.
+        peer.raw(b"SEND\ndestination:/queue/a\nreceipt:x\n\n\x00")
+        peer.output()
+        peer.session._send_receipt(receipt)
+        flat = receipt.replace("\n", " ").replace("\r", " ")
+        expected = encode(Frame("RECEIPT", (("receipt-id", flat),)), V10)
+        assert peer.output() == expected
+        return
+    peer.send("SEND", {"destination": "/queue/a", "receipt": receipt})
+    assert peer.output() == encode(Frame("RECEIPT", (("receipt-id", receipt),)), version)
+
+
 def test_message_headers_and_body_pass_through(core: BrokerCore) -> None:
     consumer = connected(core)
     consumer.subscribe("/queue/a", id="sub-9")
