@@ -431,6 +431,8 @@ class BrokerCore:
         self._counters = BrokerStats()
         self._stored_bytes = 0
         self._token = secrets.token_hex(3)
+        #: Message ids are this and a number (one f-string part less per SEND).
+        self._message_prefix = f"message-{self._token}-"
         self._next_session = 0
         self._next_message = 0
         self._next_ack = 0
@@ -569,7 +571,7 @@ class BrokerCore:
             self._check_room(destination, 1, size)  # raises, naming the limit
         self._counters.messages_received += 1
         self._next_message += 1
-        message_id = f"message-{self._token}-{self._next_message}"
+        message_id = f"{self._message_prefix}{self._next_message}"
         dest.messages.append(_Message(message_id, destination, headers, body, 0))
         dest.bytes += size
         self._stored_bytes = stored
@@ -585,7 +587,7 @@ class BrokerCore:
             self._counters.messages_dropped += 1
             return
         self._next_message += 1
-        message_id = f"message-{self._token}-{self._next_message}"
+        message_id = f"{self._message_prefix}{self._next_message}"
         self._route(_Message(message_id, send.destination, send.headers, send.body, 0))
 
     def _route(self, message: _Message) -> None:
