@@ -11,6 +11,10 @@ message costs, set-up and interpreter start-up left out. Paths:
 * ``consume``: the blocking client taking messages (auto ack) from the blast server;
 * ``publish``: the blocking client sending to the sink server, a receipt on the last;
 
+and, asked for by name, ``broker-send``: the test broker (``BrokerCore``, no sockets)
+taking SENDs as the Spark connector writes them (100-byte bodies, ``persistent`` and
+``stompy-dedup-id`` headers), in 64 KiB chunks, one receipt at the end;
+
 and the same for stomp.py (``stomp.py-parse`` and so on; see :mod:`benchmarks.codec`
 and :mod:`benchmarks.clients`, whose code each path runs). The client paths count every
 thread of the client (its I/O thread too); the server runs in a process of its own,
@@ -38,11 +42,48 @@ from typing import Final
 _ROOT: Final = Path(__file__).resolve().parent.parent
 PATHS: Final = ("parse", "encode", "consume", "publish")
 STOMPPY_PATHS: Final = tuple(f"stomp.py-{p}" for p in PATHS)
+#: Paths run only when named.
+OTHER_PATHS: Final = ("broker-send",)
+
+
+def _broker_send(count: int) -> Callable[[], object]:
+    """The broker's SEND ingest: a connected session and the chunks to feed it."""
+    from benchmarks import codec, workload
+    from stompy._codec import encode_frame
+    from stompy.testing import BrokerConfig, BrokerCore
+
+    body = b"x" * 100
+    sends = []
+    for i in range(count):
+        headers = [
+            ("destination", "/queue/bench"),
+            ("content-type", "text/plain"),
+            ("persistent", "true"),
+            ("stompy-dedup-id", f"q:0:1:{i}"),  # as the connector makes it (escaped)
+        ]
+        if i == count - 1:
+            headers.append(("receipt", "done"))
+        sends.append(encode_frame("SEND", headers, body, "1.2"))
+    chunks = workload.chunks(b"".join(sends), codec.CHUNK) if count else []
+    core = BrokerCore(BrokerConfig(max_queue=count + 1))
+    session = core.open_session(0.0)
+    session.receive_data(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00", 0.0)
+    session.data_to_send(0.0)
+
+    def ingest() -> bytes:
+        for chunk in chunks:
+            session.receive_data(chunk, 0.0)
+        return session.data_to_send(0.0)
+
+    return ingest
 
 
 def _setup(path: str, count: int) -> Callable[[], object]:
     """Build the input of ``path`` (outside what is compared) and return the work."""
     from benchmarks import codec, workload
+
+    if path == "broker-send":
+        return _broker_send(count)
 
     if path in ("parse", "stomp.py-parse"):
         chunks = workload.chunks(workload.message_stream(count), codec.CHUNK) if count else []
@@ -188,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         print("valgrind is not installed", file=sys.stderr)
         return 1
     for path in args.paths or PATHS:
-        if path not in PATHS + STOMPPY_PATHS:
+        if path not in PATHS + STOMPPY_PATHS + OTHER_PATHS:
             parser.error(f"unknown path {path!r}")
     with tempfile.TemporaryDirectory(prefix="stompy-instructions-") as tmp:
         trees = []
