@@ -404,11 +404,16 @@ class _Subscription:
         return self.ack == "auto" or len(self.by_message_id) < self.prefetch
 
 
-@dataclass(frozen=True, slots=True)
 class _TxSend:
-    destination: str
-    headers: Headers
-    body: bytes
+    """A SEND that its transaction holds until COMMIT (a plain slotted class, as
+    :class:`_Message` is, and for the same reason: one is made per SEND)."""
+
+    __slots__ = ("body", "destination", "headers")
+
+    def __init__(self, destination: str, headers: Headers, body: bytes) -> None:
+        self.destination = destination
+        self.headers = headers
+        self.body = body
 
 
 @dataclass(frozen=True, slots=True)
