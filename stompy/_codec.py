@@ -54,18 +54,20 @@ _NO_FRAME: Final = Frame("")
 
 
 def _accelerator() -> tuple[
-    Callable[[bytearray, str, bool], str] | None, Callable[[bytearray, int], int] | None
+    Callable[[bytearray, str, bool], str] | None,
+    Callable[[bytearray, int], int] | None,
+    Callable[[str, Sequence[tuple[str, str]], bytes, bool, bool], bytes | None] | None,
 ]:
-    """The header-block check and the blank-line search of the optional Cython
-    accelerator (``_cscan.pyx``), or Nones: not built, or ``STOMPY_NO_EXTENSIONS`` set
-    (to anything but "" or "0") at import time."""
+    """The header-block check, the blank-line search and the encoder of the optional
+    Cython accelerator (``_cscan.pyx``), or Nones: not built, or ``STOMPY_NO_EXTENSIONS``
+    set (to anything but "" or "0") at import time."""
     if os.environ.get("STOMPY_NO_EXTENSIONS", "") not in ("", "0"):
-        return None, None
+        return None, None, None
     try:
-        from stompy._cscan import blank_line, block_escaping
+        from stompy._cscan import blank_line, block_escaping, encode_frame
     except ImportError:
-        return None, None
-    return block_escaping, blank_line
+        return None, None, None
+    return block_escaping, blank_line, encode_frame
 
 
 _ACCELERATOR: Final = _accelerator()
@@ -74,6 +76,9 @@ _ACCELERATOR: Final = _accelerator()
 _block_escaping: Final = _ACCELERATOR[0]
 #: ``blank_line(buf, start)``: ``buf.find(b"\n\n", start)``.
 _blank_line: Final = _ACCELERATOR[1]
+#: ``encode_frame(command, headers, body, raw, v12)``: the frame, or None when the
+#: Python code must write it (or raise its error).
+_encode_frame: Final = _ACCELERATOR[2]
 
 
 def shown(text: str) -> str:
@@ -622,7 +627,21 @@ def encode_frame(
         raise ValueError(f"unknown STOMP command {command!r}")
     if body and command not in BODY_COMMANDS:
         raise ValueError(f"a {command} frame cannot have a body")
-    if version == V10 or command in UNESCAPED_COMMANDS:
+    raw = version == V10 or command in UNESCAPED_COMMANDS
+    if _encode_frame is not None:
+        # In C (stompy/_cscan.pyx), when built: None leaves the unusual to Python.
+        frame = _encode_frame(command, headers, body, raw, version == V12)
+        if frame is not None:
+            return frame
+    return _frame_bytes(command, headers, body, version, raw)
+
+
+def _frame_bytes(
+    command: str, headers: Sequence[tuple[str, str]], body: bytes, version: str, raw: bool
+) -> bytes:
+    """:func:`encode_frame` in Python once the command, body and version are checked
+    (``raw``: nothing is escaped); the accelerator's encoder writes the same bytes."""
+    if raw:
         text = _raw_header_text(command, headers, version)
     else:
         text = _escaped_header_text(headers, version)
@@ -633,6 +652,10 @@ def encode_frame(
         # follows an empty name.
         raise ValueError(f"empty header name in {command}")
     return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
+
+
+#: Joins a (name, value) pair with a NUL: a C function, called for each pair by map().
+_JOIN_PAIR: Final = "\x00".join
 
 
 def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> str:
@@ -646,13 +669,17 @@ def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> st
     """
     try:
         # str.join, unlike an f-string, refuses a name or value that is not a str.
-        lines = ["\x00".join(item) for item in headers if item[0] != "content-length"]
+        text = "\n".join(map(_JOIN_PAIR, headers))
     except TypeError as exc:
         raise (_not_pairs(headers) or exc) from None
-    text = "\n".join(lines)
-    count = len(lines)
-    if text.count("\x00") != count or text.count("\n") != count - 1:
-        # No headers, or a NUL or a line feed to escape (or a malformed pair): one by one.
+    count = len(headers)
+    if (
+        text.count("\x00") != count
+        or text.count("\n") != count - 1
+        or "content-length\x00" in text
+    ):
+        # No headers, a NUL or a line feed to escape, a content-length to leave out (or
+        # a malformed pair): one by one.
         problem = _not_pairs(headers)
         if problem is not None:
             raise problem

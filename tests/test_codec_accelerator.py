@@ -1,7 +1,9 @@
-"""The parser's optional Cython accelerator (``stompy/_cscan.pyx``) changes nothing but speed.
+"""The codec's optional Cython accelerator (``stompy/_cscan.pyx``) changes nothing but speed.
 
 ``FrameParser`` checks each complete header block with ``_cscan.block_escaping`` when a
-wheel built it, and in a few ``bytes``/``str`` passes otherwise. Hypothesis compares:
+wheel built it, and in a few ``bytes``/``str`` passes otherwise; ``encode_frame`` has
+``_cscan.encode_frame`` write the frame, and joins and replaces ``str`` otherwise.
+Hypothesis compares:
 
 * the C function with a plain model of what it decides, on arbitrary blocks, when it
   is built (``nox -s wheel`` tests an installed wheel, where it is);
@@ -9,40 +11,49 @@ wheel built it, and in a few ``bytes``/``str`` passes otherwise. Hypothesis comp
   parser without it, on arbitrary streams: frames of every command in every version,
   CRLF, escapes defined and not, content-length bodies holding NULs, and bytes flipped,
   inserted, dropped; whole or cut anywhere. Frames, heart-beats and errors (kind and
-  message) are the same.
+  message) are the same;
+* the C encoder with the Python one, on arbitrary frames: any command and version,
+  names and values holding what is escaped or refused (and NULs, non-ASCII, lone
+  surrogates, empty names, content-length), pairs that are not pairs of ``str``,
+  bodies with NULs. It writes the same bytes, or leaves the frame to Python (which
+  raises any error), but only where the input is not a list or tuple of pairs of
+  ``str`` or the body not ``bytes``, or Python raises.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stompy import _codec, _compiled
 from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._frames import COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from stompy._frames import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
 from stompy.errors import RemoteProtocolError
 from tests.test_codec_properties import SMALL_BLOCK, frames, mutated, split
 
 Check = Callable[[bytearray, str, bool], str]
 Blank = Callable[[bytearray, int], int]
+Encode = Callable[[str, Sequence[tuple[str, str]], bytes, bool, bool], "bytes | None"]
 
 
-def _built() -> tuple[Check, Blank] | None:
+def _built() -> tuple[Check, Blank, Encode] | None:
     try:
-        from stompy._cscan import blank_line, block_escaping
+        from stompy._cscan import blank_line, block_escaping, encode_frame
     except ImportError:
         return None
-    return block_escaping, blank_line
+    return block_escaping, blank_line, encode_frame
 
 
 BUILT = _built()
 built_check = None if BUILT is None else BUILT[0]
 built_blank = None if BUILT is None else BUILT[1]
+built_encode = None if BUILT is None else BUILT[2]
 Outcome = tuple[list[tuple[str, tuple[tuple[str, str], ...], bytes]], int, str | None]
 
 _UNDEFINED_11 = re.compile(rb"\\[cn]")
@@ -86,6 +97,7 @@ def test_the_accelerator_is_used_when_built_and_allowed() -> None:
     assert (FrameParser()._blank_line is not None) is wanted
     assert _codec._block_escaping is (built_check if wanted else None)
     assert _codec._blank_line is (built_blank if wanted else None)
+    assert _codec._encode_frame is (built_encode if wanted else None)
 
 
 def test_the_wheel_session_has_the_accelerator() -> None:
@@ -221,3 +233,101 @@ def test_unescaped_commands_keep_their_backslashes_either_way(version: str) -> N
         fast = outcome([stream], version, FrameLimits(), True, with_check=True)
         assert fast == outcome([stream], version, FrameLimits(), True, with_check=False)
         assert fast[0] == [(command, (("k", "a\\tb\\c"),), b"")]
+
+
+# -- the encoder -------------------------------------------------------------------------
+
+#: Header text: what the encoder escapes or refuses, and what it copies.
+header_text = st.lists(
+    st.sampled_from(["\\", ":", "\n", "\r", "\x00", "c", "n", "a", "-", "é", "€", "\U0001f600"]),
+    max_size=8,
+).map("".join) | st.sampled_from(["", "content-length", "x" * 700, "\ud800"])
+
+
+class Text(str):
+    """A str subclass: the encoder leaves it to Python."""
+
+
+#: A header: a pair of str mostly; now and then what is not one.
+header = st.tuples(header_text, header_text) | st.sampled_from(
+    [
+        ("content-length", "12"),
+        ["a", "b"],
+        ("a", "b", "c"),
+        ("a", 1),
+        (Text("a"), "b"),
+        ("a", Text("b")),
+        ("content-length", None),
+    ]
+)
+encoder_bodies = st.binary(max_size=20) | st.sampled_from(
+    [b"\x00", b"a\x00b", b"x" * 3000, bytearray(b"ab")]
+)
+
+
+def python_encoding(command: str, headers: Sequence[Any], body: bytes, version: str) -> bytes | str:
+    """What the Python encoder writes, or the error it raises (type and message)."""
+    raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    try:
+        return _codec._frame_bytes(command, headers, body, version, raw)
+    except (TypeError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def plain(headers: Sequence[Any], body: object) -> bool:
+    """Whether the C encoder must write this itself (given Python does not raise)."""
+    return (
+        type(headers) in (list, tuple)
+        and all(type(h) is tuple and len(h) == 2 for h in headers)
+        and all(type(text) is str for h in headers for text in h)
+        and type(body) is bytes
+    )
+
+
+@pytest.mark.skipif(built_encode is None, reason="the accelerator is not built")
+@settings(max_examples=500)
+@given(
+    st.sampled_from(sorted(COMMANDS)),
+    st.lists(header, max_size=6),
+    st.booleans(),
+    encoder_bodies,
+    versions,
+)
+@example("SEND", [("a", "x" * 2000)] * 3, True, b"", "1.2")  # past the stack buffer
+@example("SEND", [("a", "\\:" * 600)], False, b"b", "1.1")
+@example("CONNECT", [("a", "b:c")], False, b"", "1.2")
+@example("SEND", [("", "b")], False, b"", "1.2")
+@example("SEND", [("a", "\ud800")], False, b"", "1.2")
+def test_the_built_encoder_writes_what_python_writes(
+    command: str, headers: list[Any], as_tuple: bool, body: bytes, version: str
+) -> None:
+    assert built_encode is not None
+    if as_tuple:
+        headers = tuple(headers)  # type: ignore[assignment]
+    if command not in BODY_COMMANDS:
+        body = b""
+    raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    want = python_encoding(command, headers, body, version)
+    got = built_encode(command, headers, body, raw, version == "1.2")
+    if isinstance(want, str) or not plain(headers, body):
+        assert got is None or got == want  # an error, or the unusual: Python's to do
+        if isinstance(want, str):
+            assert got is None
+    else:
+        assert got == want
+    # And the codec's entry point, whichever way it takes.
+    try:
+        encoded: bytes | str = _codec.encode_frame(command, headers, body, version)
+    except (TypeError, ValueError) as exc:
+        encoded = f"{type(exc).__name__}: {exc}"
+    assert encoded == want
+
+
+@pytest.mark.skipif(built_encode is None, reason="the accelerator is not built")
+def test_the_built_encoder_leaves_other_inputs_to_python() -> None:
+    """Headers that are not a list or tuple, a body not bytes: left to Python."""
+    assert built_encode is not None
+    assert built_encode("SEND", iter([("a", "b")]), b"", False, True) is None  # type: ignore[arg-type]
+    assert built_encode("SEND", [("a", "b")], bytearray(b"x"), False, True) is None  # type: ignore[arg-type]
+    frame = b"SEND\na:b\ncontent-length:1\n\nx\x00"
+    assert built_encode("SEND", [("a", "b")], b"x", False, True) == frame
