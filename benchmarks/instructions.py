@@ -10,6 +10,8 @@ message costs, set-up and interpreter start-up left out. Paths:
 * ``encode``: ``encode(frame, "1.2")`` of the codec benchmark's MESSAGE frames;
 * ``consume``: the blocking client taking messages (auto ack) from the blast server;
 * ``publish``: the blocking client sending to the sink server, a receipt on the last;
+* ``asyncio-consume``, ``asyncio-publish``, ``trio-consume``, ``trio-publish``: the
+  same with ``AsyncConnection`` on that anyio backend (run when named);
 
 and, asked for by name, ``broker-send``: the test broker (``BrokerCore``, no sockets)
 taking SENDs as the Spark connector writes them (100-byte bodies, ``persistent`` and
@@ -21,14 +23,25 @@ thread of the client (its I/O thread too); the server runs in a process of its o
 which callgrind does not follow. A publisher's input (the bodies and header dicts the
 benchmark builds before its timer starts) is built in both runs, so it is left out too.
 
-``--flavour`` picks the stompy measured: ``pure`` (the checkout's ``.py`` files, the
-default), ``compiled`` (the core compiled with mypyc first, as a wheel's build does,
-into a temporary copy of the package) or ``both``. Needs ``valgrind`` on the PATH.
+``--flavour`` picks the stompy measured: one, several comma-separated, or ``all``:
+
+* ``pure``: the checkout's ``.py`` files (the default);
+* ``accelerated``: the same with the Cython accelerator (``stompy._cscan``) beside them;
+* ``compiled``: the core compiled with mypyc, the accelerator off
+  (``STOMPY_NO_EXTENSIONS=1`` at run time);
+* ``wheel``: what ``pip install .`` installs: the core compiled and the accelerator.
+
+All but ``pure`` build a wheel of the checkout first as a user's ``pip install .``
+would (``pip wheel --no-deps``: the build hook runs mypyc and Cython in pip's isolated
+build environment) and install it into a temporary directory (``pip install --no-deps
+--target``); ``accelerated`` puts that wheel's ``_cscan`` beside a copy of the
+checkout's ``.py`` files. ``both`` is ``pure,compiled``. Needs ``valgrind`` on the PATH.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -41,6 +54,7 @@ from typing import Final
 
 _ROOT: Final = Path(__file__).resolve().parent.parent
 PATHS: Final = ("parse", "encode", "consume", "publish")
+ASYNC_PATHS: Final = tuple(f"{b}-{p}" for b in ("asyncio", "trio") for p in ("consume", "publish"))
 STOMPPY_PATHS: Final = tuple(f"stomp.py-{p}" for p in PATHS)
 #: Paths run only when named.
 OTHER_PATHS: Final = ("broker-send",)
@@ -76,6 +90,9 @@ def _broker_send(count: int) -> Callable[[], object]:
         return session.data_to_send(0.0)
 
     return ingest
+
+
+FLAVOURS: Final = ("pure", "accelerated", "compiled", "wheel")
 
 
 def _setup(path: str, count: int) -> Callable[[], object]:
@@ -123,21 +140,34 @@ def _client(path: str, count: int, work: bool) -> None:
     consume = path.endswith("consume")
     kind = "blast" if consume else "sink"
     stomppy = path.startswith("stomp.py")
+    backend = path.partition("-")[0] if path in ASYNC_PATHS else None
     with ServerProcess(kind, count=count) as server:
         job = clients.Job(Server(kind, *server.address), count, 600.0)
         if not work:
             if not consume:
-                # What stompy_sync_publish and stomppy_publish build outside their timer.
+                # What the publish benchmarks build outside their timer.
                 inputs = ([workload.body(i) for i in range(count)], job.send_headers())
                 del inputs
             if stomppy:
                 conn, listener = clients._stomppy_connection(job, job.deadline())
                 clients._stomppy_close(conn, listener)
+            elif backend is not None:
+                import anyio
+
+                async def connect_only() -> None:
+                    async with clients._stompy_async_connection(job):
+                        pass
+
+                anyio.run(connect_only, backend=backend)
             else:
                 with clients._stompy_connection(job):
                     pass
             return
-        if consume:
+        bench: Callable[[clients.Job], float]
+        if backend is not None:
+            run = clients.stompy_async_consume if consume else clients.stompy_async_publish
+            bench = functools.partial(run, backend=backend)
+        elif consume:
             bench = clients.stomppy_consume if stomppy else clients.stompy_sync_consume
         else:
             bench = clients.stomppy_publish if stomppy else clients.stompy_sync_publish
@@ -153,16 +183,19 @@ def _inner(path: str, count: int, work: bool) -> None:
         run()
 
 
-def _instructions(path: str, count: int, work: bool, python: str, tree: Path = _ROOT) -> int:
+def _instructions(
+    path: str, count: int, work: bool, tree: Path = _ROOT, env: dict[str, str] | None = None
+) -> int:
     """The instructions of one child run of ``path``: the set-up for ``count``
-    messages, and with ``work`` the work on them. ``tree`` holds the stompy measured."""
+    messages, and with ``work`` the work on them. ``tree`` holds the stompy measured;
+    ``env`` is added to the child's environment."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         command = [
             "valgrind",
             "--tool=callgrind",
             f"--callgrind-out-file={out}",
-            python,
+            sys.executable,
             "-m",
             "benchmarks.instructions",
             "--inner",
@@ -171,11 +204,11 @@ def _instructions(path: str, count: int, work: bool, python: str, tree: Path = _
             str(count),
             "--work" if work else "--no-work",
         ]
-        env = dict(os.environ)
+        child = {**os.environ, **(env or {})}
         # The tree first (its stompy), then the checkout (the benchmarks).
-        paths = [str(tree), str(_ROOT), env.get("PYTHONPATH")]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
-        subprocess.run(command, check=True, capture_output=True, cwd=tree, env=env)
+        paths = [str(tree), str(_ROOT), child.get("PYTHONPATH")]
+        child["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        subprocess.run(command, check=True, capture_output=True, cwd=tree, env=child)
         text = Path(out).read_text()
     match = re.search(r"^(?:summary|totals): (\d+)", text, re.MULTILINE)
     if match is None:
@@ -183,42 +216,64 @@ def _instructions(path: str, count: int, work: bool, python: str, tree: Path = _
     return int(match.group(1))
 
 
-#: What hatch_build.py writes to compile the core (see its ``SETUP``).
-_SETUP: Final = """\
-from setuptools import setup
-from mypyc.build import mypycify
+def _install_wheel(into: Path) -> Path:
+    """The checkout built as ``pip install .`` builds it, installed into ``into/site``
+    without dependencies; returns that directory. Refuses a pure-Python wheel."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    run = functools.partial(subprocess.run, check=True, capture_output=True)
+    run([*pip, "wheel", "--no-deps", "-w", str(into / "dist"), str(_ROOT)])
+    (wheel,) = (into / "dist").glob("*.whl")
+    if wheel.name.endswith("-none-any.whl"):
+        raise RuntimeError(f"{wheel.name} is pure Python: see the build's warnings")
+    run([*pip, "install", "--no-deps", "--target", str(into / "site"), str(wheel)])
+    return into / "site"
 
-setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
-"""
 
-
-def _compile_core(into: Path) -> Path:
-    """A copy of stompy in ``into`` with the core compiled by mypyc, as a wheel has it
-    (the build hook's way: an empty ``__init__.py`` while compiling); returns ``into``."""
-    from stompy._compiled import CORE_MODULES
-
-    paths = [f"stompy/{m.__name__.rpartition('.')[2]}.py" for m in CORE_MODULES]
+def _accelerated(site: Path, into: Path) -> Path:
+    """A copy of the checkout's stompy with the installed wheel's accelerator beside it."""
     skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd")
     shutil.copytree(_ROOT / "stompy", into / "stompy", ignore=skip)
-    init = into / "stompy" / "__init__.py"
-    real_init = init.read_text()
-    init.write_text("")
-    (into / "setup.py").write_text(_SETUP.format(paths=paths))
-    subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--inplace"],
-        cwd=into,
-        check=True,
-        capture_output=True,
-    )
-    init.write_text(real_init)
+    built = [p for p in (site / "stompy").glob("_cscan.*") if p.suffix in (".so", ".pyd")]
+    if len(built) != 1:
+        raise RuntimeError(f"the wheel holds no accelerator: {built}")
+    shutil.copy(built[0], into / "stompy")
     return into
+
+
+def _trees(flavours: list[str], tmp: Path) -> list[tuple[str, Path, dict[str, str]]]:
+    """Each flavour's tree and what its environment adds."""
+    site = _install_wheel(tmp / "wheel") if flavours != ["pure"] else None
+    trees: list[tuple[str, Path, dict[str, str]]] = []
+    for flavour in flavours:
+        if site is None or flavour == "pure":
+            trees.append((flavour, _ROOT, {"STOMPY_NO_EXTENSIONS": ""}))
+        elif flavour == "accelerated":
+            trees.append((flavour, _accelerated(site, tmp / "accelerated"), {}))
+        else:
+            off = "1" if flavour == "compiled" else ""
+            trees.append((flavour, site, {"STOMPY_NO_EXTENSIONS": off}))
+    return trees
+
+
+def _flavours(text: str) -> list[str]:
+    """``--flavour``'s value: the flavours named, in :data:`FLAVOURS`' order."""
+    names = {"all": ",".join(FLAVOURS), "both": "pure,compiled"}.get(text, text).split(",")
+    for name in names:
+        if name not in FLAVOURS:
+            raise argparse.ArgumentTypeError(f"unknown flavour {name!r}")
+    return [f for f in FLAVOURS if f in names]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions")
     parser.add_argument("paths", nargs="*", help=f"default: {' '.join(PATHS)}")
     parser.add_argument("--count", type=int, default=3000)
-    parser.add_argument("--flavour", choices=("pure", "compiled", "both"), default="pure")
+    parser.add_argument(
+        "--flavour",
+        type=_flavours,
+        default=["pure"],
+        help=f"{', '.join(FLAVOURS)}, several comma-separated, or all (default: pure)",
+    )
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--work", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -229,22 +284,18 @@ def main(argv: list[str] | None = None) -> int:
         print("valgrind is not installed", file=sys.stderr)
         return 1
     for path in args.paths or PATHS:
-        if path not in PATHS + STOMPPY_PATHS + OTHER_PATHS:
+        if path not in PATHS + ASYNC_PATHS + STOMPPY_PATHS + OTHER_PATHS:
             parser.error(f"unknown path {path!r}")
     with tempfile.TemporaryDirectory(prefix="stompy-instructions-") as tmp:
-        trees = []
-        if args.flavour in ("pure", "both"):
-            trees.append(("pure", _ROOT))
-        if args.flavour in ("compiled", "both"):
-            trees.append(("compiled", _compile_core(Path(tmp))))
-        for flavour, tree in trees:
+        trees = _trees(args.flavour, Path(tmp))
+        for flavour, tree, env in trees:
             for path in args.paths or PATHS:
-                if flavour == "compiled" and path.startswith("stomp.py"):
+                if flavour != "pure" and path.startswith("stomp.py"):
                     continue  # stompy's build does not change stomp.py
-                full = _instructions(path, args.count, True, sys.executable, tree)
-                empty = _instructions(path, args.count, False, sys.executable, tree)
+                full = _instructions(path, args.count, True, tree, env)
+                empty = _instructions(path, args.count, False, tree, env)
                 name = path if len(trees) == 1 else f"{path} ({flavour})"
-                print(f"{name:22} {(full - empty) / args.count:12,.0f} instructions per message")
+                print(f"{name:30} {(full - empty) / args.count:12,.0f} instructions per message")
     return 0
 
 
