@@ -16,7 +16,7 @@ soon as the crossing is seen, without waiting for (or buffering) the rest.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -56,7 +56,11 @@ _NO_FRAME: Final = Frame("")
 def _accelerator() -> tuple[
     Callable[[bytearray, str, bool], str] | None,
     Callable[[bytearray, int], int] | None,
-    Callable[[str, Sequence[tuple[str, str]], bytes, bool, bool], bytes | None] | None,
+    Callable[
+        [str, Sequence[tuple[str, str]], bytes, bool, bool, Mapping[str, str] | None],
+        bytes | None,
+    ]
+    | None,
 ]:
     """The header-block check, the blank-line search and the encoder of the optional
     Cython accelerator (``_cscan.pyx``), or Nones: not built, or ``STOMPY_NO_EXTENSIONS``
@@ -76,8 +80,8 @@ _ACCELERATOR: Final = _accelerator()
 _block_escaping: Final = _ACCELERATOR[0]
 #: ``blank_line(buf, start)``: ``buf.find(b"\n\n", start)``.
 _blank_line: Final = _ACCELERATOR[1]
-#: ``encode_frame(command, headers, body, raw, v12)``: the frame, or None when the
-#: Python code must write it (or raise its error).
+#: ``encode_frame(command, headers, body, raw, v12, more)``: the frame, or None when
+#: the Python code must write it (or raise its error).
 _encode_frame: Final = _ACCELERATOR[2]
 
 
@@ -617,9 +621,16 @@ def encode(frame: Frame, version: str = V12) -> bytes:
 
 
 def encode_frame(
-    command: str, headers: Sequence[tuple[str, str]], body: bytes, version: str = V12
+    command: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    version: str = V12,
+    more: Mapping[str, str] | None = None,
 ) -> bytes:
-    """:func:`encode` without a :class:`Frame`: the client's send path builds none."""
+    """:func:`encode` without a :class:`Frame`: the client's send path builds none.
+
+    ``more`` are headers written after ``headers`` (a caller's dict, taken as it is).
+    """
     if version != V12 and version not in VERSIONS:
         # An unknown version would escape nothing and let a newline through.
         raise ValueError(f"unknown STOMP version {version!r}")
@@ -630,9 +641,11 @@ def encode_frame(
     raw = version == V10 or command in UNESCAPED_COMMANDS
     if _encode_frame is not None:
         # In C (stompy/_cscan.pyx), when built: None leaves the unusual to Python.
-        frame = _encode_frame(command, headers, body, raw, version == V12)
+        frame = _encode_frame(command, headers, body, raw, version == V12, more)
         if frame is not None:
             return frame
+    if more:
+        headers = [*headers, *more.items()]
     return _frame_bytes(command, headers, body, version, raw)
 
 
@@ -673,11 +686,7 @@ def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> st
     except TypeError as exc:
         raise (_not_pairs(headers) or exc) from None
     count = len(headers)
-    if (
-        text.count("\x00") != count
-        or text.count("\n") != count - 1
-        or "content-length\x00" in text
-    ):
+    if text.count("\x00") != count or text.count("\n") != count - 1 or "content-length\x00" in text:
         # No headers, a NUL or a line feed to escape, a content-length to leave out (or
         # a malformed pair): one by one.
         problem = _not_pairs(headers)

@@ -15,6 +15,7 @@ not with ``STOMPY_NO_EXTENSIONS`` set), ``_codec`` uses it:
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdlib cimport free, malloc, realloc
@@ -169,60 +170,88 @@ cdef inline int put(Out* out, const char* text, Py_ssize_t n, const unsigned cha
     return 0
 
 
-cdef int put_headers(Out* out, object headers, bint raw, bint v12) except -2:
-    """Append the header lines of ``headers`` (a list or tuple of pairs), escaped or (with
-    ``raw``) checked, ``content-length`` left out. Returns -1 for what the Python encoder
-    must deal with: another kind of item, an empty name, a byte it refuses, text that is
-    not UTF-8 (a lone surrogate)."""
+cdef int put_header(Out* out, object key, object text, const unsigned char* names,
+                    const unsigned char* values) except -2:
+    """Append the header line ``key:text``, escaped by ``names`` and ``values`` (nothing
+    for ``content-length``: the true one is written after the others). Returns -1 for
+    what the Python encoder must deal with: a name or value not a ``str``, an empty
+    name, a byte the table refuses, text that is not UTF-8 (a lone surrogate)."""
+    if type(key) is not str or type(text) is not str:
+        return -1
+    cdef Py_ssize_t name_size, value_size
+    cdef const char* name = utf8_of(key, &name_size)
+    if name == NULL:
+        PyErr_Clear()
+        return -1
+    if name_size == 14 and memcmp(name, b"content-length", 14) == 0:
+        return 0
+    cdef const char* value = utf8_of(text, &value_size)
+    if value == NULL:
+        PyErr_Clear()
+        return -1
+    if name_size == 0:
+        return -1
+    reserve(out, 2 * (name_size + value_size) + 2)
+    if put(out, name, name_size, names) < 0:
+        return -1
+    out.data[out.size] = b":"
+    out.size += 1
+    if put(out, value, value_size, values) < 0:
+        return -1
+    out.data[out.size] = b"\n"
+    out.size += 1
+    return 0
+
+
+cdef int put_headers(Out* out, object headers, object more, bint raw, bint v12) except -2:
+    """Append the header lines of ``headers`` (a list or tuple of pairs), then those of
+    ``more`` (a dict, or None), escaped or (with ``raw``) checked. Returns -1 for what
+    the Python encoder must deal with (see :func:`put_header`; an item not a pair)."""
     cdef const unsigned char* names = &ESCAPE_12[0] if v12 else &ESCAPE_11[0]
     cdef const unsigned char* values = names
     if raw:
         names = &RAW_NAME[0]
         values = &RAW_VALUE[0]
-    cdef Py_ssize_t i, name_size, value_size
-    cdef const char* name
-    cdef const char* value
-    cdef object item, key, text
+    cdef Py_ssize_t i
+    cdef object item
     for i in range(PySequence_Fast_GET_SIZE(headers)):
         item = <object> PySequence_Fast_GET_ITEM(headers, i)
         if type(item) is not tuple or PyTuple_GET_SIZE(item) != 2:
             return -1
-        key = <object> PyTuple_GET_ITEM(item, 0)
-        text = <object> PyTuple_GET_ITEM(item, 1)
-        if type(key) is not str or type(text) is not str:
+        if put_header(
+            out,
+            <object> PyTuple_GET_ITEM(item, 0),
+            <object> PyTuple_GET_ITEM(item, 1),
+            names,
+            values,
+        ) < 0:
             return -1
-        name = utf8_of(key, &name_size)
-        if name == NULL:
-            PyErr_Clear()
+    if more is None:
+        return 0
+    cdef Py_ssize_t at = 0
+    cdef PyObject* key
+    cdef PyObject* text
+    while PyDict_Next(more, &at, &key, &text):
+        if put_header(out, <object> key, <object> text, names, values) < 0:
             return -1
-        if name_size == 14 and memcmp(name, b"content-length", 14) == 0:
-            continue  # the true one is written after the others
-        value = utf8_of(text, &value_size)
-        if value == NULL:
-            PyErr_Clear()
-            return -1
-        if name_size == 0:
-            return -1
-        reserve(out, 2 * (name_size + value_size) + 2)
-        if put(out, name, name_size, names) < 0:
-            return -1
-        out.data[out.size] = b":"
-        out.size += 1
-        if put(out, value, value_size, values) < 0:
-            return -1
-        out.data[out.size] = b"\n"
-        out.size += 1
     return 0
 
 
-def encode_frame(str command, object headers, object body, bint raw, bint v12):
+def encode_frame(
+    str command, object headers, object body, bint raw, bint v12, object more=None
+):
     """The frame ``_codec.encode_frame`` would write, or None where the Python encoder
-    must do the work (it raises the errors): headers not a list or tuple of pairs of
-    ``str``, or holding what cannot be written (see :func:`put_headers`), a body that is
-    not ``bytes``. ``raw``: nothing is escaped (STOMP 1.0; CONNECT, CONNECTED); else the
+    must do the work (it raises the errors): ``headers`` not a list or tuple of pairs of
+    ``str`` or ``more`` (headers after those) neither None nor a dict of ``str``,
+    either holding what cannot be written (see :func:`put_header`), a body that is not
+    ``bytes``. ``raw``: nothing is escaped (STOMP 1.0; CONNECT, CONNECTED); else the
     escapes of 1.2 if ``v12``, of 1.1 if not. The command, the version and whether the
     command may have a body are the caller's to check."""
-    if (type(headers) is not list and type(headers) is not tuple) or type(body) is not bytes:
+    if (
+        (type(headers) is not list and type(headers) is not tuple)
+        or type(body) is not bytes
+        or (more is not None and type(more) is not dict)
+    ):
         return None
     cdef char stack[1024]
     cdef Out out
@@ -242,7 +271,7 @@ def encode_frame(str command, object headers, object body, bint raw, bint v12):
         memcpy(out.data, name, <size_t> command_size)
         out.data[command_size] = b"\n"
         out.size = command_size + 1
-        if put_headers(&out, headers, raw, v12) < 0:
+        if put_headers(&out, headers, more, raw, v12) < 0:
             return None
         reserve(&out, 40)
         if body_size:

@@ -276,14 +276,15 @@ class ClientProtocol:
         mark: int,
         receipt_id: str | None,
         body: bytes = b"",
+        more: dict[str, str] | None = None,
     ) -> None:
         """Queue a frame and record its receipt; on failure change nothing.
 
         ``mark`` is the id counter before the intent began: ids generated for a frame
-        that cannot be encoded are given back.
+        that cannot be encoded are given back. ``more`` are headers after ``headers``.
         """
         try:
-            data = encode_frame(command, headers, body, self.version)
+            data = encode_frame(command, headers, body, self.version, more)
         except ValueError as exc:
             self._next_id = mark
             raise LocalProtocolError(str(exc)) from None
@@ -378,7 +379,8 @@ class ClientProtocol:
             raise LocalProtocolError("SEND needs a destination")
         if transaction is not None:
             self._check_transaction(transaction)
-        user: Iterable[tuple[str, str]]
+        user: list[tuple[str, str]] = []
+        more: dict[str, str] | None = None  # the caller's dict, when taken as it is
         names: Mapping[str, str]  # for lookups at C speed
         if (
             type(headers) is dict
@@ -389,9 +391,9 @@ class ClientProtocol:
             and "transaction" not in headers
             and "content-length" not in headers
         ):
-            # The common case, checked at C speed (the encoder checks the types).
-            user = headers.items()
-            names = headers
+            # The common case, checked at C speed (the encoder checks the types) and
+            # given to the encoder as it is.
+            more = names = headers
         else:
             user = self._user_headers(headers, _RESERVED_SEND, "SEND")
             names = dict(reversed(user))  # the first entry of a name wins, as on the wire
@@ -406,7 +408,9 @@ class ClientProtocol:
                 content_type = _TEXT_TYPE
         if content_type is not None:
             if "content-type" in names:
-                user = [(k, v) for k, v in user if k != "content-type"]
+                pairs = user if more is None else more.items()
+                user = [(k, v) for k, v in pairs if k != "content-type"]
+                more = None
             items.append(("content-type", content_type))
         if transaction is not None:
             items.append(("transaction", transaction))
@@ -415,9 +419,11 @@ class ClientProtocol:
             items.append(("receipt", receipt_id))
         if user:
             items += user
-        self._emit("SEND", items, mark, receipt_id, body if type(body) is bytes else bytes(body))
-        if "reply-to" in names and names["reply-to"].startswith(_TEMP_QUEUE_PREFIX):
-            self._note_temp_queue(names["reply-to"])
+        body = body if type(body) is bytes else bytes(body)
+        self._emit("SEND", items, mark, receipt_id, body, more)
+        reply_to = names.get("reply-to")
+        if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
+            self._note_temp_queue(reply_to)
         return receipt_id
 
     def _note_temp_queue(self, reply_to: str) -> None:

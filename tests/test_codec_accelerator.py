@@ -39,7 +39,7 @@ from tests.test_codec_properties import SMALL_BLOCK, frames, mutated, split
 
 Check = Callable[[bytearray, str, bool], str]
 Blank = Callable[[bytearray, int], int]
-Encode = Callable[[str, Sequence[tuple[str, str]], bytes, bool, bool], "bytes | None"]
+Encode = Callable[..., "bytes | None"]
 
 
 def _built() -> tuple[Check, Blank, Encode] | None:
@@ -265,23 +265,41 @@ encoder_bodies = st.binary(max_size=20) | st.sampled_from(
 )
 
 
-def python_encoding(command: str, headers: Sequence[Any], body: bytes, version: str) -> bytes | str:
+def python_encoding(
+    command: str, headers: Sequence[Any], body: bytes, version: str, more: Any = None
+) -> bytes | str:
     """What the Python encoder writes, or the error it raises (type and message)."""
     raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    if more:
+        headers = [*headers, *more.items()]
     try:
         return _codec._frame_bytes(command, headers, body, version, raw)
     except (TypeError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
 
 
-def plain(headers: Sequence[Any], body: object) -> bool:
+def plain(headers: Sequence[Any], body: object, more: Any) -> bool:
     """Whether the C encoder must write this itself (given Python does not raise)."""
+    pairs = [*headers, *(() if more is None else more.items())]
     return (
         type(headers) in (list, tuple)
-        and all(type(h) is tuple and len(h) == 2 for h in headers)
-        and all(type(text) is str for h in headers for text in h)
+        and (more is None or type(more) is dict)
+        and all(type(h) is tuple and len(h) == 2 for h in pairs)
+        and all(type(text) is str for h in pairs for text in h)
         and type(body) is bytes
     )
+
+
+class Headers(dict[str, str]):
+    """A dict subclass: the encoder leaves it to Python."""
+
+
+#: Headers after the others: a dict (of anything), mostly.
+more_headers = (
+    st.none()
+    | st.dictionaries(header_text, header_text, max_size=4)
+    | st.sampled_from([{"a": 1}, {1: "a"}, Headers(a="b")])
+)
 
 
 @pytest.mark.skipif(built_encode is None, reason="the accelerator is not built")
@@ -292,14 +310,16 @@ def plain(headers: Sequence[Any], body: object) -> bool:
     st.booleans(),
     encoder_bodies,
     versions,
+    more_headers,
 )
-@example("SEND", [("a", "x" * 2000)] * 3, True, b"", "1.2")  # past the stack buffer
-@example("SEND", [("a", "\\:" * 600)], False, b"b", "1.1")
-@example("CONNECT", [("a", "b:c")], False, b"", "1.2")
-@example("SEND", [("", "b")], False, b"", "1.2")
-@example("SEND", [("a", "\ud800")], False, b"", "1.2")
+@example("SEND", [("a", "x" * 2000)] * 3, True, b"", "1.2", None)  # past the stack buffer
+@example("SEND", [("a", "\\:" * 600)], False, b"b", "1.1", {"b": "\\:" * 600})
+@example("CONNECT", [("a", "b:c")], False, b"", "1.2", None)
+@example("SEND", [("", "b")], False, b"", "1.2", None)
+@example("SEND", [("a", "\ud800")], False, b"", "1.2", None)
+@example("SEND", [], False, b"", "1.2", {"": "b"})
 def test_the_built_encoder_writes_what_python_writes(
-    command: str, headers: list[Any], as_tuple: bool, body: bytes, version: str
+    command: str, headers: list[Any], as_tuple: bool, body: bytes, version: str, more: Any
 ) -> None:
     assert built_encode is not None
     if as_tuple:
@@ -307,9 +327,9 @@ def test_the_built_encoder_writes_what_python_writes(
     if command not in BODY_COMMANDS:
         body = b""
     raw = version == "1.0" or command in UNESCAPED_COMMANDS
-    want = python_encoding(command, headers, body, version)
-    got = built_encode(command, headers, body, raw, version == "1.2")
-    if isinstance(want, str) or not plain(headers, body):
+    want = python_encoding(command, headers, body, version, more)
+    got = built_encode(command, headers, body, raw, version == "1.2", more)
+    if isinstance(want, str) or not plain(headers, body, more):
         assert got is None or got == want  # an error, or the unusual: Python's to do
         if isinstance(want, str):
             assert got is None
@@ -317,7 +337,7 @@ def test_the_built_encoder_writes_what_python_writes(
         assert got == want
     # And the codec's entry point, whichever way it takes.
     try:
-        encoded: bytes | str = _codec.encode_frame(command, headers, body, version)
+        encoded: bytes | str = _codec.encode_frame(command, headers, body, version, more)
     except (TypeError, ValueError) as exc:
         encoded = f"{type(exc).__name__}: {exc}"
     assert encoded == want
@@ -325,9 +345,11 @@ def test_the_built_encoder_writes_what_python_writes(
 
 @pytest.mark.skipif(built_encode is None, reason="the accelerator is not built")
 def test_the_built_encoder_leaves_other_inputs_to_python() -> None:
-    """Headers that are not a list or tuple, a body not bytes: left to Python."""
+    """Headers that are not a list or tuple (or, after them, a dict), a body not bytes:
+    left to Python."""
     assert built_encode is not None
-    assert built_encode("SEND", iter([("a", "b")]), b"", False, True) is None  # type: ignore[arg-type]
-    assert built_encode("SEND", [("a", "b")], bytearray(b"x"), False, True) is None  # type: ignore[arg-type]
+    assert built_encode("SEND", iter([("a", "b")]), b"", False, True) is None
+    assert built_encode("SEND", [("a", "b")], bytearray(b"x"), False, True) is None
+    assert built_encode("SEND", [], b"", False, True, Headers(a="b")) is None
     frame = b"SEND\na:b\ncontent-length:1\n\nx\x00"
     assert built_encode("SEND", [("a", "b")], b"x", False, True) == frame
