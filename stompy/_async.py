@@ -323,18 +323,21 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         headers = options.get("headers")
         content_type = options.get("content_type")
         receipt = options.get("receipt", False)
-        transaction = transaction_id(options.get("transaction"))
+        given = options.get("transaction")
         session = self._session
-        proto = session.usable()
         telemetry = self._telemetry
-        if proto is not None and not receipt and transaction is None and telemetry is None:
-            # The common case, kept short: the clock is read once, by the flush.
-            proto.send(destination, body, headers=headers, content_type=content_type)
-            if session.flush(anyio.current_time()):
-                self._io.kick()
-                if len(session.outgoing) > MAX_OUTGOING:
-                    await self._io.run(Call(session, anyio.current_time()).flush())
+        if (
+            given is None
+            and not receipt
+            and telemetry is None
+            and session.send_now(destination, body, headers, content_type, anyio.current_time)
+        ):
+            # The common case, kept short: the clock is read only if heart-beats need it.
+            self._io.kick()
+            if len(session.outgoing) > MAX_OUTGOING:
+                await self._io.run(Call(session, anyio.current_time()).flush())
             return
+        transaction = transaction_id(given)
         call = traced(Call(session, anyio.current_time()), telemetry)
         await self._io.run(
             call.send(destination, body, headers, content_type, transaction, receipt)

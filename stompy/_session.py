@@ -309,6 +309,35 @@ class Session(Generic[M]):
             raise LocalProtocolError(f"the connection is {self.status}")
         return proto
 
+    def send_now(
+        self,
+        destination: str,
+        body: bytes | str,
+        headers: Mapping[str, str] | None,
+        content_type: str | None,
+        clock: Callable[[], float],
+    ) -> bool:
+        """The clients' fast path of a send that waits for nothing (no receipt, no
+        transaction): if the core takes intents right away (see :meth:`usable`), queue
+        the SEND, move its bytes to :attr:`outgoing` and return True; else False, and
+        the client takes the long way (a call). Raises what ``ClientProtocol.send`` does.
+
+        ``clock`` is read only when outgoing heart-beats are on (the last write decides
+        when the next is due); the write deadline starts when the transport next looks
+        (:meth:`write_deadline`)."""
+        proto = self.proto
+        if (
+            self.status is not CONNECTED
+            or self.ending is not None
+            or proto is None
+            or proto.state is PROTOCOL_CLOSED
+        ):
+            return False
+        proto.send(destination, body, headers=headers, content_type=content_type)
+        now = clock() if proto.negotiated_heartbeats[0] else None
+        self.outgoing += take_output(proto, self.ws, now, self.endpoint if self.debug else None)
+        return True
+
     def flush(self, now: float | None) -> bool:
         """Move the core's encoded frames to :attr:`outgoing`; whether there were any."""
         proto = self.proto

@@ -380,9 +380,7 @@ class Connection(ConnectionBase[Message]):
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
             with io.lock:
-                proto = self._session.usable()
-                if proto is not None:
-                    proto.send(destination, body, headers=headers, content_type=content_type)
+                if self._session.send_now(destination, body, headers, content_type, time.monotonic):
                     io.queue_output()
                     return
         call = traced(Call(self._session, time.monotonic()), telemetry)

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._calls import Call, Running, Steps
 from stompy._connecting import Attempts, Handshake
-from stompy._options import log_sent
 from stompy._session import MAX_OUTGOING, Session, failure_reason, log
 from stompy._state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._urls import Endpoint
@@ -112,28 +111,15 @@ class IOThread(Generic[M]):
         return running.result
 
     def queue_output(self) -> None:
-        """After a send made under the lock (a client's fast path): the core's bytes to
-        the outgoing buffer, the I/O thread woken; past :data:`MAX_OUTGOING`, wait for
-        room as a call's steps do."""
-        session = self.session
-        proto = session.proto
-        assert proto is not None
-        if session.ws is None:  # Session.flush, inlined: this runs for every frame sent
-            # The time matters only to outgoing heart-beats (when the last byte went).
-            beats = proto.negotiated_heartbeats[0]
-            data = proto.data_to_send(time.monotonic() if beats else None)
-            if not data:
-                return
-            if session.debug:
-                log_sent(data, session.endpoint)
-            # Queued for the I/O thread, which writes whatever accumulated in one send:
-            # measured faster than writing from the caller's thread, which costs a
-            # system call per frame.
-            session.outgoing += data
-        elif not session.flush(time.monotonic()):
-            return
+        """After a send queued under the lock (a client's fast path,
+        :meth:`Session.send_now`): the I/O thread woken; past :data:`MAX_OUTGOING`,
+        wait for room as a call's steps do.
+
+        The I/O thread writes whatever accumulated in one send: measured faster than
+        writing from the caller's thread, which costs a system call per frame."""
         if not self.wake_sent:
             self.wake()
+        session = self.session
         if len(session.outgoing) > MAX_OUTGOING and threading.current_thread() is not self.thread:
             self.run(Call(session, time.monotonic()).flush())
 
