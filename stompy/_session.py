@@ -53,7 +53,14 @@ from stompy._connecting import Attempts, Handshake
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
 from stompy._inbox import Inbox, subscribe_headers
 from stompy._notices import Notice, queue_notice
-from stompy._options import ClientOptions, Overflow, check_overflow, error_for_event, take_output
+from stompy._options import (
+    ClientOptions,
+    Overflow,
+    check_overflow,
+    error_for_event,
+    log_sent,
+    take_output,
+)
 from stompy._protocol import ClientProtocol
 from stompy._requests import (
     REPLY_QUEUE,
@@ -335,7 +342,13 @@ class Session(Generic[M]):
             return False
         proto.send(destination, body, headers=headers, content_type=content_type)
         now = clock() if proto.negotiated_heartbeats[0] else None
-        self.outgoing += take_output(proto, self.ws, now, self.endpoint if self.debug else None)
+        if self.ws is None:  # take_output, inlined: this runs for every message sent
+            data = proto.data_to_send(now)
+            if self.debug:
+                log_sent(data, self.endpoint)
+        else:
+            data = take_output(proto, self.ws, now, self.endpoint if self.debug else None)
+        self.outgoing += data
         return True
 
     def flush(self, now: float | None) -> bool:
