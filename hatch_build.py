@@ -1,5 +1,6 @@
 """The wheel's build hook: stompy's sans-IO core compiled with mypyc whenever it can be,
-and the parser's header-block check (``stompy/_cscan.pyx``) built with Cython.
+and the codec's hot loops (``stompy/_cscan.pyx``: the parser's header-block check, the
+encoder) built with Cython.
 
 The way aiohttp, yarl and multidict ship their C cores: a wheel built with a C compiler
 at hand (``pip install .``, ``python -m build``, cibuildwheel) holds the core modules
@@ -14,7 +15,7 @@ is pure Python (``py3-none-any``), with a warning in the build log and no error,
 
 The accelerator is built the same way, independently: with Cython importable and a C
 compiler, ``stompy/_cscan.*.so`` goes into the wheel (``stompy._compiled.ACCELERATED``);
-without, a warning, and the parser makes the same check in Python (or mypyc's C). Cython
+without, a warning, and the codec does the same work in Python (or mypyc's C). Cython
 is a build requirement only: nothing imports it at run time.
 
 Editable installs (``pip install -e .``) are always pure Python.

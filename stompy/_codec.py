@@ -8,9 +8,11 @@ Speed comes from working on whole slices: ``bytes.find`` locates the blank line 
 ends the headers and the NUL that ends a body, the header block is decoded once, CRs
 and backslashes are dealt with only where there are any, and the ``(name, value)``
 pairs of header lines seen lately are shared rather than made again. The encoder
-escapes all header lines at once, in a few ``str.replace`` passes. Memory is bounded by
-:class:`FrameLimits`: a frame that crosses a limit raises :class:`FrameTooLarge` as
-soon as the crossing is seen, without waiting for (or buffering) the rest.
+escapes all header lines at once, in a few ``str.replace`` passes (with the Cython
+accelerator, ``_cscan.pyx``, it copies each header's bytes into the frame instead).
+Memory is bounded by :class:`FrameLimits`: a frame that crosses a limit raises
+:class:`FrameTooLarge` as soon as the crossing is seen, without waiting for (or
+buffering) the rest.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ hold only the ``.py``. The build hook is ``hatch_build.py``; its ``compile`` lis
 pyproject.toml is :data:`CORE_MODULES` (a test keeps them equal).
 
 Apart from that, a wheel built where Cython was found holds ``stompy._cscan``, the
-parser's header-block check in C: :data:`ACCELERATED` tells whether the parser uses it
-(not with ``STOMPY_NO_EXTENSIONS`` set at import time, to anything but "" or "0").
+codec's hot loops in C (the parser's header-block check, the encoder):
+:data:`ACCELERATED` tells whether the codec uses it (not with ``STOMPY_NO_EXTENSIONS``
+set at import time, to anything but "" or "0").
 """
 
 from __future__ import annotations
@@ -31,5 +32,6 @@ def is_compiled(module: ModuleType) -> bool:
 #: True when the core modules are the compiled ones; False when they are pure Python.
 COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES)
 
-#: True when the parser checks header blocks with the Cython accelerator (``_cscan``).
+#: True when the codec uses the Cython accelerator (``_cscan``): the parser's
+#: header-block check and the encoder.
 ACCELERATED: Final[bool] = _codec._block_escaping is not None
