@@ -70,10 +70,12 @@ def _accelerator() -> tuple[
     if os.environ.get("STOMPY_NO_EXTENSIONS", "") not in ("", "0"):
         return None, None, None
     try:
-        from stompy._cscan import blank_line, block_escaping, encode_frame
+        # The module, not its functions: compiled by mypyc, a function's import binds
+        # the module's global of that name, and ``encode_frame`` is this module's own.
+        from stompy import _cscan
     except ImportError:
         return None, None, None
-    return block_escaping, blank_line, encode_frame
+    return _cscan.block_escaping, _cscan.blank_line, _cscan.encode_frame
 
 
 _ACCELERATOR: Final = _accelerator()
