@@ -611,7 +611,7 @@ def test_a_destination_is_needed() -> None:
 
 def test_dedup_ids_are_deterministic() -> None:
     task = TaskIdentity("q", "7", 3, attempt=2)
-    assert dedup_id(task, 11) == "q:7:3:11"
+    assert dedup_id(task, 11) == "q.7.3.11"
     assert dedup_id(TaskIdentity("q", "7", 3, attempt=0), 11) == dedup_id(task, 11)
 
 
@@ -642,7 +642,7 @@ def test_write_partition_sends_and_confirms(broker: Broker) -> None:
     assert out[0].content_type == "application/json"
     assert out[0].headers["kind"] == "test"
     assert out[1].headers["kind"] == "override"
-    assert [m.headers["stompy-dedup-id"] for m in out] == ["query:5:2:0", "query:5:2:2"]
+    assert [m.headers["stompy-dedup-id"] for m in out] == ["query.5.2.0", "query.5.2.2"]
     other = take_all(broker.url, "/queue/other")
     assert [m.body for m in other] == [b"two"]
 
@@ -681,7 +681,7 @@ def test_write_partition_takes_arrow_batches(broker: Broker) -> None:
     assert [m.body for m in out] == [b"a", b"c"]
     assert out[0].headers["n"] == "1"
     assert "n" not in out[1].headers  # a null header value is left out
-    assert [m.headers["stompy-dedup-id"] for m in out] == ["q:3:1:0", "q:3:1:2"]
+    assert [m.headers["stompy-dedup-id"] for m in out] == ["q.3.1.0", "q.3.1.2"]
     (other,) = take_all(broker.url, "/queue/x")
     assert other.content_type == "t/x"
 

@@ -121,7 +121,7 @@ def test_batch_write_in_process(broker: Broker, caplog: pytest.LogCaptureFixture
         got = [sub.get(timeout=5) for _ in range(2)]
     assert [m.text for m in got if m is not None] == ["a", "b"]
     dedup = [m.headers["stompy-dedup-id"] for m in got if m is not None]
-    assert dedup == [f"{writer.job}:0:0:0", f"{writer.job}:0:0:1"]
+    assert dedup == [f"{writer.job}.0.0.0", f"{writer.job}.0.0.1"]
 
 
 def test_abort_says_what_stays_at_the_broker(caplog: pytest.LogCaptureFixture) -> None:

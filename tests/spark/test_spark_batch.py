@@ -59,7 +59,7 @@ def test_write_10000_rows_then_read_them_all_back(spark: SparkSession, broker: B
     assert {r.destination for r in rows} == {"/queue/batch"}
     dedup = {r.headers["stompy-dedup-id"] for r in rows}
     assert len(dedup) == ROWS
-    assert {d.split(":")[2] for d in dedup} == {"0", "1"}  # the partition of each message
+    assert {d.split(".")[2] for d in dedup} == {"0", "1"}  # the partition of each message
     # The reading tasks acknowledged what they produced.
     assert broker.queue_depth("/queue/batch") == 0
     assert broker.unacked_count("/queue/batch") == 0

@@ -103,7 +103,7 @@ def test_stop_and_restart_from_the_checkpoint_loses_nothing(
         assert collector.bodies == {str(i).encode() for i in range(MESSAGES)}
         # query id (kept in the checkpoint, the same after the restart), batch id,
         # partition, row: one id per message written.
-        parts = [d.split(":") for d in collector.dedup]
+        parts = [d.split(".") for d in collector.dedup]
         assert len(collector.dedup) == collector.total
         assert {p[0] for p in parts} == {str(query.id)}
         assert len({p[1] for p in parts}) >= 2
