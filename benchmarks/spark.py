@@ -19,6 +19,9 @@ start once, as in a running pipeline):
   long-running query pays once; both end-to-end times are in the log.
 * ``batch read``: ``spark.read.format("stomp")`` (2 partitions) and ``count()``,
   timed whole (the tasks' final ``idleTimeout`` included), against the same drain.
+  Beside it, Spark's own floor for such a read: ``count()`` of a Python data source
+  that yields ten rows from two partitions and does nothing else (seconds; whatever
+  a batch read does, it costs this much more than its drain and its idle end).
 
 Beside them, the broker's ceiling, measured outside Spark: two bare sockets writing
 pre-encoded SENDs, and a bare socket acknowledging every message it reads (the price
@@ -39,6 +42,7 @@ import contextlib
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -464,6 +468,48 @@ class Runs:
         }[workload]
 
 
+class _TenRows:
+    """A Python data source that costs nothing: what Spark alone spends on a batch read."""
+
+    @staticmethod
+    def register(spark: Any) -> str:
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        class Reader(DataSourceReader):
+            def partitions(self) -> list[InputPartition]:
+                return [InputPartition(0), InputPartition(1)]
+
+            def read(self, partition: InputPartition) -> Iterator[tuple[bytes]]:
+                for _ in range(5):
+                    yield (b"x",)
+
+        class Source(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "stompy-bench-ten-rows"
+
+            def schema(self) -> str:
+                return "body binary"
+
+            def reader(self, schema: Any) -> DataSourceReader:
+                return Reader()
+
+        spark.dataSource.register(Source)
+        return Source.name()
+
+
+def spark_floor(spark: Any, rounds: int) -> list[float]:
+    """Seconds of ``count()`` over :class:`_TenRows`, warmed up once, ``rounds`` times."""
+    name = _TenRows.register(spark)
+    spark.read.format(name).load().count()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        spark.read.format(name).load().count()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 # -- memory -------------------------------------------------------------------------------------
 
 
@@ -557,6 +603,19 @@ def run(settings: Settings) -> list[Row]:
     spark = spark_session()
     work = Path(tempfile.mkdtemp(prefix="stompy-spark-bench-"))
     try:
+        floor = spark_floor(spark, max(rounds, 3))
+        log(settings, f"spark: a batch read of a source that does nothing: {floor} s")
+        rows.append(
+            Row(
+                GROUP,
+                "batch read: Spark's floor",
+                "no-op source",
+                statistics.median(floor),
+                "s",
+                higher_is_better=False,
+                samples=tuple(floor),
+            )
+        )
         brokers: list[tuple[str, Callable[[], contextlib.AbstractContextManager[str]]]] = [
             ("stompy broker", own_broker)
         ]
