@@ -45,6 +45,12 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "--strict", "stompy", "tests")
 
 
+#: Two pytest-xdist workers: most tests wait (on sockets, timers, Spark) rather than
+#: compute, so two keep CI's two cores busy; the Spark tests stay together in one (see
+#: tests/spark/conftest.py). Coverage follows the workers (``patch = subprocess``).
+TESTS_ARGS = ("--ignore=tests/interop", "-n", "2", "--dist", "loadgroup")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite with coverage; fails under 90% line coverage of stompy/.
@@ -55,9 +61,7 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".", *group("test"), *group("spark"))
     env = {"HYPOTHESIS_PROFILE": "ci"}
     session.run("coverage", "erase")
-    session.run(
-        "coverage", "run", "-m", "pytest", "--ignore=tests/interop", *session.posargs, env=env
-    )
+    session.run("coverage", "run", "-m", "pytest", *TESTS_ARGS, *session.posargs, env=env)
     session.run("coverage", "combine", success_codes=[0, 1])
     session.run("coverage", "report", "--fail-under=90")
 
@@ -140,7 +144,7 @@ def wheel(session: nox.Session) -> None:
     check_tag(session, compiled, True)
     install_wheel(session, compiled, "tests")
     env = {"HYPOTHESIS_PROFILE": "ci", "STOMPY_COMPILED": "1"}
-    session.run("pytest", "-q", *WHEEL_TESTS, *session.posargs, env=env)
+    session.run("pytest", "-q", "-n", "2", *WHEEL_TESTS, *session.posargs, env=env)
 
 
 @nox.session
