@@ -12,7 +12,7 @@ import random
 import re
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
@@ -187,68 +187,58 @@ def check_overflow(overflow: str) -> None:
         raise ConfigurationError(f"overflow must be 'pause' or 'fail', got {overflow!r}")
 
 
+@dataclass(eq=False, repr=False)
 class ClientOptions:
-    """The normalised arguments of ``Connection`` / ``AsyncConnection``."""
+    """The normalised arguments of ``Connection`` / ``AsyncConnection``.
 
-    def __init__(
-        self,
-        urls: str | Endpoint | Sequence[str | Endpoint],
-        *,
-        login: str | None = None,
-        passcode: str | None = None,
-        host: str | None = None,
-        versions: Sequence[str] = VERSIONS,
-        heartbeats: tuple[int, int] = (0, 0),
-        heartbeat_tolerance: float = 2.0,
-        ssl: SslArg = None,
-        connect_timeout: float = 10.0,
-        receipt_timeout: float = 10.0,
-        reconnect: Reconnect | None = None,
-        headers: Mapping[str, str] | None = None,
-        limits: FrameLimits = DEFAULT_LIMITS,
-        max_pending: int = 1000,
-        overflow: Overflow = "pause",
-        strict: bool = True,
-        ws_headers: Mapping[str, str] | None = None,
-        on_connected: Callable[[Endpoint], object] | None = None,
-        on_reconnected: Callable[[Endpoint], object] | None = None,
-        on_disconnected: Callable[[StompError | None], object] | None = None,
-        on_error: Callable[[ServerError], object] | None = None,
-        on_unrouted: Callable[[MessageReceived], object] | None = None,
-        tracing: bool = True,
-    ) -> None:
+    A dataclass so that one list declares the constructor's keywords, their defaults
+    and the attributes they become; :meth:`__post_init__` checks and normalises them.
+    ``urls`` becomes :attr:`endpoints`; read the passcode with :meth:`credentials`
+    (the URL's is the fallback).
+    """
+
+    urls: InitVar[str | Endpoint | Sequence[str | Endpoint]]
+    _: KW_ONLY
+    login: str | None = None
+    passcode: str | None = None
+    host: str | None = None
+    versions: Sequence[str] = VERSIONS
+    heartbeats: tuple[int, int] = (0, 0)
+    heartbeat_tolerance: float = 2.0
+    ssl: SslArg = None
+    connect_timeout: float = 10.0
+    receipt_timeout: float = 10.0
+    reconnect: Reconnect | None = None
+    #: Extra CONNECT headers (copied).
+    headers: Mapping[str, str] | None = None
+    limits: FrameLimits = DEFAULT_LIMITS
+    max_pending: int = 1000
+    overflow: Overflow = "pause"
+    strict: bool = True
+    #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``; copied).
+    ws_headers: Mapping[str, str] | None = None
+    #: The lifecycle hooks (see :class:`~stompy._notices.Notice`).
+    on_connected: Callable[[Endpoint], object] | None = None
+    on_reconnected: Callable[[Endpoint], object] | None = None
+    on_disconnected: Callable[[StompError | None], object] | None = None
+    on_error: Callable[[ServerError], object] | None = None
+    on_unrouted: Callable[[MessageReceived], object] | None = None
+    #: Whether the connection records OpenTelemetry spans and metrics (when
+    #: ``opentelemetry-api`` is installed and the application installed an SDK).
+    tracing: bool = True
+    #: The addresses to try, in turn, from ``urls``.
+    endpoints: tuple[Endpoint, ...] = field(init=False)
+
+    def __post_init__(self, urls: str | Endpoint | Sequence[str | Endpoint]) -> None:
         self.endpoints = parse_urls(urls)
-        if max_pending < 1:
+        if self.max_pending < 1:
             raise ValueError("max_pending must be at least 1")
-        if connect_timeout <= 0 or receipt_timeout <= 0:
+        if self.connect_timeout <= 0 or self.receipt_timeout <= 0:
             raise ValueError("timeouts must be positive")
-        self.login = login
-        self._passcode = passcode
-        self.host = host
-        self.versions = tuple(versions)
-        self.heartbeats = heartbeats
-        self.heartbeat_tolerance = heartbeat_tolerance
-        self.ssl = ssl
-        self.connect_timeout = connect_timeout
-        self.receipt_timeout = receipt_timeout
-        self.reconnect = reconnect
-        self.headers = dict(headers or {})
-        self.limits = limits
-        self.max_pending = max_pending
-        check_overflow(overflow)
-        self.overflow: Overflow = overflow
-        self.strict = strict
-        #: The lifecycle hooks (see :class:`~stompy._notices.Notice`).
-        self.on_connected = on_connected
-        self.on_reconnected = on_reconnected
-        self.on_disconnected = on_disconnected
-        self.on_error = on_error
-        self.on_unrouted = on_unrouted
-        #: Whether the connection records OpenTelemetry spans and metrics (when
-        #: ``opentelemetry-api`` is installed and the application installed an SDK).
-        self.tracing = tracing
-        #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``).
-        self.ws_headers = dict(ws_headers or {})
+        self.versions = tuple(self.versions)
+        self.headers = dict(self.headers or {})
+        check_overflow(self.overflow)
+        self.ws_headers = dict(self.ws_headers or {})
         for name, value in self.ws_headers.items():
             _check_http_header(name, value)
         # Versions, heart-beats and the CONNECT headers checked now, not at connect time.
@@ -284,7 +274,7 @@ class ClientOptions:
     def credentials(self, endpoint: Endpoint) -> tuple[str | None, str | None]:
         """Login and passcode: the arguments win over the URL."""
         login = self.login if self.login is not None else endpoint.login
-        passcode = self._passcode if self._passcode is not None else endpoint.passcode
+        passcode = self.passcode if self.passcode is not None else endpoint.passcode
         return login, passcode
 
     def vhost(self, endpoint: Endpoint) -> str:
