@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Generator, Mapping
+from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 from stompy._events import MessageReceived
@@ -76,24 +77,16 @@ class Waiting(enum.Enum):
     REPLY = "reply"
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class Wait:
     """One wait a call asks for: until ``what`` happens, or ``deadline`` at the latest."""
 
-    __slots__ = ("correlation_id", "deadline", "receipt", "what")
-
-    def __init__(
-        self,
-        what: Waiting,
-        deadline: float,
-        receipt: str | None = None,
-        correlation_id: str | None = None,
-    ) -> None:
-        self.what = what
-        self.deadline = deadline
-        #: The receipt id, for a :attr:`Waiting.RECEIPT` wait.
-        self.receipt = receipt
-        #: The request's ``correlation-id``, for a :attr:`Waiting.REPLY` wait.
-        self.correlation_id = correlation_id
+    what: Waiting
+    deadline: float
+    #: The receipt id, for a :attr:`Waiting.RECEIPT` wait.
+    receipt: str | None = None
+    #: The request's ``correlation-id``, for a :attr:`Waiting.REPLY` wait.
+    correlation_id: str | None = None
 
     def __repr__(self) -> str:
         key = self.receipt or self.correlation_id or ""
