@@ -68,11 +68,6 @@ class MessageReceived:
             and self.ack_mode == other.ack_mode
         )
 
-    def __ne__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return not self == other
-
     #: Unhashable, as a dataclass that compares by value and is not frozen.
     __hash__ = None  # type: ignore[assignment]
 

@@ -140,11 +140,6 @@ class Frame:
             and self.headers == other.headers
         )
 
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Frame):
-            return NotImplemented
-        return not self == other
-
     #: Unhashable, as a dataclass that compares by value and is not frozen.
     __hash__ = None  # type: ignore[assignment]
 
