@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import ssl as _ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from stompy._frames import VERSIONS
 from stompy._heartbeat import parse_heartbeat
@@ -39,6 +39,8 @@ __all__ = (
 )
 
 ReadMode = Literal["consume", "browse"]
+
+T = TypeVar("T")
 
 #: Options Spark itself may put in the mapping; they are not ours and are ignored.
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation"})
@@ -241,6 +243,16 @@ class WriteSettings:
 # -- parsing -------------------------------------------------------------------------------
 
 
+def _truth(text: str) -> bool:
+    """A yes or a no, as Spark options spell them; ``ValueError`` for anything else."""
+    value = text.lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
 class _Options:
     """Typed lookups in Spark's options, with errors that name the option."""
 
@@ -273,44 +285,38 @@ class _Options:
             raise ConfigurationError(f"the STOMP data source needs the option {name!r}{why}")
         return value.strip()
 
-    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+    def _parsed(self, name: str, parse: Callable[[str], T], what: str) -> T | None:
+        """The option as ``parse`` reads it (``None`` when not given); a value it refuses
+        (``ValueError``) is an error saying the option must be ``what``."""
         raw = self.text(name)
         if raw is None:
-            return default
+            return None
         try:
-            value = int(raw.strip())
+            return parse(raw.strip())
         except ValueError:
-            raise ConfigurationError(f"option {name!r} must be an integer, got {raw!r}") from None
+            raise ConfigurationError(f"option {name!r} must be {what}, got {raw!r}") from None
+
+    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+        value = self._parsed(name, int, "an integer")
+        if value is None:
+            return default
         if value < minimum:
             raise ConfigurationError(f"option {name!r} must be at least {minimum}, got {value}")
         return value
 
     def number(self, name: str, default: float) -> float:
-        raw = self.text(name)
-        if raw is None:
+        value = self._parsed(name, float, "a number of seconds")
+        if value is None:
             return default
-        try:
-            value = float(raw.strip())
-        except ValueError:
+        if not 0 < value < float("inf"):
             raise ConfigurationError(
-                f"option {name!r} must be a number of seconds, got {raw!r}"
-            ) from None
-        if not value > 0 or value == float("inf"):
-            raise ConfigurationError(
-                f"option {name!r} must be a positive number of seconds, got {raw!r}"
+                f"option {name!r} must be a positive number of seconds, got {value}"
             )
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
-        raw = self.text(name)
-        if raw is None:
-            return default
-        value = raw.strip().lower()
-        if value in ("true", "1", "yes", "on"):
-            return True
-        if value in ("false", "0", "no", "off"):
-            return False
-        raise ConfigurationError(f"option {name!r} must be true or false, got {raw!r}")
+        value = self._parsed(name, _truth, "true or false")
+        return default if value is None else value
 
     def headers(self, name: str) -> tuple[tuple[str, str], ...]:
         raw = self.text(name)
