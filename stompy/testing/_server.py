@@ -38,19 +38,12 @@ from typing_extensions import Unpack
 
 from stompy._signal import Signal
 from stompy.errors import StompError
-from stompy.testing._broker import (
-    BrokerConfig,
-    BrokerCore,
-    BrokerOptions,
-    BrokerStats,
-    ConnectionInfo,
-    ServerSession,
-    SessionState,
-)
+from stompy.testing._broker import BrokerConfig, BrokerCore, SessionState
 from stompy.testing._shared import CHUNK, STREAM_ERRORS, peer_name, serving_task_group, wait_until
 
 if TYPE_CHECKING:
     from stompy._websocket import WebSocketStream
+    from stompy.testing._broker import BrokerOptions, BrokerStats, ConnectionInfo, ServerSession
 
 __all__ = ("LINGER", "AsyncBroker", "serve", "tls_context")
 
