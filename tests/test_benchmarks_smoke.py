@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     path = tmp_path_factory.mktemp("bench") / "results.json"
-    # The spark group starts a SparkSession: tests/spark/test_spark_bench.py runs it.
+    # The spark group (a SparkSession, minutes) is left out; `nox -s bench -- spark` runs it.
     command = [sys.executable, "-m", "benchmarks", *GROUPS, "--quick", "--count", "100"]
     command += ["--rounds", "1", "--no-brokers", "--no-chart", "-q"]
     command += ["--contenders", CONTENDERS, "--json", str(path)]
