@@ -532,6 +532,81 @@ def test_repeated_user_headers_keep_their_order(core: BrokerCore) -> None:
     assert [v for k, v in message.headers if k == "x"] == ["1", "2"]
 
 
+_TEXT = st.text(alphabet=st.sampled_from("ab:\\\n\ré-"), max_size=6)
+
+
+@given(
+    sender=st.sampled_from(VERSIONS),
+    receiver=st.sampled_from(VERSIONS),
+    user=st.lists(st.tuples(_TEXT.filter(bool), _TEXT), max_size=4),
+    destination=st.sampled_from(["/queue/a", "/topic/t", "/queue/a:b", "/queue/\\x"]),
+    sub_id=st.sampled_from(["s1", "s:2", "s\\3"]),
+    ack=st.sampled_from(["auto", "client-individual"]),
+    body=st.sampled_from([b"", b"x", b"\x00nul\x00"]),
+    layout=st.sampled_from(["usual", "destination-last", "no-length", "receipt"]),
+)
+def test_a_message_is_written_as_encode_writes_it(
+    sender: str,
+    receiver: str,
+    user: list[tuple[str, str]],
+    destination: str,
+    sub_id: str,
+    ack: str,
+    body: bytes,
+    layout: str,
+) -> None:
+    """Whatever the SEND held and however it was laid out, the MESSAGE (and its
+    redelivery) is the bytes encode() makes of its headers in the subscriber's version,
+    a 1.0 subscriber's line breaks flattened: a SEND kept as the lines that arrived is
+    spliced into the same bytes as one kept as pairs."""
+    core = make()
+    consumer = connected(core, receiver)
+    consumer.subscribe(destination, id=sub_id, ack=ack)
+    consumer.frames()
+    producer = connected(core, sender)
+    headers = [("destination", destination), *user]
+    if layout == "destination-last":
+        headers = [*user, ("destination", destination)]
+    elif layout == "receipt":
+        headers.append(("receipt", "r"))
+    try:
+        data = encode(Frame("SEND", tuple(headers), body), sender)
+    except ValueError:
+        return  # not a SEND this version can carry
+    if layout == "no-length":
+        data = data.replace(b"\ncontent-length:%d\n" % len(body), b"\n")
+        if b"\x00" in body:
+            return
+    producer.raw(data)
+    parsed = FrameParser(sender).parse(data)[0]
+    passed = [(k, v) for k, v in parsed.headers if k not in _BROKER_HEADER_NAMES]
+    output = consumer.output()
+    message = FrameParser(receiver).parse(output)[0]
+    control = [("destination", destination), ("message-id", message.get("message-id") or "")]
+    control.append(("subscription", sub_id))
+    if ack != "auto" and receiver == V12:
+        control.append(("ack", message.get("ack") or ""))
+    expected = Frame("MESSAGE", (*control, *passed), body)
+    assert output == consumer.session._encode(expected)
+    if ack == "auto" or receiver == V10:
+        return
+    consumer.send("NACK", ack_headers(receiver, message))
+    output = consumer.output()
+    again = FrameParser(receiver).parse(output)[0]
+    control = control[:3]
+    if receiver == V12:
+        control.append(("ack", again.get("ack") or ""))
+    control.append(("redelivered", "true"))
+    expected = Frame("MESSAGE", (*control, *passed), body)
+    assert output == consumer.session._encode(expected)
+
+
+_BROKER_HEADER_NAMES = frozenset(
+    {"destination", "transaction", "receipt", "content-length"}
+    | {"message-id", "subscription", "ack", "redelivered"}
+)
+
+
 def test_message_ids_are_unique(core: BrokerCore) -> None:
     consumer = connected(core)
     consumer.subscribe("/queue/a")

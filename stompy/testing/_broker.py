@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import secrets
 import warnings
 from collections import deque
@@ -59,7 +60,7 @@ from typing import Final, TypedDict, get_args
 
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
-from stompy._frames import V10, V11, V12, VERSIONS, Frame, Headers
+from stompy._frames import V10, V11, V12, VERSIONS, Frame, Headers, _split_header_text, escape
 from stompy._heartbeat import (
     Heartbeat,
     format_heartbeat,
@@ -89,6 +90,10 @@ _ACK_MODES: Final[tuple[AckMode, ...]] = get_args(AckMode)
 _SEND_CONTROL: Final = ("destination", "transaction", "receipt", "content-length")
 _DELIVERY_HEADERS: Final = ("message-id", "subscription", "ack", "redelivered")
 _BROKER_HEADERS: Final = frozenset(_SEND_CONTROL + _DELIVERY_HEADERS)
+#: How a SEND's header block starts when its client writes the destination first.
+_SEND_DESTINATION: Final = "SEND\ndestination:"
+#: A header line that the broker reads or replaces rather than passes through.
+_CONTROL_LINE: Final = re.compile(f"\n(?:{'|'.join(sorted(_BROKER_HEADERS))}|reply-to):")
 _TOPIC_PREFIX: Final = "/topic/"
 #: A ``reply-to`` starting with this names a temporary queue (RabbitMQ's convention)...
 _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
@@ -332,22 +337,75 @@ class _Message:
     """What the broker stores for each message: :class:`StoredMessage`'s fields in a
     plain slotted class, made in about a quarter of the instructions (a frozen
     dataclass sets each field through ``object.__setattr__``: some 10,000 per SEND on
-    CPython 3.11). Never changed once made (a topic's subscriptions share it):
-    redelivery makes a new one, ``redelivered:true`` when ``redeliveries`` > 0."""
+    CPython 3.11). Never changed once made (a topic's subscriptions share it), but for
+    the pairs made from ``lines`` when first needed: redelivery makes a new one,
+    ``redelivered:true`` when ``redeliveries`` > 0.
 
-    __slots__ = ("body", "destination", "headers", "message_id", "redeliveries")
+    The user headers of a SEND that arrived in the usual shape are kept as the header
+    lines that arrived (``lines``), not as pairs: making the pairs cost about as much
+    as the rest of the SEND, and a MESSAGE to a client of the same escaping is spliced
+    from those lines (see :meth:`ServerSession._deliver`)."""
+
+    __slots__ = (
+        "_headers",
+        "body",
+        "destination",
+        "escaping",
+        "lines",
+        "message_id",
+        "redeliveries",
+    )
 
     def __init__(
-        self, message_id: str, destination: str, headers: Headers, body: bytes, redeliveries: int
+        self,
+        message_id: str,
+        destination: str,
+        headers: Headers | None,
+        body: bytes,
+        redeliveries: int,
+        lines: str | None = None,
+        escaping: str = V10,
     ) -> None:
         self.message_id = message_id
         self.destination = destination
-        #: The SEND frame's user headers, in order (``content-type`` included).
-        self.headers = headers
+        self._headers = headers
         self.body = body
         #: How many times it came back so far (see ``BrokerConfig.max_redeliveries``);
         #: above 0 it is delivered with ``redelivered:true``.
         self.redeliveries = redeliveries
+        #: The user headers as received, each line after a LF, escaped as
+        #: ``escaping`` escapes (``None``: only the pairs are kept).
+        self.lines = lines
+        self.escaping = escaping
+
+    @property
+    def headers(self) -> Headers:
+        """The SEND frame's user headers, in order (``content-type`` included)."""
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = _pairs(self.lines or "", self.escaping)
+        return headers
+
+    def again(self) -> _Message:
+        """The message given back for redelivery: one more redelivery counted."""
+        return _Message(
+            self.message_id,
+            self.destination,
+            self._headers,
+            self.body,
+            self.redeliveries + 1,
+            self.lines,
+            self.escaping,
+        )
+
+
+def _pairs(lines: str, escaping: str) -> Headers:
+    """The pairs of received header ``lines`` (each after a LF, as a checked block of a
+    :class:`~stompy._frames.ReceivedFrame` holds them), unescaped."""
+    if not lines:
+        return ()
+    flat = _split_header_text(lines[1:], escaping)
+    return tuple(zip(flat[::2], flat[1::2], strict=True))
 
 
 class _Destination:
@@ -372,6 +430,7 @@ class _Subscription:
         "id",
         "prefetch",
         "session",
+        "splice",
     )
 
     def __init__(
@@ -393,6 +452,17 @@ class _Subscription:
         self.by_message_id: dict[str, str] = {}
         #: Whether its backlog dropped a message yet (warned once).
         self.dropped = False
+        #: What its MESSAGE frames start with, up to the message id and after it, as
+        #: ``encode`` writes them in the session's version (see ServerSession._deliver);
+        #: None where that cannot be written as it is (a line break in STOMP 1.0).
+        self.splice: tuple[str, str] | None = None
+        version = session.version
+        name = destination.name
+        if version != V10 or not any(c in name or c in id for c in "\n\r"):
+            self.splice = (
+                f"MESSAGE\ndestination:{escape(name, version)}\nmessage-id:",
+                f"\nsubscription:{escape(id, version)}",
+            )
 
     def can_accept(self) -> bool:
         session = self.session
@@ -407,14 +477,24 @@ class _Subscription:
 
 class _TxSend:
     """A SEND that its transaction holds until COMMIT (a plain slotted class, as
-    :class:`_Message` is, and for the same reason: one is made per SEND)."""
+    :class:`_Message` is, and for the same reason: one is made per SEND); its user
+    headers as pairs or as lines (see :class:`_Message`)."""
 
-    __slots__ = ("body", "destination", "headers")
+    __slots__ = ("body", "destination", "escaping", "headers", "lines")
 
-    def __init__(self, destination: str, headers: Headers, body: bytes) -> None:
+    def __init__(
+        self,
+        destination: str,
+        headers: Headers | None,
+        body: bytes,
+        lines: str | None = None,
+        escaping: str = V10,
+    ) -> None:
         self.destination = destination
         self.headers = headers
         self.body = body
+        self.lines = lines
+        self.escaping = escaping
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,7 +638,14 @@ class BrokerCore:
                 "serve(max_stored_bytes=...) or stompy broker --max-stored-bytes)"
             )
 
-    def _accept(self, destination: str, headers: Headers, body: bytes) -> None:
+    def _accept(
+        self,
+        destination: str,
+        headers: Headers | None,
+        body: bytes,
+        lines: str | None = None,
+        escaping: str = V10,
+    ) -> None:
         """Take a SEND outside a transaction: check the room it needs, then publish it.
 
         The busiest path of a broker, for a queue that exists, in one function: the
@@ -568,7 +655,7 @@ class BrokerCore:
         if dest is None or dest.is_topic:
             topic = destination.startswith(_TOPIC_PREFIX)
             self._check_room(None if topic else destination, 1, 0 if topic else len(body))
-            self._publish(_TxSend(destination, headers, body))
+            self._publish(_TxSend(destination, headers, body, lines, escaping))
             return
         size = len(body)
         config = self.config
@@ -578,7 +665,7 @@ class BrokerCore:
         self._counters.messages_received += 1
         self._next_message += 1
         message_id = f"{self._message_prefix}{self._next_message}"
-        dest.messages.append(_Message(message_id, destination, headers, body, 0))
+        dest.messages.append(_Message(message_id, destination, headers, body, 0, lines, escaping))
         dest.bytes += size
         self._stored_bytes = stored
         if dest.subscriptions:
@@ -594,7 +681,17 @@ class BrokerCore:
             return
         self._next_message += 1
         message_id = f"{self._message_prefix}{self._next_message}"
-        self._route(_Message(message_id, send.destination, send.headers, send.body, 0))
+        self._route(
+            _Message(
+                message_id,
+                send.destination,
+                send.headers,
+                send.body,
+                0,
+                send.lines,
+                send.escaping,
+            )
+        )
 
     def _route(self, message: _Message) -> None:
         """Deliver ``message`` to its topic's subscribers, or store it in its queue."""
@@ -661,9 +758,7 @@ class BrokerCore:
             if limit is not None and m.redeliveries >= limit:
                 self._dead_letter(m)
             else:
-                again.append(
-                    _Message(m.message_id, m.destination, m.headers, m.body, m.redeliveries + 1)
-                )
+                again.append(m.again())
         return again
 
     def _dead_letter_queue(self, destination: str) -> str:
@@ -893,9 +988,30 @@ class ServerSession:
         if message.redeliveries:
             headers.append(("redelivered", "true"))
             self.core._counters.messages_redelivered += 1
+        self.core._counters.messages_delivered += 1
+        lines = message.lines
+        splice = sub.splice
+        if (
+            lines is not None
+            and splice is not None
+            and (message.escaping == self.version or "\\" not in lines)
+            and message.destination == sub.destination.name
+        ):
+            # The bytes encode() writes for these headers, spliced: the user header
+            # lines as received need no escaping again in the session's version (the
+            # escaping they arrived in, or none at all).
+            text = splice[0] + message.message_id + splice[1]
+            if len(headers) > 3:
+                text += "".join([f"\n{k}:{v}" for k, v in headers[3:]])
+            body = message.body
+            if body:
+                head = f"{text}{lines}\ncontent-length:{len(body)}\n\n"
+                self._queue(b"".join((head.encode(), body, b"\x00")))
+            else:
+                self._queue(f"{text}{lines}\n\n\x00".encode())
+            return
         headers.extend(message.headers)
         self._send_frame("MESSAGE", tuple(headers), message.body)
-        self.core._counters.messages_delivered += 1
 
     def _error(self, reject: _Reject, frame: Frame | None) -> None:
         """Queue an ERROR for ``reject`` and start closing, as the spec requires."""
@@ -1103,7 +1219,24 @@ class ServerSession:
         return ops
 
     def _on_send(self, frame: Frame) -> None:
-        # The busiest path of a broker: the header entries are read in one pass.
+        # The busiest path of a broker. A SEND as clients mostly write one (destination
+        # first, content-length last, no other header the broker reads) is taken from
+        # its header block as it arrived, without making the pairs: the block was
+        # checked by the parser (one colon a line, LF only, defined escapes), and the
+        # lines between those two are its user headers, kept as they are.
+        block = frame._block
+        if block.startswith(_SEND_DESTINATION):
+            end = block.find("\n", 17)
+            if end > 17:
+                target = block[17:end]
+                lines = block[end:]
+                at = lines.rfind("\ncontent-length:")
+                if at >= 0 and lines.find("\n", at + 1) < 0:
+                    lines = lines[:at]
+                if "\\" not in target and _CONTROL_LINE.search(lines) is None:
+                    self.core._accept(target, None, frame.body, lines, frame._escaping)
+                    return
+        # Any other SEND: the header entries are read in one pass.
         destination = transaction = receipt = reply_to = None
         user: list[tuple[str, str]] = []
         for entry in frame.headers:
