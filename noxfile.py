@@ -84,6 +84,13 @@ WHEEL_TESTS = (
     "tests/test_sync_client.py",
     "tests/test_async_client.py",
     "tests/test_compiled.py",
+    # The test broker's core is compiled too: its tests, the conformance suite (whose
+    # reference it is), and the test that it behaves as its Python source does.
+    "tests/test_broker_core.py",
+    "tests/test_broker_redelivery.py",
+    "tests/test_broker_temp_queues.py",
+    "tests/test_broker_compiled.py",
+    "tests/conformance",
 )
 
 
@@ -132,8 +139,8 @@ def install_wheel(session: nox.Session, wheel: Path, *copies: str) -> None:
 @nox.session
 def wheel(session: nox.Session) -> None:
     """The wheels a user gets, built like a release: an sdist, then from it a wheel for
-    this machine with the core compiled; the core's and the clients' tests against
-    that wheel, installed. Also checks that a build without a C compiler, and one with
+    this machine with the core compiled; the core's, the clients' and the test broker's
+    tests against that wheel, installed. Also checks that a build without a C compiler, and one with
     STOMPY_NO_EXTENSIONS=1, give a pure-Python wheel (py3-none-any).
 
     Extra arguments go to pytest, e.g. ``nox -s wheel -- -x -k heartbeat``."""

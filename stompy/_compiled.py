@@ -1,10 +1,11 @@
 """Whether the sans-IO core runs compiled (mypyc) or as pure Python.
 
 A wheel built where a C compiler was found holds the core modules compiled beside
-their ``.py`` files, and the import system loads the compiled ones; a pure-Python
-wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not CPython) and an editable install
-hold only the ``.py``. The build hook is ``hatch_build.py``; its ``compile`` list in
-pyproject.toml is :data:`CORE_MODULES` (a test keeps them equal).
+their ``.py`` files (the test broker's sans-IO core too: :data:`TESTING_MODULES`), and
+the import system loads the compiled ones; a pure-Python wheel (no compiler,
+``STOMPY_NO_EXTENSIONS=1``, not CPython) and an editable install hold only the ``.py``.
+The build hook is ``hatch_build.py``; its ``compile`` list in pyproject.toml is
+:data:`CORE_MODULES` and :data:`TESTING_MODULES` (a test keeps them equal).
 
 Apart from that, a wheel built where Cython was found holds ``stompy._cscan``, the
 codec's hot loops in C (the parser's header-block check, the encoder):
@@ -22,6 +23,11 @@ from stompy import _codec, _events, _frames, _heartbeat, _protocol
 
 #: The modules the build compiles when it can.
 CORE_MODULES: Final = (_frames, _codec, _heartbeat, _events, _protocol)
+
+#: The modules of ``stompy.testing`` compiled with them: named, not imported, so that
+#: ``import stompy`` does not import the test servers (nor stompy.testing import stompy
+#: half-initialised).
+TESTING_MODULES: Final = ("stompy.testing._broker",)
 
 
 def is_compiled(module: ModuleType) -> bool:

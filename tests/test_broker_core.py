@@ -402,9 +402,11 @@ def test_queue_full_rejects_the_send() -> None:
 
 def test_max_queue_defaults_to_a_million_and_keeps_its_old_name() -> None:
     assert BrokerConfig().max_queue == 1_000_000
-    with pytest.warns(DeprecationWarning, match="max_queue"):
+    with pytest.warns(DeprecationWarning, match="max_queue") as warned:
         config = BrokerConfig(max_queue_depth=7)
     assert config.max_queue == 7
+    # Where the config is made, whether the broker's core runs compiled or not.
+    assert warned[0].filename == __file__
 
 
 def test_a_dropping_topic_backlog_warns_once(caplog: pytest.LogCaptureFixture) -> None:

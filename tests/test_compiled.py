@@ -33,6 +33,11 @@ def test_the_core_is_compiled_whole_or_not_at_all() -> None:
     assert flavours == {stompy.COMPILED}
 
 
+def test_the_test_broker_core_is_compiled_with_the_core() -> None:
+    modules = [importlib.import_module(name) for name in _compiled.TESTING_MODULES]
+    assert {_compiled.is_compiled(module) for module in modules} == {stompy.COMPILED}
+
+
 def test_the_session_that_asks_for_the_compiled_core_gets_it() -> None:
     if os.environ.get("STOMPY_COMPILED") != "1":
         pytest.skip("only nox -s wheel asks for the compiled core (STOMPY_COMPILED=1)")
@@ -45,7 +50,8 @@ def test_the_build_compiles_the_modules_compiled_checks() -> None:
     if not pyproject.is_file():
         pytest.skip(f"no {pyproject}")
     hook = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
-    compiled = [f"stompy/{module.__name__.split('.')[-1]}.py" for module in _compiled.CORE_MODULES]
+    names = [module.__name__ for module in _compiled.CORE_MODULES]
+    compiled = [f"{name.replace('.', '/')}.py" for name in [*names, *_compiled.TESTING_MODULES]]
     assert hook["hooks"]["custom"]["compile"] == compiled
 
 

@@ -56,6 +56,7 @@ import warnings
 from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import InitVar, dataclass, field, replace
+from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Final, TypedDict, get_args
 
 from stompy._codec import FrameLimits, FrameParser, encode
@@ -69,7 +70,6 @@ from stompy._heartbeat import (
     parse_heartbeat,
 )
 from stompy.errors import FrameTooLarge, ProtocolError
-from stompy.testing._shared import Counters
 
 __all__ = (
     "BrokerConfig",
@@ -105,6 +105,9 @@ _QUEUE_PREFIX: Final = "/queue/"
 _DLQ_PREFIX: Final = "/queue/DLQ."
 
 logger: Final = logging.getLogger("stompy.testing")
+#: Whether this module runs compiled (mypyc, in a wheel): then its functions are no
+#: frames of the Python stack.
+_COMPILED: Final = __file__.endswith(tuple(EXTENSION_SUFFIXES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +164,12 @@ class BrokerConfig:
 
     def __post_init__(self, max_queue_depth: int | None) -> None:
         if max_queue_depth is not None:
+            # The caller of BrokerConfig(): compiled, neither this method nor __init__
+            # is a frame of the stack.
             warnings.warn(
-                "max_queue_depth is now called max_queue", DeprecationWarning, stacklevel=3
+                "max_queue_depth is now called max_queue",
+                DeprecationWarning,
+                stacklevel=1 if _COMPILED else 3,
             )
             object.__setattr__(self, "max_queue", max_queue_depth)
         versions = tuple(v for v in VERSIONS if v in set(self.versions))
@@ -243,27 +250,39 @@ class StoredMessage:
 
 
 @dataclass(slots=True)
-class BrokerStats(Counters):
-    """Counters since the broker started or was reset (:attr:`AsyncBroker.stats`)."""
+class BrokerStats:
+    """Counters since the broker started or was reset (:attr:`AsyncBroker.stats`).
+
+    What ``stats`` returns is a copy, which the broker does not change afterwards. Not a
+    :class:`~stompy.testing._shared.Counters` as the proxy's are: this module is
+    compiled in a wheel (a compiled class cannot extend one that is not), and its
+    imports stay clear of anyio. Each field's docstring says what it counts (they show
+    in the API reference, where comments do not)."""
 
     connections_opened: int = 0
+    """Connections accepted."""
     connections_open: int = 0
-    #: Messages accepted by SEND (counted at COMMIT inside a transaction).
+    """Connections open when the snapshot was taken, closing ones included."""
     messages_received: int = 0
-    #: MESSAGE frames written, redeliveries included.
+    """Messages accepted by SEND (counted at COMMIT inside a transaction)."""
     messages_delivered: int = 0
+    """MESSAGE frames written, redeliveries included."""
     messages_redelivered: int = 0
+    """MESSAGE frames written with ``redelivered:true``."""
     messages_acked: int = 0
+    """Messages acknowledged (each one a cumulative ACK covers counts)."""
     messages_nacked: int = 0
-    #: Topic messages nobody could take, and backlog overflow.
+    """Messages given back by NACK (each one a cumulative NACK covers counts)."""
     messages_dropped: int = 0
-    #: Messages moved to a dead-letter queue after ``max_redeliveries``.
+    """Topic messages nobody could take, and backlog overflow."""
     messages_dead_lettered: int = 0
-    #: ERROR frames sent.
+    """Messages moved to a dead-letter queue after ``max_redeliveries``."""
     errors_sent: int = 0
+    """ERROR frames sent."""
     heartbeat_timeouts: int = 0
-    #: Bugs: exceptions the transport caught while serving a connection.
+    """Connections dropped because the client's heart-beats stopped."""
     internal_errors: int = 0
+    """Bugs: exceptions the transport caught while serving a connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,13 +332,12 @@ class SessionState(enum.Enum):
     CLOSED = "CLOSED"
 
 
-# The states the busy paths test, as module names: reading an Enum member from its
-# class costs as much as a small function call (about 850 instructions on CPython 3.11).
-_CONNECTED: Final = SessionState.CONNECTED
-_CLOSING: Final = SessionState.CLOSING
-_CLOSED: Final = SessionState.CLOSED
-#: The states in which a session reads what the client sends.
-_READING: Final = (SessionState.AWAITING_CONNECT, _CONNECTED)
+# The states as module names, in the order of their definition, for the busy paths:
+# reading an Enum member from its class costs as much as a small function call (about
+# 850 instructions on CPython 3.11).
+_AWAITING, _CONNECTED, _CLOSING, _CLOSED = SessionState
+#: The states in which a session reads what the client sends, and those after them.
+_READING: Final = (_AWAITING, _CONNECTED)
 _FINISHED: Final = (_CLOSING, _CLOSED)
 
 
@@ -337,9 +355,10 @@ class _Message:
     """What the broker stores for each message: :class:`StoredMessage`'s fields in a
     plain slotted class, made in about a quarter of the instructions (a frozen
     dataclass sets each field through ``object.__setattr__``: some 10,000 per SEND on
-    CPython 3.11). Never changed once made (a topic's subscriptions share it), but for
-    the pairs made from ``lines`` when first needed: redelivery makes a new one,
-    ``redelivered:true`` when ``redeliveries`` > 0.
+    CPython 3.11). A transaction holds its SENDs as messages without an id yet, which
+    they get at COMMIT. Never changed once published (a topic's subscriptions share
+    it), but for the pairs made from ``lines`` when first needed: redelivery makes a
+    new one, ``redelivered:true`` when ``redeliveries`` > 0.
 
     The user headers of a SEND that arrived in the usual shape are kept as the header
     lines that arrived (``lines``), not as pairs: making the pairs cost about as much
@@ -358,25 +377,24 @@ class _Message:
 
     def __init__(
         self,
-        message_id: str,
         destination: str,
         headers: Headers | None,
         body: bytes,
-        redeliveries: int,
         lines: str | None = None,
         escaping: str = V10,
     ) -> None:
-        self.message_id = message_id
         self.destination = destination
         self._headers = headers
         self.body = body
-        #: How many times it came back so far (see ``BrokerConfig.max_redeliveries``);
-        #: above 0 it is delivered with ``redelivered:true``.
-        self.redeliveries = redeliveries
         #: The user headers as received, each line after a LF, escaped as
         #: ``escaping`` escapes (``None``: only the pairs are kept).
         self.lines = lines
         self.escaping = escaping
+        #: Set when it is published (see ``BrokerCore._publish``).
+        self.message_id = ""
+        #: How many times it came back so far (see ``BrokerConfig.max_redeliveries``);
+        #: above 0 it is delivered with ``redelivered:true``.
+        self.redeliveries = 0
 
     @property
     def headers(self) -> Headers:
@@ -388,15 +406,10 @@ class _Message:
 
     def again(self) -> _Message:
         """The message given back for redelivery: one more redelivery counted."""
-        return _Message(
-            self.message_id,
-            self.destination,
-            self._headers,
-            self.body,
-            self.redeliveries + 1,
-            self.lines,
-            self.escaping,
-        )
+        again = _Message(self.destination, self._headers, self.body, self.lines, self.escaping)
+        again.message_id = self.message_id
+        again.redeliveries = self.redeliveries + 1
+        return again
 
 
 def _pairs(lines: str, escaping: str) -> Headers:
@@ -473,28 +486,6 @@ class _Subscription:
         ):
             return False
         return self.ack == "auto" or len(self.by_message_id) < self.prefetch
-
-
-class _TxSend:
-    """A SEND that its transaction holds until COMMIT (a plain slotted class, as
-    :class:`_Message` is, and for the same reason: one is made per SEND); its user
-    headers as pairs or as lines (see :class:`_Message`)."""
-
-    __slots__ = ("body", "destination", "escaping", "headers", "lines")
-
-    def __init__(
-        self,
-        destination: str,
-        headers: Headers | None,
-        body: bytes,
-        lines: str | None = None,
-        escaping: str = V10,
-    ) -> None:
-        self.destination = destination
-        self.headers = headers
-        self.body = body
-        self.lines = lines
-        self.escaping = escaping
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,7 +597,7 @@ class BrokerCore:
         if not dest.messages and not dest.subscriptions:
             self._destinations.pop(dest.name, None)
 
-    def _check_capacity(self, sends: list[_TxSend]) -> None:
+    def _check_capacity(self, sends: list[_Message]) -> None:
         """Raise :class:`_Reject` unless every send fits the storage bounds."""
         counts: dict[str, int] = {}
         size = 0
@@ -655,7 +646,7 @@ class BrokerCore:
         if dest is None or dest.is_topic:
             topic = destination.startswith(_TOPIC_PREFIX)
             self._check_room(None if topic else destination, 1, 0 if topic else len(body))
-            self._publish(_TxSend(destination, headers, body, lines, escaping))
+            self._publish(_Message(destination, headers, body, lines, escaping))
             return
         size = len(body)
         config = self.config
@@ -664,34 +655,27 @@ class BrokerCore:
             self._check_room(destination, 1, size)  # raises, naming the limit
         self._counters.messages_received += 1
         self._next_message += 1
-        message_id = f"{self._message_prefix}{self._next_message}"
-        dest.messages.append(_Message(message_id, destination, headers, body, 0, lines, escaping))
+        message = _Message(destination, headers, body, lines, escaping)
+        message.message_id = f"{self._message_prefix}{self._next_message}"
+        dest.messages.append(message)
         dest.bytes += size
         self._stored_bytes = stored
         if dest.subscriptions:
             self._dispatch(dest)
 
-    def _publish(self, send: _TxSend) -> None:
+    def _publish(self, message: _Message) -> None:
+        """Number a message that a SEND made (its transaction's COMMIT, if it had one)
+        and route it."""
         self._counters.messages_received += 1
-        if send.destination.startswith(_REPLY_QUEUE_PREFIX) and (
-            send.destination not in self._destinations
+        if message.destination.startswith(_REPLY_QUEUE_PREFIX) and (
+            message.destination not in self._destinations
         ):
             # A temporary queue whose connection is gone: RabbitMQ drops the message.
             self._counters.messages_dropped += 1
             return
         self._next_message += 1
-        message_id = f"{self._message_prefix}{self._next_message}"
-        self._route(
-            _Message(
-                message_id,
-                send.destination,
-                send.headers,
-                send.body,
-                0,
-                send.lines,
-                send.escaping,
-            )
-        )
+        message.message_id = f"{self._message_prefix}{self._next_message}"
+        self._route(message)
 
     def _route(self, message: _Message) -> None:
         """Deliver ``message`` to its topic's subscribers, or store it in its queue."""
@@ -800,7 +784,9 @@ class BrokerCore:
         )
         headers = tuple(h for h in message.headers if h[0] != "original-destination")
         headers += (("original-destination", message.destination),)
-        self._route(_Message(message.message_id, name, headers, message.body, 0))
+        moved = _Message(name, headers, message.body)
+        moved.message_id = message.message_id
+        self._route(moved)
 
     def _dispatch(self, dest: _Destination) -> None:
         """Hand waiting messages to subscriptions that can take them."""
@@ -838,7 +824,7 @@ class ServerSession:
         self.core = core
         self.id = session_id
         self.peer = peer
-        self.state = SessionState.AWAITING_CONNECT
+        self.state = _AWAITING
         #: The negotiated version (1.0 until CONNECTED).
         self.version: str = V10
         self.login: str | None = None
@@ -857,7 +843,7 @@ class ServerSession:
         self._heartbeat: Heartbeat | None = None
         self._subscriptions: dict[str, _Subscription] = {}
         self._ack_index: dict[str, tuple[_Subscription, _Message]] = {}
-        self._transactions: dict[str, list[_TxSend | _TxSettle]] = {}
+        self._transactions: dict[str, list[_Message | _TxSettle]] = {}
         #: The temporary queues named in its SENDs' reply-to: their implicit
         #: subscriptions, by id (the ``/temp-queue/NAME`` itself).
         self._temp_queues: dict[str, _Subscription] = {}
@@ -968,7 +954,7 @@ class ServerSession:
 
     def send_raw(self, data: bytes) -> None:
         """Queue bytes exactly as given, to test how clients take broken input."""
-        if self.state is not SessionState.CLOSED:
+        if self.state is not _CLOSED:
             self._queue(bytes(data))
 
     def _deliver(self, sub: _Subscription, message: _Message) -> None:
@@ -1037,7 +1023,7 @@ class ServerSession:
         self._closing(message)
 
     def _closing(self, reason: str) -> None:
-        self.state = SessionState.CLOSING
+        self.state = _CLOSING
         if self.close_reason is None:
             self.close_reason = reason
         self._release()
@@ -1083,11 +1069,11 @@ class ServerSession:
         Unacknowledged queue messages go back to their queues (``redelivered:true``),
         open transactions are aborted. Output not yet taken can still be drained.
         """
-        if self.state is SessionState.CLOSED:
+        if self.state is _CLOSED:
             return
         if self.close_reason is None:
             self.close_reason = reason
-        self.state = SessionState.CLOSED
+        self.state = _CLOSED
         self._release()
         self.core.sessions.pop(self.id, None)
 
@@ -1113,7 +1099,7 @@ class ServerSession:
         if command in ("CONNECT", "STOMP"):
             self._on_connect(frame, now)
             return
-        if self.state is SessionState.AWAITING_CONNECT:
+        if self.state is _AWAITING:
             raise _Reject(f"expected a CONNECT or STOMP frame, got {command}")
         if command == "SUBSCRIBE":
             self._on_subscribe(frame)
@@ -1149,7 +1135,7 @@ class ServerSession:
             self._send_receipt(receipt)
 
     def _on_connect(self, frame: Frame, now: float) -> None:
-        if self.state is not SessionState.AWAITING_CONNECT:
+        if self.state is not _AWAITING:
             raise _Reject(f"{frame.command} frame on a connection that is already connected")
         config = self.core.config
         accept = frame.get("accept-version")
@@ -1190,7 +1176,7 @@ class ServerSession:
         self._parser.version = version
         self.login = login
         self.host = host
-        self.state = SessionState.CONNECTED
+        self.state = _CONNECTED
         headers = [("version", version), ("session", self.id), ("server", config.server_name)]
         if version != V10:  # STOMP 1.0 has no heart-beating
             headers.append(("heart-beat", format_heartbeat(config.heartbeats)))
@@ -1200,10 +1186,12 @@ class ServerSession:
                 self._heartbeat = Heartbeat(out_ms, in_ms, config.heartbeat_tolerance, now)
         self._send_frame("CONNECTED", tuple(headers))
 
-    def _transaction(self, frame: Frame) -> list[_TxSend | _TxSettle] | None:
+    def _transaction(self, frame: Frame) -> list[_Message | _TxSettle] | None:
         return self._open_transaction(frame.command, frame.get("transaction"))
 
-    def _open_transaction(self, command: str, name: str | None) -> list[_TxSend | _TxSettle] | None:
+    def _open_transaction(
+        self, command: str, name: str | None
+    ) -> list[_Message | _TxSettle] | None:
         """The frames so far of transaction ``name`` (``None``: outside any)."""
         if name is None:
             return None
@@ -1262,7 +1250,7 @@ class ServerSession:
         if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
             headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
         if ops is not None:
-            ops.append(_TxSend(destination, headers, frame.body))
+            ops.append(_Message(destination, headers, frame.body))
         else:
             self.core._accept(destination, headers, frame.body)
         if receipt is not None:
@@ -1464,9 +1452,9 @@ class ServerSession:
             raise _Reject(f"{frame.command} of transaction {name!r}, which is not open")
         if frame.command == "COMMIT":
             # All or nothing: check room for every SEND before applying any.
-            self.core._check_capacity([op for op in ops if isinstance(op, _TxSend)])
+            self.core._check_capacity([op for op in ops if isinstance(op, _Message)])
             for op in ops:
-                if isinstance(op, _TxSend):
+                if isinstance(op, _Message):
                     self.core._publish(op)
                 else:
                     self._settle(op.command, op.subscription, op.ack_id)
@@ -1476,15 +1464,15 @@ class ServerSession:
 
     def next_deadline(self) -> float | None:
         """When :meth:`handle_timer` must next be called (``None``: never)."""
-        if self.state is SessionState.AWAITING_CONNECT:
+        if self.state is _AWAITING:
             return self._opened + self.core.config.connect_timeout
-        if self.state is SessionState.CONNECTED and self._heartbeat and not self.paused:
+        if self.state is _CONNECTED and self._heartbeat and not self.paused:
             return self._heartbeat.deadline()
         return None
 
     def handle_timer(self, now: float) -> None:
         """Queue a heart-beat EOL when one is due; drop a silent or late client."""
-        if self.state is SessionState.AWAITING_CONNECT:
+        if self.state is _AWAITING:
             if now >= self._opened + self.core.config.connect_timeout:
                 self._error(
                     _Reject(f"no CONNECT frame within {self.core.config.connect_timeout:g} s"),
@@ -1492,7 +1480,7 @@ class ServerSession:
                 )
             return
         beat = self._heartbeat
-        if self.state is not SessionState.CONNECTED or beat is None or self.paused:
+        if self.state is not _CONNECTED or beat is None or self.paused:
             return
         if beat.peer_dead(now):
             self.core._counters.heartbeat_timeouts += 1
@@ -1522,7 +1510,7 @@ class ServerSession:
         if self._heartbeat is not None:
             self._heartbeat.sent(now)
             self._heartbeat.received(now)
-        if self.state is SessionState.CONNECTED:
+        if self.state is _CONNECTED:
             for sub in list(self._subscriptions.values()):
                 self.core._dispatch(sub.destination)
         self.core._ready[self.id] = self
