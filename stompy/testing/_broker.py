@@ -164,12 +164,12 @@ class BrokerConfig:
 
     def __post_init__(self, max_queue_depth: int | None) -> None:
         if max_queue_depth is not None:
-            # The caller of BrokerConfig(): compiled, neither this method nor __init__
-            # is a frame of the stack.
+            # The caller of BrokerConfig(), above the __init__ that dataclasses wrote;
+            # compiled, this method is no frame of the stack.
             warnings.warn(
                 "max_queue_depth is now called max_queue",
                 DeprecationWarning,
-                stacklevel=1 if _COMPILED else 3,
+                stacklevel=2 if _COMPILED else 3,
             )
             object.__setattr__(self, "max_queue", max_queue_depth)
         versions = tuple(v for v in VERSIONS if v in set(self.versions))
