@@ -545,7 +545,9 @@ _TEXT = st.text(alphabet=st.sampled_from("ab:\\\n\ré-"), max_size=6)
     sub_id=st.sampled_from(["s1", "s:2", "s\\3"]),
     ack=st.sampled_from(["auto", "client-individual"]),
     body=st.sampled_from([b"", b"x", b"\x00nul\x00"]),
-    layout=st.sampled_from(["usual", "destination-last", "no-length", "receipt"]),
+    layout=st.sampled_from(
+        ["usual", "destination-last", "no-length", "length-early", "receipt", "reply-to"]
+    ),
 )
 def test_a_message_is_written_as_encode_writes_it(
     sender: str,
@@ -571,6 +573,8 @@ def test_a_message_is_written_as_encode_writes_it(
         headers = [*user, ("destination", destination)]
     elif layout == "receipt":
         headers.append(("receipt", "r"))
+    elif layout == "reply-to":
+        headers.insert(1, ("reply-to", "/queue/r"))  # passed through: no temporary queue
     try:
         data = encode(Frame("SEND", tuple(headers), body), sender)
     except ValueError:
@@ -579,6 +583,12 @@ def test_a_message_is_written_as_encode_writes_it(
         data = data.replace(b"\ncontent-length:%d\n" % len(body), b"\n")
         if b"\x00" in body:
             return
+    elif layout == "length-early" and body:
+        # content-length right after the destination, as some clients write it
+        head, _, rest = data.partition(b"\n\n")
+        lines = head.split(b"\n")
+        lines.insert(2, lines.pop())
+        data = b"\n".join(lines) + b"\n\n" + rest
     producer.raw(data)
     parsed = FrameParser(sender).parse(data)[0]
     passed = [(k, v) for k, v in parsed.headers if k not in _BROKER_HEADER_NAMES]

@@ -92,8 +92,6 @@ _DELIVERY_HEADERS: Final = ("message-id", "subscription", "ack", "redelivered")
 _BROKER_HEADERS: Final = frozenset(_SEND_CONTROL + _DELIVERY_HEADERS)
 #: How a SEND's header block starts when its client writes the destination first.
 _SEND_DESTINATION: Final = "SEND\ndestination:"
-#: A header line that the broker reads or replaces rather than passes through.
-_CONTROL_LINE: Final = re.compile(f"\n(?:{'|'.join(sorted(_BROKER_HEADERS))}|reply-to):")
 _TOPIC_PREFIX: Final = "/topic/"
 #: A ``reply-to`` starting with this names a temporary queue (RabbitMQ's convention)...
 _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
@@ -103,6 +101,11 @@ _PRIVATE_PREFIXES: Final = (_TEMP_QUEUE_PREFIX, _REPLY_QUEUE_PREFIX)
 _QUEUE_PREFIX: Final = "/queue/"
 #: Dead-letter queues by default: ``/queue/DLQ.<name>``, as ActiveMQ names them.
 _DLQ_PREFIX: Final = "/queue/DLQ."
+#: A header line that the broker reads or replaces rather than passes through (it
+#: replaces a ``reply-to`` that names a temporary queue).
+_CONTROL_LINE: Final = re.compile(
+    f"\n(?:(?:{'|'.join(sorted(_BROKER_HEADERS))}):|reply-to:{_TEMP_QUEUE_PREFIX})"
+)
 
 logger: Final = logging.getLogger("stompy.testing")
 #: Whether this module runs compiled (mypyc, in a wheel): then its functions are no
@@ -1208,19 +1211,20 @@ class ServerSession:
 
     def _on_send(self, frame: Frame) -> None:
         # The busiest path of a broker. A SEND as clients mostly write one (destination
-        # first, content-length last, no other header the broker reads) is taken from
-        # its header block as it arrived, without making the pairs: the block was
-        # checked by the parser (one colon a line, LF only, defined escapes), and the
-        # lines between those two are its user headers, kept as they are.
+        # first, then no header the broker reads but content-length) is taken from its
+        # header block as it arrived, without making the pairs: the block was checked
+        # by the parser (one colon a line, LF only, defined escapes), and its lines but
+        # those two are its user headers, kept as they are.
         block = frame._block
         if block.startswith(_SEND_DESTINATION):
             end = block.find("\n", 17)
             if end > 17:
                 target = block[17:end]
                 lines = block[end:]
-                at = lines.rfind("\ncontent-length:")
-                if at >= 0 and lines.find("\n", at + 1) < 0:
-                    lines = lines[:at]
+                at = lines.find("\ncontent-length:")
+                if at >= 0:
+                    after = lines.find("\n", at + 16)
+                    lines = lines[:at] if after < 0 else lines[:at] + lines[after:]
                 if "\\" not in target and _CONTROL_LINE.search(lines) is None:
                     self.core._accept(target, None, frame.body, lines, frame._escaping)
                     return
