@@ -27,8 +27,8 @@ later edit of the ``.py``: the import system prefers extension modules.) In that
 ``stompy/__init__.py`` (and ``stompy/testing/__init__.py``) is empty, so mypy follows
 only the core's own imports: the core compiles on its own, whatever the transports
 import. The test broker's sans-IO core (``stompy/testing/_broker.py``) is compiled with
-it: a broker in the same process as the code under test (Spark, benchmarks) takes
-SENDs in about half the instructions.
+it: a broker run from the wheel (``stompy broker``, ``stompy.testing.serve``) takes a
+SEND in a little over half the instructions.
 """
 
 from __future__ import annotations

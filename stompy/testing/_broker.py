@@ -273,9 +273,9 @@ class BrokerStats:
     messages_redelivered: int = 0
     """MESSAGE frames written with ``redelivered:true``."""
     messages_acked: int = 0
-    """Messages acknowledged (each one a cumulative ACK covers counts)."""
+    """Messages acknowledged (a cumulative ACK counts each message it covers)."""
     messages_nacked: int = 0
-    """Messages given back by NACK (each one a cumulative NACK covers counts)."""
+    """Messages given back by NACK (a cumulative NACK counts each one it covers)."""
     messages_dropped: int = 0
     """Topic messages nobody could take, and backlog overflow."""
     messages_dead_lettered: int = 0
@@ -961,23 +961,19 @@ class ServerSession:
             self._queue(bytes(data))
 
     def _deliver(self, sub: _Subscription, message: _Message) -> None:
-        headers = [
-            ("destination", message.destination),
-            ("message-id", message.message_id),
-            ("subscription", sub.id),
-        ]
+        core = self.core
+        ack = ""  # the MESSAGE's ack header, if it has one
         if sub.ack != "auto":
-            ack_id = self.core._new_ack_id()
+            ack_id = core._new_ack_id()
             sub.by_message_id[message.message_id] = ack_id
             self._ack_index[ack_id] = (sub, message)
             # "If the message is received from a subscription that requires explicit
             # acknowledgment ... the MESSAGE frame MUST also contain an ack header" (1.2)
             if self.version == V12:
-                headers.append(("ack", ack_id))
+                ack = ack_id
         if message.redeliveries:
-            headers.append(("redelivered", "true"))
-            self.core._counters.messages_redelivered += 1
-        self.core._counters.messages_delivered += 1
+            core._counters.messages_redelivered += 1
+        core._counters.messages_delivered += 1
         lines = message.lines
         splice = sub.splice
         if (
@@ -988,10 +984,12 @@ class ServerSession:
         ):
             # The bytes encode() writes for these headers, spliced: the user header
             # lines as received need no escaping again in the session's version (the
-            # escaping they arrived in, or none at all).
+            # escaping they arrived in, or none at all); ack ids are digits.
             text = splice[0] + message.message_id + splice[1]
-            if len(headers) > 3:
-                text += "".join([f"\n{k}:{v}" for k, v in headers[3:]])
+            if ack:
+                text += "\nack:" + ack
+            if message.redeliveries:
+                text += "\nredelivered:true"
             body = message.body
             if body:
                 head = f"{text}{lines}\ncontent-length:{len(body)}\n\n"
@@ -999,6 +997,15 @@ class ServerSession:
             else:
                 self._queue(f"{text}{lines}\n\n\x00".encode())
             return
+        headers = [
+            ("destination", message.destination),
+            ("message-id", message.message_id),
+            ("subscription", sub.id),
+        ]
+        if ack:
+            headers.append(("ack", ack))
+        if message.redeliveries:
+            headers.append(("redelivered", "true"))
         headers.extend(message.headers)
         self._send_frame("MESSAGE", tuple(headers), message.body)
 
