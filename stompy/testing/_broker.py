@@ -632,33 +632,27 @@ class BrokerCore:
                 "serve(max_stored_bytes=...) or stompy broker --max-stored-bytes)"
             )
 
-    def _accept(
-        self,
-        destination: str,
-        headers: Headers | None,
-        body: bytes,
-        lines: str | None = None,
-        escaping: str = V10,
-    ) -> None:
+    def _accept(self, message: _Message) -> None:
         """Take a SEND outside a transaction: check the room it needs, then publish it.
 
         The busiest path of a broker, for a queue that exists, in one function: the
         same checks and the same outcome as ``_check_room`` then ``_publish``.
         """
+        destination = message.destination
         dest = self._destinations.get(destination)
         if dest is None or dest.is_topic:
             topic = destination.startswith(_TOPIC_PREFIX)
-            self._check_room(None if topic else destination, 1, 0 if topic else len(body))
-            self._publish(_Message(destination, headers, body, lines, escaping))
+            size = 0 if topic else len(message.body)
+            self._check_room(None if topic else destination, 1, size)
+            self._publish(message)
             return
-        size = len(body)
+        size = len(message.body)
         config = self.config
         stored = self._stored_bytes + size
         if len(dest.messages) >= config.max_queue or stored > config.max_stored_bytes:
             self._check_room(destination, 1, size)  # raises, naming the limit
         self._counters.messages_received += 1
         self._next_message += 1
-        message = _Message(destination, headers, body, lines, escaping)
         message.message_id = f"{self._message_prefix}{self._next_message}"
         dest.messages.append(message)
         dest.bytes += size
@@ -1233,7 +1227,7 @@ class ServerSession:
                     after = lines.find("\n", at + 16)
                     lines = lines[:at] if after < 0 else lines[:at] + lines[after:]
                 if "\\" not in target and _CONTROL_LINE.search(lines) is None:
-                    self.core._accept(target, None, frame.body, lines, frame._escaping)
+                    self.core._accept(_Message(target, None, frame.body, lines, frame._escaping))
                     return
         # Any other SEND: the header entries are read in one pass.
         destination = transaction = receipt = reply_to = None
@@ -1260,10 +1254,11 @@ class ServerSession:
         headers = tuple(user)
         if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
             headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
+        message = _Message(destination, headers, frame.body)
         if ops is not None:
-            ops.append(_Message(destination, headers, frame.body))
+            ops.append(message)
         else:
-            self.core._accept(destination, headers, frame.body)
+            self.core._accept(message)
         if receipt is not None:
             self._send_receipt(receipt)
 
