@@ -73,7 +73,7 @@ def _broker_send(count: int) -> Callable[[], object]:
             ("destination", "/queue/bench"),
             ("content-type", "text/plain"),
             ("persistent", "true"),
-            ("stompy-dedup-id", f"q:0:1:{i}"),  # as the connector makes it (escaped)
+            ("stompy-dedup-id", f"q.0.1.{i}"),  # as the connector makes it
         ]
         if i == count - 1:
             headers.append(("receipt", "done"))
