@@ -648,9 +648,87 @@ def encode_frame(
         frame = _encode_frame(command, headers, body, raw, version == V12, more)
         if frame is not None:
             return frame
+    if type(more) is dict and not raw:
+        head = _head_in_layout(command, headers, more, len(body), version == V12)
+        if head is not None:
+            return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
     if more:
         headers = [*headers, *more.items()]
     return _frame_bytes(command, headers, body, version, raw)
+
+
+def _head_in_layout(
+    command: str, headers: Sequence[tuple[str, str]], more: dict[str, str], size: int, v12: bool
+) -> str | None:
+    """The command and header lines of a 1.1 / 1.2 frame whose last headers are a
+    caller's dict (the client's send path), up to the body; or None, when the frame
+    must be written the general way (:func:`_frame_bytes`): a name or value to escape
+    or refuse, or what is not a pair of str.
+
+    The names seldom change from frame to frame: the text around the values (the
+    command, the dict's names, the separators) is kept per list of names, and the
+    values are put into its slots by one slice assignment, so that a frame costs a few
+    C-level passes over the values and no work per header in Python but for the
+    (usually two) pairs of ``headers``. The values are checked at once, joined: none
+    may hold what would need escaping."""
+    values: list[str] = []
+    for item in headers:
+        if type(item) is not tuple or len(item) != 2 or not item[0] or item[0] == "content-length":
+            return None
+        values += item
+    values += more.values()
+    try:
+        # str.join, unlike a slot, refuses what is not a str.
+        text = "".join(values)
+    except TypeError:
+        return None
+    if ":" in text or "\n" in text or "\\" in text or ("\r" in text and v12):
+        return None
+    key = (command, len(headers), *more)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _layout(key, command, len(headers), more)
+        if layout is None:
+            return None
+    parts = layout.copy()
+    parts[1::2] = values
+    parts.append(f"content-length:{size}\n\n" if size else "\n\x00")
+    return "".join(parts)
+
+
+#: The layouts of :func:`_head_in_layout`, by command, number of pairs and the dict's
+#: names; the names are the caller's, so the cache is emptied when it is full.
+_LAYOUTS: Final[dict[tuple[object, ...], list[str]]] = {}
+_LAYOUTS_MAX: Final = 256
+
+
+def _layout(
+    key: tuple[object, ...], command: str, pairs: int, more: dict[str, str]
+) -> list[str] | None:
+    """The text of a frame's head around its values, one slot (an odd index) per
+    value: a name and value of each of ``pairs`` pairs, then the value of each of
+    ``more``'s names. None if a name of ``more`` needs escaping, is empty or not a str,
+    or is content-length: those frames take the general way."""
+    layout = [f"{command}\n"]
+    for _ in range(pairs):
+        layout += ("", ":", "", "\n")
+    for name in more:
+        if (
+            type(name) is not str
+            or not name
+            or name == "content-length"
+            or ":" in name
+            or "\n" in name
+            or "\\" in name
+            or "\r" in name
+        ):
+            return None
+        layout[-1] += name + ":"  # (an f-string would call a subclass's __str__)
+        layout += ("", "\n")
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = layout
+    return layout
 
 
 def _frame_bytes(

@@ -353,3 +353,72 @@ def test_the_built_encoder_leaves_other_inputs_to_python() -> None:
     assert built_encode("SEND", [], b"", False, True, Headers(a="b")) is None
     frame = b"SEND\na:b\ncontent-length:1\n\nx\x00"
     assert built_encode("SEND", [("a", "b")], b"x", False, True) == frame
+
+
+#: Names and values with nothing to escape, mostly (what the layout takes), and now
+#: and then what it leaves to the general way.
+plain_text = st.text(alphabet="ab-/ é€\U0001f600%\x00", max_size=6)
+plain_name = st.text(alphabet="ab-/ é€\U0001f600%\x00", min_size=1, max_size=6)
+layout_text = st.one_of(plain_text, plain_text, header_text)
+layout_header = st.one_of(
+    st.tuples(plain_name, plain_text), st.tuples(plain_name, plain_text), header
+)
+layout_more = st.one_of(
+    st.dictionaries(plain_name, plain_text, max_size=5),
+    st.dictionaries(plain_name, plain_text, max_size=5),
+    st.dictionaries(layout_text, layout_text, max_size=5),
+    more_headers,
+)
+
+
+@settings(max_examples=500)
+@given(
+    st.sampled_from(sorted(COMMANDS)),
+    st.lists(layout_header, max_size=3),
+    st.booleans(),
+    encoder_bodies,
+    versions,
+    layout_more,
+)
+@example("SEND", [("", "b")], False, b"", "1.2", {"a": "b"})
+@example("SEND", [("a", "\ud800")], False, b"x", "1.2", {"a": "b"})
+@example("SEND", [("a", "b")], False, b"", "1.2", {"content-length": "1"})
+@example("SEND", [("content-length", "1")], False, b"x", "1.1", {"a": "b"})
+@example("SEND", [("a", "b", "c")], False, b"", "1.2", {"a": "b"})
+@example("SEND", [("a", "b\r")], False, b"", "1.1", {"a\r": "b"})
+def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
+    command: str, headers: list[Any], as_tuple: bool, body: bytes, version: str, more: Any
+) -> None:
+    """The Python encoder writes a caller's dict into a layout of its names, cached
+    (``_head_in_layout``): the same bytes as the general way, or it leaves the frame
+    to that (which raises any error). Twice: the second time, the layout is cached."""
+    if as_tuple:
+        headers = tuple(headers)  # type: ignore[assignment]
+    if command not in BODY_COMMANDS:
+        body = b""
+    raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    want = python_encoding(command, headers, body, version, more)
+    for _ in range(2):
+        if type(more) is dict and not raw:
+            head = _codec._head_in_layout(command, headers, more, len(body), version == "1.2")
+            if head is not None:
+                try:
+                    got: bytes | str = head.encode()
+                    if body:
+                        got = b"".join((got, body, b"\x00"))
+                except ValueError as exc:
+                    got = f"{type(exc).__name__}: {exc}"
+                assert got == want
+        try:
+            encoded: bytes | str = _codec.encode_frame(command, headers, body, version, more)
+        except (TypeError, ValueError) as exc:
+            encoded = f"{type(exc).__name__}: {exc}"
+        assert encoded == want
+
+
+def test_many_lists_of_names_are_written_right() -> None:
+    """More lists of names than the layouts kept: each frame still has its own."""
+    for i in range(600):
+        more = {f"n{i}": "v", "x": str(i)}
+        frame = _codec.encode_frame("SEND", [("destination", "/q")], b"", "1.2", more)
+        assert frame == f"SEND\ndestination:/q\nn{i}:v\nx:{i}\n\n\x00".encode()
