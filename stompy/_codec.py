@@ -692,8 +692,19 @@ def _head_in_layout(
             return None
     parts = layout.copy()
     parts[1::2] = values
-    parts.append(f"content-length:{size}\n\n" if size else "\n\x00")
+    end = _ENDS.get(size)
+    if end is None:
+        end = f"content-length:{size}\n\n"
+        if len(_ENDS) < _ENDS_MAX:
+            _ENDS[size] = end
+    parts.append(end)
     return "".join(parts)
+
+
+#: What ends a head, by the body's size: the content-length line and the blank line (a
+#: lookup costs less than the f-string). Sizes repeat; those past the limit are not kept.
+_ENDS: Final[dict[int, str]] = {0: "\n\x00"}
+_ENDS_MAX: Final = 4096
 
 
 #: The layouts of :func:`_head_in_layout`, by command, number of pairs and the dict's
