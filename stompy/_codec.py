@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from stompy._frames import (
     BODY_COMMANDS,
@@ -658,7 +658,7 @@ def encode_frame(
 
 
 def _head_in_layout(
-    command: str, headers: Sequence[tuple[str, str]], more: dict[str, str], size: int, v12: bool
+    command: str, headers: Sequence[Any], more: dict[Any, Any], size: int, v12: bool
 ) -> str | None:
     """The command and header lines of a 1.1 / 1.2 frame whose last headers are a
     caller's dict (the client's send path), up to the body; or None, when the frame
@@ -670,7 +670,10 @@ def _head_in_layout(
     values are put into its slots by one slice assignment, so that a frame costs a few
     C-level passes over the values and no work per header in Python but for the
     (usually two) pairs of ``headers``. The values are checked at once, joined: none
-    may hold what would need escaping."""
+    may hold what would need escaping. ``headers`` and ``more`` are typed ``Any`` on
+    purpose: they are the caller's, checked here, and compiled by mypyc a narrower type
+    would refuse a malformed header with its own TypeError before the general way could
+    name it."""
     values: list[str] = []
     for item in headers:
         if type(item) is not tuple or len(item) != 2 or not item[0] or item[0] == "content-length":
@@ -714,7 +717,7 @@ _LAYOUTS_MAX: Final = 256
 
 
 def _layout(
-    key: tuple[object, ...], command: str, pairs: int, more: dict[str, str]
+    key: tuple[object, ...], command: str, pairs: int, more: dict[Any, Any]
 ) -> list[str] | None:
     """The text of a frame's head around its values, one slot (an odd index) per
     value: a name and value of each of ``pairs`` pairs, then the value of each of
@@ -770,9 +773,11 @@ def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> st
     character occurs: ``str.replace`` counts before it copies, ``in`` only looks.
     """
     try:
+        # Unpacking refuses what is not a pair (a 1-tuple and a 3-tuple would otherwise
+        # pass the counts below together, about 2,000 instructions a frame cheaper);
         # str.join, unlike an f-string, refuses a name or value that is not a str.
-        lines = ["\x00".join(item) for item in headers if item[0] != "content-length"]
-    except TypeError as exc:
+        lines = ["\x00".join((key, value)) for key, value in headers if key != "content-length"]
+    except (TypeError, ValueError) as exc:
         raise (_not_pairs(headers) or exc) from None
     text = "\n".join(lines)
     count = len(lines)

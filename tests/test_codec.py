@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import pytest
 
-from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode
+from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode, encode_frame
 from stompy._frames import V12, Frame
 from stompy.errors import FrameTooLarge, RemoteProtocolError
 
@@ -670,6 +671,17 @@ def test_heartbeat_flood_stays_bounded() -> None:
 
 
 # -- encoding ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize(
+    "headers", [[("a",), ("b", "c", "d")], [("a", "b", "c"), ("d",)], [("a",)], [("a", 1)]]
+)
+def test_encode_refuses_what_is_not_a_pair_of_str(version: str, headers: list[Any]) -> None:
+    """A 1-tuple beside a 3-tuple has as many separators as two pairs: still refused,
+    with the header named, and never written as a line without its colon."""
+    with pytest.raises(TypeError, match="a header must be a \\(name, value\\) pair of str"):
+        encode_frame("SEND", headers, b"", version)
 
 
 def test_encode_exact_bytes() -> None:
