@@ -191,24 +191,42 @@ INTEROP_BROKERS = (
 )
 
 
+#: How long one broker's interop pytest may take before it is stopped (it takes 4-5 min).
+INTEROP_TIMEOUT = 20 * 60
+
+
 @nox.session
 def interop(session: nox.Session) -> None:
     """RabbitMQ and ActiveMQ from Debian's packages: install, start, test each, stop.
 
+    The two brokers' pytest runs go side by side, one process each: they share nothing
+    (a restart test restarts only its own broker), and most of their time is spent
+    waiting on a broker, so together they take about as long as the longer one. Each
+    run's output is printed whole when it ends.
+
     Needs root (or password-less sudo) and apt the first time; see docs/brokers.md.
     Extra arguments go to pytest, e.g. ``nox -s interop -- -k nack``.
     """
-    from pathlib import Path
+    import contextlib
+    import os
+    import subprocess
+    import tempfile
 
     # pyarrow: tests/interop/test_spark_core.py runs the Spark connector's reading logic.
     session.install("-e", ".", *group("test"), "pyarrow>=14")
     session.run("bash", "ci/brokers/install.sh", external=True)
     paths = [p for p in ("tests/interop", "tests/conformance") if Path(p).is_dir()]
+    bin_dir = session.bin
     failed = []
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(session.run, "bash", "ci/brokers/stop.sh", external=True)
         session.run("bash", "ci/brokers/start.sh", "all", external=True)
+        runs = []
         for name, url, vhost, ws_url in INTEROP_BROKERS:
             env = {
+                **os.environ,
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                "VIRTUAL_ENV": str(Path(bin_dir).parent),
                 "STOMPY_BROKER_NAME": name,
                 "STOMPY_BROKER_URL": url,
                 "STOMPY_BROKER_WS_URL": ws_url,
@@ -220,12 +238,27 @@ def interop(session: nox.Session) -> None:
                 "STOMPY_INTEROP_RELIABILITY": "1",
                 "STOMPY_BROKER_RESTART": "1",
             }
+            # Without pytest's cache the two runs share no file.
+            args = [f"{bin_dir}/pytest", "-p", "no:cacheprovider", *paths, *session.posargs]
+            session.log(f"{name}: {' '.join(args)}")
+            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            proc = stack.enter_context(
+                subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
+            )
+            stack.callback(proc.kill)  # a no-op once it has ended
+            runs.append((name, proc, out))
+        for name, proc, out in runs:
             try:
-                session.run("pytest", *paths, *session.posargs, env=env)
-            except nox.command.CommandFailed:
-                failed.append(name)  # still test the other broker
-    finally:
-        session.run("bash", "ci/brokers/stop.sh", external=True)
+                code = proc.wait(INTEROP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+                session.warn(f"{name}: stopped after {INTEROP_TIMEOUT} s")
+            out.seek(0)
+            print(f"===== interop against {name}: exit {code} =====", flush=True)
+            print(out.read(), flush=True)
+            if code != 0:
+                failed.append(name)  # still report the other broker
     if failed:
         session.error(f"interop tests failed against: {', '.join(failed)}")
 
