@@ -22,10 +22,12 @@ _HERE = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``), every Spark test runs in one worker:
-    one JVM and one SparkSession for them all, as without xdist."""
+    """Under pytest-xdist (``--dist loadgroup``), the tests that use the ``spark``
+    fixture run in one worker: one JVM and one SparkSession for them all, as without
+    xdist. The others here (the connector's logic, and the SIGKILL test, whose driver
+    is a process of its own) go to whichever worker is free."""
     for item in items:
-        if _HERE in item.path.parents:
+        if _HERE in item.path.parents and "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 
