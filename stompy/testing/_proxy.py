@@ -43,7 +43,7 @@ import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -202,31 +202,26 @@ def _abort(stream: anyio.abc.SocketStream) -> None:
 # -- one proxied connection ----------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class _Link:
     """One client connection, its connection to the target, and the two pipes between."""
 
-    def __init__(
-        self,
-        proxy: AsyncFaultProxy,
-        id: int,
-        client: anyio.abc.SocketStream,
-        server: anyio.abc.SocketStream,
-        peer: str,
-    ) -> None:
-        self.proxy = proxy
-        self.id = id
-        self.client = client
-        self.server = server
-        self.peer = peer
-        self.scope = anyio.CancelScope()
-        self.sent: dict[_Way, int] = {"upstream": 0, "downstream": 0}
-        #: Close with a reset rather than a FIN.
-        self.abrupt = False
-        #: Ended by a fault (counted once).
-        self.cut = False
-        #: Set once both streams are closed.
-        self.closed = anyio.Event()
-        self._ended = 0
+    proxy: AsyncFaultProxy
+    id: int
+    client: anyio.abc.SocketStream
+    server: anyio.abc.SocketStream
+    peer: str
+    scope: anyio.CancelScope = field(init=False, default_factory=anyio.CancelScope)
+    #: Bytes sent each way.
+    sent: dict[_Way, int] = field(init=False, default_factory=lambda: dict.fromkeys(_WAYS, 0))
+    #: Close with a reset rather than a FIN.
+    abrupt: bool = field(init=False, default=False)
+    #: Ended by a fault (counted once).
+    cut: bool = field(init=False, default=False)
+    #: Set once both streams are closed.
+    closed: anyio.Event = field(init=False, default_factory=anyio.Event)
+    #: Directions that reached their end of stream.
+    _ended: int = field(init=False, default=0)
 
     def info(self) -> ProxyConnectionInfo:
         return ProxyConnectionInfo(
