@@ -296,10 +296,10 @@ class SubscriberInfo:
     destination: str
     ack: str
     prefetch: int
-    #: Messages delivered to it and not acknowledged yet.
     unacked: int
-    #: Topic messages waiting for it (always 0 for queues: they wait in the queue).
+    """Messages delivered to it and not acknowledged yet."""
     backlog: int
+    """Topic messages waiting for it (always 0 for queues: they wait in the queue)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,11 +312,11 @@ class ConnectionInfo:
     version: str
     login: str | None
     host: str | None
-    #: Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms.
     heartbeats: tuple[int, int]
+    """Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms."""
     paused: bool
-    #: Output bytes waiting to be written to it.
     buffered: int
+    """Output bytes waiting to be written to it."""
     subscriptions: tuple[SubscriberInfo, ...]
     transactions: tuple[str, ...]
 

@@ -108,35 +108,36 @@ _THROTTLE_SLICE: Final = 0.05
 class ProxyStats(Counters):
     """A proxy's counters, since it started (:attr:`AsyncFaultProxy.stats`)."""
 
-    #: Client connections accepted (refused ones included).
     connections_accepted: int = 0
-    #: Client connections turned away by :meth:`~AsyncFaultProxy.refuse`.
+    """Client connections accepted (refused ones included)."""
     connections_refused: int = 0
-    #: Connections ended by :meth:`~AsyncFaultProxy.cut` or
-    #: :meth:`~AsyncFaultProxy.cut_mid_frame`.
+    """Client connections turned away by :meth:`~AsyncFaultProxy.refuse`."""
     connections_cut: int = 0
-    #: Client connections closed because the target could not be reached.
+    """Connections ended by :meth:`~AsyncFaultProxy.cut` or
+    :meth:`~AsyncFaultProxy.cut_mid_frame`."""
     target_failures: int = 0
-    #: Bytes forwarded from clients to the target.
+    """Client connections closed because the target could not be reached."""
     bytes_upstream: int = 0
-    #: Bytes forwarded from the target to clients.
+    """Bytes forwarded from clients to the target."""
     bytes_downstream: int = 0
-    #: Faults that took effect (a scheduled one once it fired, a one-shot one once a
-    #: chunk took it).
+    """Bytes forwarded from the target to clients."""
     faults_injected: int = 0
+    """Faults that took effect (a scheduled one once it fired, a one-shot one once a
+    chunk took it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ProxyConnectionInfo:
     """One proxied connection, as listed by :attr:`AsyncFaultProxy.connections`."""
 
-    #: Numbered from 1 in the order connections were accepted.
     id: int
-    #: The client's address, ``host:port``.
+    """Numbered from 1 in the order connections were accepted."""
     client: str
-    #: Bytes forwarded to the target and to the client on this connection.
+    """The client's address, ``host:port``."""
     bytes_upstream: int
+    """Bytes forwarded to the target on this connection."""
     bytes_downstream: int
+    """Bytes forwarded to the client on this connection."""
 
 
 # -- argument checks ----------------------------------------------------------------------
