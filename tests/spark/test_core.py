@@ -488,8 +488,10 @@ def test_a_window_left_quiet_still_has_what_reaches_it_read(broker: Broker) -> N
 
 
 def test_drains_running_together_share_the_queue(broker: Broker) -> None:
-    fill(broker.url, "/queue/in", 6000)
-    settings = read_settings(broker.url, streaming=False, idleTimeout="0.5")
+    # Both drains subscribe before the messages come: with the queue filled first, one
+    # of them could take all 6,000 before the other's thread ran (as on a loaded
+    # machine it did). The long idleTimeout covers the wait for the first message.
+    settings = read_settings(broker.url, streaming=False, idleTimeout="5")
     results: dict[int, list[dict[str, Any]]] = {}
 
     def task(index: int) -> None:
@@ -498,6 +500,10 @@ def test_drains_running_together_share_the_queue(broker: Broker) -> None:
     threads = [threading.Thread(target=task, args=(i,)) for i in range(2)]
     for thread in threads:
         thread.start()
+    broker.wait_until(
+        lambda: sum(1 for c in broker.connections if c.subscriptions) >= 2, timeout=10
+    )
+    fill(broker.url, "/queue/in", 6000)
     for thread in threads:
         thread.join(60)
     counts = sorted(len(r) for r in results.values())
