@@ -23,7 +23,6 @@ from stompy import _keywords as kw
 from stompy._async_io import TaskIO
 from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
 from stompy._calls import Call, Steps
-from stompy._events import MessageReceived
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
@@ -62,13 +61,15 @@ class _Opening(Generic[_T]):
 
 
 class AsyncMessage(MessageBase):
-    """A received message; ``await msg.ack()`` / ``await msg.nack()`` answer it."""
+    """A received message; ``await msg.ack()`` / ``await msg.nack()`` answer it.
 
-    __slots__ = ("_conn",)
+    Like :class:`stompy.Message`, the core's :class:`~stompy.events.MessageReceived`
+    itself, compared by identity.
+    """
 
-    def __init__(self, event: MessageReceived, epoch: int, conn: AsyncConnection) -> None:
-        MessageBase.__init__(self, event, epoch)  # not super(): one per received frame
-        self._conn = conn
+    __slots__ = ()
+
+    _owner: AsyncConnection
 
     async def ack(
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
@@ -76,19 +77,19 @@ class AsyncMessage(MessageBase):
         """Acknowledge the message; for one from before a reconnect, nothing is sent
         and ``receipt=True`` raises :class:`~stompy.errors.AckLost` (see
         :meth:`stompy.Message.ack`)."""
-        await self._conn._answer("ACK", self, transaction, receipt)
+        await self._owner._answer("ACK", self, transaction, receipt)
 
     async def nack(
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
     ) -> None:
         """Tell the broker the message was not consumed (STOMP 1.1 and later)."""
-        await self._conn._answer("NACK", self, transaction, receipt)
+        await self._owner._answer("NACK", self, transaction, receipt)
 
     async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request; see :meth:`stompy.Message.reply`."""
-        conn = self._conn
+        conn = self._owner
         call = traced(Call(conn._session, anyio.current_time()), conn._telemetry)
-        await conn._io.run(call.reply(self.event, body, options))
+        await conn._io.run(call.reply(self, body, options))
 
 
 class AsyncSubscription(SubscriptionBase[AsyncMessage]):
@@ -276,11 +277,12 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     are bounded by ``receipt_timeout``.
     """
 
+    def _message_class(self) -> type[AsyncMessage]:
+        return AsyncMessage
+
     def _setup(self) -> None:
         self._io = TaskIO(self._session)
-
-    def _message(self, event: MessageReceived, epoch: int) -> AsyncMessage:
-        return AsyncMessage(event, epoch, self)
+        self._session.owner = self  # what answers its messages
 
     async def __aenter__(self) -> AsyncConnection:
         await self.connect()
@@ -418,7 +420,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     ) -> None:
         tx = transaction_id(transaction)
         call = Call(self._session, anyio.current_time())
-        await self._io.run(call.acknowledge(command, message.event, message._epoch, tx, receipt))
+        await self._io.run(call.acknowledge(command, message, message._epoch, tx, receipt))
 
 
 #: The context of a user's function that nothing traces.

@@ -33,6 +33,7 @@ import anyio.lowlevel
 
 from stompy._calls import Call, Running, Steps, Wait, Waiting
 from stompy._connecting import Attempts, Handshake
+from stompy._message import MessageBase
 from stompy._session import Session, failure_reason
 from stompy._signal import Signal
 from stompy._state import CLOSED, CLOSING, NEW, RECONNECTING, Status
@@ -42,7 +43,7 @@ from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, Sto
 
 __all__ = ("NETWORK_ERRORS", "Getter", "TaskIO")
 
-M = TypeVar("M")
+M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
 _RECV_SIZE: Final = 256 * 1024

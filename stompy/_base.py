@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from typing_extensions import Unpack
 
 from stompy._calls import Call
-from stompy._events import MessageReceived
 from stompy._inbox import Inbox
 from stompy._keywords import ConnectionOptions
 from stompy._message import MessageBase
@@ -75,7 +74,7 @@ class ConnectionBase(Generic[M]):
         **options: Unpack[ConnectionOptions],
     ) -> None:
         self._options = ClientOptions(url_or_urls, **options)
-        self._session: Session[M] = Session(self._options, self._message)
+        self._session: Session[M] = Session(self._options, self._message_class())
         #: What the connection records for OpenTelemetry (``None``: nothing), decided by
         #: ``connect()``.
         self._telemetry: Telemetry | None = None
@@ -91,8 +90,8 @@ class ConnectionBase(Generic[M]):
         """Make the transport's own parts (the session exists by then)."""
         raise NotImplementedError
 
-    def _message(self, event: MessageReceived, epoch: int) -> M:
-        """The transport's message object for a received MESSAGE."""
+    def _message_class(self) -> type[M]:
+        """The class of the transport's messages, which the core makes of each MESSAGE."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -26,6 +26,7 @@ from stompy._events import MessageReceived
 from stompy._frames import Frame
 from stompy._inbox import Inbox
 from stompy._keywords import MessageOptions, RequestOptions, SubscribeOptions
+from stompy._message import MessageBase
 from stompy._options import Outgoing
 from stompy._protocol import ClientProtocol
 from stompy._requests import reply_address
@@ -60,7 +61,7 @@ REQUEST_TIMEOUT: Final = 30.0
 #: must not handle a message twice checks its own id on the messages marked so.
 RESENT_HEADER: Final = "stompy-resent"
 
-M = TypeVar("M")
+M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
 

@@ -1,13 +1,20 @@
 """What a received message looks like to the user, in either client.
 
-:class:`MessageBase` wraps the core's :class:`~stompy._events.MessageReceived`; the
-blocking ``Message`` and the ``AsyncMessage`` add only how they are answered.
+:class:`MessageBase` is the core's :class:`~stompy._events.MessageReceived`, made by the
+core itself (:attr:`ClientProtocol.message_class
+<stompy._protocol.ClientProtocol.message_class>`): one object per received message, not
+an event and a wrapper around it. The session engine stamps it with the connection it
+came on (its *epoch*, for the ack rule) and the transport that answers it; the blocking
+``Message`` and the ``AsyncMessage`` add only how they are answered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
+
+from typing_extensions import Self
 
 from stompy._events import AckMode, MessageReceived
 from stompy._frames import Frame
@@ -25,27 +32,55 @@ def _charset(content_type: str | None) -> str:
     return "utf-8"
 
 
-class MessageBase:
+class MessageBase(MessageReceived):
     """A received message: body, headers and where it came from.
 
     ``headers`` is a read-only mapping in which the first entry of a repeated header
-    wins; ``frame.headers`` keeps every entry in order.
+    wins; ``frame.headers`` keeps every entry in order. ``frame``, ``subscription``,
+    ``ack_mode``, ``body``, ``destination`` and ``message_id`` are the core's
+    (:class:`~stompy.events.MessageReceived`).
+
+    No ``__init__`` of its own: the core makes it as a ``MessageReceived`` (compiled,
+    natively), and :meth:`stompy._session.Session.pump` sets the three fields below
+    before anyone sees it. Unlike the core's event it compares by identity and is
+    hashable, as a message always was.
     """
 
-    __slots__ = ("_epoch", "_headers", "event")
+    __slots__ = ("_epoch", "_headers", "_owner")
 
-    def __init__(self, event: MessageReceived, epoch: int) -> None:
-        self.event = event
-        self._epoch = epoch
-        self._headers: Mapping[str, str] | None = None
+    #: The session's epoch when it arrived: answering it in a later one does nothing.
+    _epoch: int
+    #: ``headers``, made when first asked for.
+    _headers: Mapping[str, str] | None
+    #: What answers it: the blocking client's I/O thread, the async connection.
+    _owner: Any
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__  # type: ignore[assignment]  # (the event has none)
+
+    @classmethod
+    def made(
+        cls,
+        frame: Frame,
+        subscription: str,
+        ack_mode: AckMode,
+        *,
+        epoch: int = 0,
+        owner: Any = None,
+    ) -> Self:
+        """One made outside the core and the session engine, with what they would set
+        (for tests, and for a transport that makes its own)."""
+        message = cls(frame, subscription, ack_mode)
+        message._epoch = epoch
+        message._owner = owner
+        message._headers = None
+        return message
 
     @property
-    def frame(self) -> Frame:
-        return self.event.frame
-
-    @property
-    def body(self) -> bytes:
-        return self.event.frame.body
+    def event(self) -> MessageReceived:
+        """The core's event for it: the message itself (it was a wrapper once)."""
+        return self
 
     @property
     def text(self) -> str:
@@ -78,33 +113,18 @@ class MessageBase:
 
     @property
     def headers(self) -> Mapping[str, str]:
-        if self._headers is None:
-            self._headers = MappingProxyType(self.event.frame.header_map())
-        return self._headers
-
-    @property
-    def destination(self) -> str:
-        return self.event.destination
-
-    @property
-    def message_id(self) -> str:
-        return self.event.message_id
-
-    @property
-    def subscription(self) -> str:
-        return self.event.subscription
-
-    @property
-    def ack_mode(self) -> AckMode:
-        return self.event.ack_mode
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = MappingProxyType(self.frame.header_map())
+        return headers
 
     @property
     def content_type(self) -> str | None:
-        return self.event.frame.get("content-type")
+        return self.frame.get("content-type")
 
     @property
     def redelivered(self) -> bool:
-        return self.event.frame.get("redelivered") == "true"
+        return self.frame.get("redelivered") == "true"
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."

@@ -168,6 +168,10 @@ class ClientProtocol:
         self.session: str | None = None
         #: Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms.
         self.negotiated_heartbeats: tuple[int, int] = (0, 0)
+        #: The class of the :class:`MessageReceived` events: the event itself, or a
+        #: subclass that is made with the same arguments. The clients set theirs, so
+        #: that what the core makes of a MESSAGE is the message the user receives.
+        self.message_class: type[MessageReceived] = MessageReceived
         self._parser = FrameParser(V10, limits, strict=strict)
         self._out: list[bytes] = []
         self._events: list[Event] = []  # made by timers, not frames (at most one)
@@ -524,12 +528,15 @@ class ClientProtocol:
                 f"cannot {command} a message of subscription {info.id!r}: its ack mode is 'auto'"
             )
         self._check_transaction(transaction)
-        message_id = message.message_id
+        # The frame's headers rather than the event's properties: compiled, those of a
+        # subclass (a client's message) are looked up as a Python attribute each.
+        frame = message.frame
+        message_id = frame.get("message-id") or ""
         items: list[tuple[str, str]]
         if self.version == V12:
             # "The ACK frame MUST include an id header matching the ack header of the
             # MESSAGE being acknowledged." Fall back to message-id for servers that omit it.
-            ack_id = message.ack_id or message_id
+            ack_id = frame.get("ack") or message_id
             items = [("id", ack_id)]
         elif self.version == V11:
             ack_id = message_id
@@ -751,12 +758,15 @@ class ClientProtocol:
         if info is None:
             if sub_id in self._closed_subscriptions:
                 # In flight when we unsubscribed: delivered, though nobody waits for it.
-                return MessageReceived(frame, sub_id, "auto")
+                return self.message_class(frame, sub_id, "auto")
             if sub_id in self._temp_queues:
                 # A reply through a temp queue we named in reply-to (RabbitMQ).
-                return MessageReceived(frame, sub_id, "auto")
+                return self.message_class(frame, sub_id, "auto")
             raise RemoteProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
-        return MessageReceived(frame, sub_id, info.ack)
+        cls = self.message_class
+        if cls is MessageReceived:  # compiled, made natively rather than by calling a type
+            return MessageReceived(frame, sub_id, info.ack)
+        return cls(frame, sub_id, info.ack)
 
     def _route_v10(self, frame: Frame) -> MessageReceived:
         """Route a MESSAGE without a ``subscription`` header, which 1.0 allows.
@@ -768,13 +778,13 @@ class ClientProtocol:
         destination = frame.get("destination")
         for info in self._subscriptions.values():
             if info.destination == destination:
-                return MessageReceived(frame, info.id, info.ack)
+                return self.message_class(frame, info.id, info.ack)
         for info in reversed(self._closed_subscriptions.values()):
             if info.destination == destination:
-                return MessageReceived(frame, info.id, "auto")
+                return self.message_class(frame, info.id, "auto")
         if len(self._subscriptions) == 1:
             info = next(iter(self._subscriptions.values()))
-            return MessageReceived(frame, info.id, info.ack)
+            return self.message_class(frame, info.id, info.ack)
         raise RemoteProtocolError(
             f"MESSAGE for {destination!r} without a subscription header matches none of "
             f"{len(self._subscriptions)} subscriptions"

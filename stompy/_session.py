@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 from stompy._connecting import Attempts, Handshake
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
 from stompy._inbox import Inbox, subscribe_headers
+from stompy._message import MessageBase
 from stompy._notices import Notice, queue_notice
 from stompy._options import (
     ClientOptions,
@@ -113,8 +114,8 @@ STALL_WARNING: Final = 5.0
 #: How many ended subscription ids are remembered, so that messages still in flight
 #: for them are expected (DEBUG), not a surprise (WARNING).
 _ENDED_IDS: Final = 256
-#: What a transport's message class is built from: the core's event and its epoch.
-M = TypeVar("M")
+#: A transport's message class: the core makes it of each MESSAGE, the session stamps it.
+M = TypeVar("M", bound=MessageBase)
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -157,14 +158,17 @@ class Pumped:
 class Session(Generic[M]):
     """A client connection's state across reconnects, and the rules that change it.
 
-    ``wrap(event, epoch)`` makes the transport's message object for a received
-    MESSAGE; ``uniform(a, b)`` is the randomness of the reconnect jitter.
+    ``message_class`` is the transport's message class (:class:`MessageBase` or a
+    subclass): the core makes one of each MESSAGE (see
+    :attr:`ClientProtocol.message_class`), and the session stamps it with its epoch and
+    :attr:`owner`, what answers it. ``uniform(a, b)`` is the randomness of the
+    reconnect jitter.
     """
 
     def __init__(
         self,
         options: ClientOptions,
-        wrap: Callable[[MessageReceived, int], M],
+        message_class: type[M],
         *,
         uniform: Callable[[float, float], float] = random.uniform,
     ) -> None:
@@ -183,16 +187,18 @@ class Session(Generic[M]):
         self.inboxes: dict[str, Inbox[M]] = {}
         #: Messages that arrived while their inbox (or an earlier message's) was full.
         #: While any wait here the transport stops reading: TCP pushes back on the broker.
-        self.backlog: deque[MessageReceived] = deque()
+        self.backlog: deque[M] = deque()
         #: Whether a transport serves the session (reads, and will give a verdict when
         #: the connection ends): set by :meth:`install`, cleared by the transport.
         self.serving = False
         #: How the current connection ended, seen by the transport before its verdict
         #: (reconnect or fail); see :meth:`saw_end`.
         self.ending: StompError | None = None
-        #: Makes the transport's message object of a received MESSAGE (a transport may
-        #: set it after making its own parts: see ``Connection``).
-        self.wrap = wrap
+        #: The class of the messages the core makes for the transport.
+        self.message_class = message_class
+        #: What answers the messages (a transport may set it after making its own parts:
+        #: see ``Connection``); each message carries it.
+        self.owner: object = None
         self._uniform = uniform
         self._expected: set[str] = set()  # receipt ids somebody waits for
         self._arrived: set[str] = set()  # ... of which these came
@@ -242,6 +248,7 @@ class Session(Generic[M]):
         assert handshake.connected is not None
         proto = handshake.proto
         self.proto = proto
+        proto.message_class = self.message_class
         self.ws = handshake.ws
         self.endpoint = handshake.endpoint
         self.connected = handshake.connected
@@ -570,6 +577,7 @@ class Session(Generic[M]):
         failure: StompError | None = None
         woke = self.drain_backlog()
         deliver = self._deliver
+        message_class = self.message_class
         expected = self._expected
         self.debug = debug = log.isEnabledFor(logging.DEBUG)
         try:
@@ -577,7 +585,7 @@ class Session(Generic[M]):
             while event is not None:
                 if debug:
                     log.debug("received %r", event)
-                if isinstance(event, MessageReceived):
+                if isinstance(event, message_class):
                     deliver(event)
                     woke = True
                 elif isinstance(event, Receipt):
@@ -600,7 +608,13 @@ class Session(Generic[M]):
             self._replied = []
         return Pumped(woke or failure is not None, failure, replied)
 
-    def _deliver(self, event: MessageReceived) -> None:
+    def _deliver(self, event: M) -> None:
+        # The message the user gets is the core's event: what it lacks is set here,
+        # once, whether it goes to an inbox now, to the backlog (which install()
+        # empties, so the epoch stays true) or to a request.
+        event._epoch = self.epoch
+        event._owner = self.owner
+        event._headers = None
         inbox = self.inboxes.get(event.subscription)
         if inbox is None:
             self._unrouted(event)
@@ -614,9 +628,9 @@ class Session(Generic[M]):
             else:
                 self.backlog.append(event)
             return
-        inbox.items.append(self.wrap(event, self.epoch))
+        inbox.items.append(event)
 
-    def _overflow(self, inbox: Inbox[M], event: MessageReceived) -> None:
+    def _overflow(self, inbox: Inbox[M], event: M) -> None:
         """``event`` does not fit in ``inbox``, whose ``overflow`` is ``"fail"``: end the
         subscription (UNSUBSCRIBE) rather than stop reading; ``event`` is dropped."""
         inbox.failure = SubscriptionOverflow(
@@ -628,12 +642,12 @@ class Session(Generic[M]):
         self.unsubscribe(inbox, receipt=False)
         self._unrouted(event)
 
-    def _unrouted(self, event: MessageReceived) -> None:
+    def _unrouted(self, event: M) -> None:
         """A MESSAGE that no inbox takes: a request's reply, or else logged and dropped."""
         if event.subscription == REPLY_QUEUE:
             request = answered(self.requests, event.frame)
             if request is not None:
-                request.reply = self.wrap(event, self.epoch)
+                request.reply = event
                 self._replied.append(request.correlation_id)
             else:
                 log.debug(
@@ -697,7 +711,7 @@ class Session(Generic[M]):
             if inbox is None:  # unsubscribed since it arrived
                 self._unrouted(event)
             elif len(inbox.items) < inbox.max_pending:
-                inbox.items.append(self.wrap(event, self.epoch))
+                inbox.items.append(event)
                 moved = True
             elif inbox.overflow == "fail":
                 self._overflow(inbox, event)
@@ -823,7 +837,7 @@ class Session(Generic[M]):
             event = self.backlog.popleft()
             inbox = self.inboxes.get(event.subscription)
             if inbox is not None:
-                inbox.items.append(self.wrap(event, self.epoch))
+                inbox.items.append(event)
             else:
                 self._unrouted(event)
         self._watch_backlog()

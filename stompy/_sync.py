@@ -14,7 +14,6 @@ blocked call and iterator wakes up and raises (``ConnectionLost``,
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 import warnings
@@ -26,7 +25,6 @@ from typing_extensions import Unpack
 from stompy import _keywords as kw
 from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
 from stompy._calls import Call
-from stompy._events import MessageReceived
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
@@ -38,20 +36,17 @@ __all__ = ("Connection", "Message", "Subscription", "Transaction", "send")
 
 
 class Message(MessageBase):
-    """A received message; ``ack()`` / ``nack()`` answer it on its connection."""
+    """A received message; ``ack()`` / ``nack()`` answer it on its connection.
+
+    It is the core's :class:`~stompy.events.MessageReceived` itself (the core makes it
+    as this class), and compares by identity.
+    """
+
+    __slots__ = ()
 
     # The connection's I/O thread, not the Connection: what the thread holds must not
     # keep the Connection alive, or an unclosed one could never be collected.
-    __slots__ = ("_io",)
-
-    def __init__(self, io: IOThread[Message], event: MessageReceived, epoch: int) -> None:
-        # MessageBase's fields set here directly: one per received message, so the
-        # super() call is worth saving. The I/O thread first: the session's ``wrap`` is
-        # ``partial(Message, io)``, a call at C speed.
-        self.event = event
-        self._epoch = epoch
-        self._headers = None
-        self._io = io
+    _owner: IOThread[Message]
 
     def ack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
         """Acknowledge the message (in ``transaction`` if given); with ``receipt``, wait
@@ -74,15 +69,15 @@ class Message(MessageBase):
         ``correlation-id`` (see :meth:`Connection.request`); otherwise as
         :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
         sent) when the message has no ``reply-to``."""
-        io = self._io
+        io = self._owner
         call = traced(Call(io.session, time.monotonic()), io.telemetry)
-        io.run(call.reply(self.event, body, options))
+        io.run(call.reply(self, body, options))
 
     def _answer(self, command: str, transaction: Transaction | str | None, receipt: bool) -> None:
         tx = transaction_id(transaction)
-        io = self._io
+        io = self._owner
         call = Call(io.session, time.monotonic())
-        io.run(call.acknowledge(command, self.event, self._epoch, tx, receipt))
+        io.run(call.acknowledge(command, self, self._epoch, tx, receipt))
 
 
 class Subscription(SubscriptionBase[Message]):
@@ -288,11 +283,14 @@ class Connection(ConnectionBase[Message]):
     :class:`~stompy.AsyncConnection`.
     """
 
+    def _message_class(self) -> type[Message]:
+        return Message
+
     def _setup(self) -> None:
         self._io = io = IOThread(self._session)
         self._subs: dict[str, Subscription] = {}
-        # It must not hold the Connection: see __del__.
-        self._session.wrap = functools.partial(Message, io)
+        # What answers its messages; it must not hold the Connection: see __del__.
+        self._session.owner = io
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         # Like a socket: never closed, the Connection warns and lets its thread and

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._calls import Call, Running, Steps
 from stompy._connecting import Attempts, Handshake
+from stompy._message import MessageBase
 from stompy._session import MAX_OUTGOING, Session, failure_reason, log
 from stompy._state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._urls import Endpoint
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ("IOThread", "bytes_waiting")
 
-M = TypeVar("M")
+M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
 _RECV_SIZE: Final = 256 * 1024

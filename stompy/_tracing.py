@@ -121,7 +121,7 @@ RECEIPT_BUCKETS: Final = (
     10.0,
 )
 
-M = TypeVar("M")
+M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 Attributes = dict[str, str | bool | int | float]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from stompy._calls import Call, Running, Steps, Wait, Waiting
 from stompy._connecting import Attempts, Handshake
 from stompy._inbox import Inbox
+from stompy._message import MessageBase
 from stompy._notices import Notice
 from stompy._options import ClientOptions
 from stompy._session import MAX_OUTGOING, Pumped
@@ -27,6 +28,7 @@ __all__ = (
     "ClientSession",
     "Handshake",
     "Inbox",
+    "MessageBase",
     "Notice",
     "Pumped",
     "ReceiptState",

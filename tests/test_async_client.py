@@ -54,6 +54,31 @@ async def test_send_receive_ack_and_text() -> None:
             await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
 
 
+async def test_a_received_message_is_the_cores_event_and_compares_by_identity() -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            async with conn.subscribe(dest, ack="client-individual") as sub:
+                await conn.send(dest, b"same")
+                await conn.send(dest, b"same", receipt=True)
+                first, second = await sub.get(timeout=5), await sub.get(timeout=5)
+                assert first is not None
+                assert second is not None
+                assert type(first) is stompy.AsyncMessage
+                assert isinstance(first, stompy.events.MessageReceived)
+                assert first.event is first
+                assert first.frame.command == "MESSAGE"
+                assert repr(first) == (
+                    f"<AsyncMessage {first.message_id!r} from {dest!r} sub={sub.id!r} body=b'same'>"
+                )
+                assert first != second
+                assert first == first
+                assert len({first, second}) == 2
+                await first.ack()
+                await second.ack(receipt=True)
+            assert broker.unacked_count(dest) == 0
+
+
 async def test_get_batch_takes_what_arrived_up_to_its_limit() -> None:
     dest = queue()
     with anyio.fail_after(20):

@@ -8,7 +8,7 @@ import pytest
 
 import stompy
 from stompy import Frame, Reconnect
-from stompy._events import ConnectionClosed, Error, HeartbeatTimedOut, MessageReceived, Receipt
+from stompy._events import ConnectionClosed, Error, HeartbeatTimedOut, Receipt
 from stompy._message import MessageBase
 from stompy._options import ClientOptions, error_for_event
 from stompy._urls import parse_url
@@ -103,7 +103,7 @@ def test_error_for_event() -> None:
 
 def _message(headers: tuple[tuple[str, str], ...], body: bytes) -> MessageBase:
     frame = Frame("MESSAGE", (("destination", "/q"), ("message-id", "m1"), *headers), body)
-    return MessageBase(MessageReceived(frame, "s1", "client"), 1)
+    return MessageBase.made(frame, "s1", "client", epoch=1)
 
 
 def test_message_text_uses_charset() -> None:

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import stompy
 from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser
-from stompy._events import MessageReceived
 from stompy._frames import COMMANDS, VERSIONS, Frame
 from stompy._message import MessageBase
 from stompy.errors import BodyNotText, FrameTooLarge, RemoteProtocolError
@@ -247,7 +246,7 @@ def test_message_text_raises_only_body_not_text(body: bytes, charset: str, label
     headers = [("message-id", "m1"), ("destination", "/queue/a"), ("subscription", "s1")]
     if content_type is not None:
         headers.append(("content-type", content_type))
-    message = MessageBase(MessageReceived(Frame("MESSAGE", tuple(headers), body), "s1", "auto"), 1)
+    message = MessageBase.made(Frame("MESSAGE", tuple(headers), body), "s1", "auto", epoch=1)
     error: BodyNotText | None = None
     try:
         text = message.text

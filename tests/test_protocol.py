@@ -671,6 +671,69 @@ def test_10_unroutable_message_is_a_protocol_error(subscriptions: int) -> None:
         proto.next_event()
 
 
+class Tagged(MessageReceived):
+    """A transport's own message class, made by the core (as the clients' messages are)."""
+
+    __slots__ = ("tag",)
+
+    tag: str
+
+
+def test_a_message_is_a_message_received_unless_the_transport_names_its_class() -> None:
+    proto = connected("1.2")
+    assert proto.message_class is MessageReceived
+    proto.subscribe("/q", id="S", ack="client")
+    assert type(message(proto, "S")) is MessageReceived
+    proto.message_class = Tagged
+    made = message(proto, "S", mid="m-2")
+    assert type(made) is Tagged
+    assert (made.subscription, made.ack_mode, made.message_id, made.body) == (
+        "S",
+        "client",
+        "m-2",
+        b"hi",
+    )
+    # Its own fields are its own: the core's event leaves them alone.
+    made.tag = "mine"
+    assert made.tag == "mine"
+
+
+@pytest.mark.parametrize("how", ["subscription", "closed", "1.0"])
+def test_every_routing_makes_the_transports_class(how: str) -> None:
+    proto = connected("1.0" if how == "1.0" else "1.2")
+    proto.message_class = Tagged
+    sub = proto.subscribe("/q", id="S", ack="client")
+    if how == "closed":
+        proto.unsubscribe(sub)
+    headers = [("destination", "/q"), ("message-id", "m-1")]
+    if how != "1.0":
+        headers.append(("subscription", "S"))
+    made = deliver(proto, "MESSAGE", *headers)
+    assert type(made) is Tagged
+    assert made.subscription == "S"
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("1.2", (("id", "a-1"),)),
+        ("1.1", (("message-id", "m-1"), ("subscription", "S"))),
+        ("1.0", (("message-id", "m-1"),)),
+    ],
+)
+def test_a_transports_message_is_acked_as_the_event_is(
+    version: str, expected: tuple[tuple[str, str], ...]
+) -> None:
+    proto = connected(version)
+    proto.message_class = Tagged
+    proto.subscribe("/q", id="S", ack="client")
+    made = message(proto, "S")
+    assert type(made) is Tagged
+    proto.data_to_send()
+    proto.ack(made)
+    assert sent(proto) == [Frame("ACK", expected)]
+
+
 # -- ACK / NACK ----------------------------------------------------------------------
 
 

@@ -8,8 +8,6 @@ close sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +16,7 @@ import stompy
 from stompy import Frame, encode
 from stompy._connecting import Handshake
 from stompy._events import Connected, MessageReceived
+from stompy._message import MessageBase
 from stompy._options import ClientOptions
 from stompy._session import Session
 from stompy._state import ReceiptState, Status
@@ -34,12 +33,15 @@ URL = "stomp://guest:secret@127.0.0.1:61613/vhost"
 T0 = 1000.0  # the fake clock's start
 
 
-@dataclass
-class Delivered:
-    """What the test's "transport" makes of a received MESSAGE."""
+class Delivered(MessageBase):
+    """The test's "transport"'s message class: the core makes one of each MESSAGE, and
+    the session stamps it with its epoch."""
 
-    event: MessageReceived
-    epoch: int
+    __slots__ = ()
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
 
 
 def make_session(**options: object) -> Session[Delivered]:
@@ -180,6 +182,42 @@ def test_messages_go_to_inboxes_then_the_backlog_and_resume_at_half() -> None:
     assert [d.event.message_id for d in inbox.items] == ["m-2", "m-3", "m-4", "m-5"]
     assert all(d.epoch == 1 for d in inbox.items)
     assert session.paused
+
+
+def test_what_the_core_makes_is_the_message_the_consumer_takes() -> None:
+    session = make_session(reconnect=stompy.Reconnect())
+    owner = object()
+    session.owner = owner
+    establish(session)
+    assert session.proto is not None
+    assert session.proto.message_class is Delivered
+    inbox = session.subscribe("/queue/a", "client", "s", None, 1, False).inbox
+    session.receive(message("s", 1) + message("s", 2), T0)
+    session.pump(T0)
+    first = inbox.items.popleft()
+    assert type(first) is Delivered
+    assert isinstance(first, MessageReceived)
+    assert first.event is first  # no wrapper: the event is the message
+    assert (first.message_id, first.body, first.epoch) == ("m-1", b"body 1", 1)
+    assert first._owner is owner  # what answers it
+    assert first.headers["message-id"] == "m-1"
+    assert first.headers is first.headers  # made once
+    # The one set aside is stamped as it arrived: a later epoch does not make it new.
+    assert session.drain_backlog()
+    second = inbox.items.popleft()
+    assert (second.message_id, second.epoch) == ("m-2", 1)
+    assert session.lost(ConnectionLost("cut")) is not None
+    establish(session, T0 + 1)
+    assert session.is_stale(first.epoch)
+    assert session.is_stale(second.epoch)
+    # Messages compare by identity (hashable), not by value as the core's event does.
+    session.receive(message("s", 2), T0 + 1)
+    session.pump(T0 + 1)
+    again = inbox.items.popleft()
+    assert (again.frame, again.subscription) == (second.frame, second.subscription)
+    assert again != second
+    assert again == again
+    assert len({second, again}) == 2
 
 
 def test_a_lost_connection_hands_the_backlog_to_the_consumer() -> None:

@@ -81,6 +81,34 @@ def test_send_and_receive_with_every_accessor(broker: Broker) -> None:
     assert not conn.connected
 
 
+def test_a_received_message_is_the_cores_event_and_compares_by_identity(
+    broker: Broker,
+) -> None:
+    dest = queue()
+    with (
+        stompy.Connection(url(broker), receipt_timeout=5) as conn,
+        conn.subscribe(dest, ack="client-individual") as sub,
+    ):
+        conn.send(dest, b"same")
+        conn.send(dest, b"same", receipt=True)
+        first, second = sub.get(timeout=5), sub.get(timeout=5)
+        assert first is not None
+        assert second is not None
+        assert type(first) is stompy.Message
+        assert isinstance(first, stompy.events.MessageReceived)
+        assert first.event is first
+        assert first.frame.command == "MESSAGE"
+        assert repr(first) == (
+            f"<Message {first.message_id!r} from {dest!r} sub={sub.id!r} body=b'same'>"
+        )
+        assert first != second
+        assert first == first
+        assert len({first, second}) == 2
+        first.ack()
+        second.ack(receipt=True)
+    assert broker.unacked_count(dest) == 0
+
+
 def test_unicode_headers_with_colons_and_newlines(broker: Broker) -> None:
     dest = queue()
     weird = {"key:with:colons": "value:\nwith\\newline\r", "ünï": "cødé"}

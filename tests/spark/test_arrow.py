@@ -6,7 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stompy._codec import FrameParser, encode
-from stompy._events import MessageReceived
 from stompy._frames import Frame
 from stompy._message import MessageBase
 from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch
@@ -16,7 +15,7 @@ values = st.sampled_from(["", "true", "false", "/queue/x", "ID:host:1", "a\\b", 
 
 
 def message(frame: Frame) -> MessageBase:
-    return MessageBase(MessageReceived(frame, "sub-1", "client"), 0)
+    return MessageBase.made(frame, "sub-1", "client")
 
 
 @given(
