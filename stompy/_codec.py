@@ -37,7 +37,7 @@ from stompy._frames import (
 )
 from stompy.errors import FrameTooLarge, ProtocolError, RemoteProtocolError
 
-__all__ = ("FrameLimits", "FrameParser", "encode", "encode_frame")
+__all__ = ("FrameLimits", "FrameParser", "encode", "encode_frame", "encode_send")
 
 #: How many recent header lines (of at most ``_KNOWN_LINE_MAX`` characters, without a
 #: backslash) the parser remembers the ``(name, value)`` pair of.
@@ -649,36 +649,68 @@ def encode_frame(
         if frame is not None:
             return frame
     if type(more) is dict and not raw:
-        head = _head_in_layout(command, headers, more, len(body), version == V12)
-        if head is not None:
-            return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
+        values = _pair_texts(headers)
+        if values is not None:
+            head = _head_in_layout(command, len(headers), values, more, len(body), version == V12)
+            if head is not None:
+                return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
     if more:
         headers = [*headers, *more.items()]
     return _frame_bytes(command, headers, body, version, raw)
 
 
+def encode_send(
+    destination: str, content_type: str | None, more: dict[str, str], body: bytes, version: str
+) -> bytes:
+    """``encode_frame("SEND", pairs, body, version, more)``, ``pairs`` being
+    ``destination`` and, unless None, ``content-type``: a connected client's common
+    SEND (``version`` negotiated, ``more`` a caller's dict of other headers), which
+    skips what that call would check and build to get there (the same bytes, the same
+    errors: the layout, the accelerator and the general way are :func:`encode_frame`'s).
+    """
+    if _encode_frame is None and type(more) is dict and version != V10:
+        if content_type is None:
+            values = ["destination", destination]
+        else:
+            values = ["destination", destination, "content-type", content_type]
+        head = _head_in_layout("SEND", len(values) >> 1, values, more, len(body), version == V12)
+        if head is not None:
+            return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
+    pairs = [("destination", destination)]
+    if content_type is not None:
+        pairs.append(("content-type", content_type))
+    return encode_frame("SEND", pairs, body, version, more)
+
+
+def _pair_texts(headers: Sequence[Any]) -> list[Any] | None:
+    """The names and values of ``headers`` in turn, for :func:`_head_in_layout`; None
+    for what is not a pair, an empty name or a content-length (the general way's)."""
+    values: list[Any] = []
+    for item in headers:
+        if type(item) is not tuple or len(item) != 2 or not item[0] or item[0] == "content-length":
+            return None
+        values += item
+    return values
+
+
 def _head_in_layout(
-    command: str, headers: Sequence[Any], more: dict[Any, Any], size: int, v12: bool
+    command: str, pairs: int, values: list[Any], more: dict[Any, Any], size: int, v12: bool
 ) -> str | None:
     """The command and header lines of a 1.1 / 1.2 frame whose last headers are a
     caller's dict (the client's send path), up to the body; or None, when the frame
     must be written the general way (:func:`_frame_bytes`): a name or value to escape
-    or refuse, or what is not a pair of str.
+    or refuse, or what is not a str. ``values`` holds the name and value of each of
+    the ``pairs`` headers before the dict, in turn; the dict's values are added to it.
 
     The names seldom change from frame to frame: the text around the values (the
     command, the dict's names, the separators) is kept per list of names, and the
     values are put into its slots by one slice assignment, so that a frame costs a few
     C-level passes over the values and no work per header in Python but for the
-    (usually two) pairs of ``headers``. The values are checked at once, joined: none
-    may hold what would need escaping. ``headers`` and ``more`` are typed ``Any`` on
+    (usually two) pairs before the dict. The values are checked at once, joined: none
+    may hold what would need escaping. ``values`` and ``more`` are typed ``Any`` on
     purpose: they are the caller's, checked here, and compiled by mypyc a narrower type
     would refuse a malformed header with its own TypeError before the general way could
     name it."""
-    values: list[str] = []
-    for item in headers:
-        if type(item) is not tuple or len(item) != 2 or not item[0] or item[0] == "content-length":
-            return None
-        values += item
     values += more.values()
     try:
         # str.join, unlike a slot, refuses what is not a str.
@@ -687,10 +719,10 @@ def _head_in_layout(
         return None
     if ":" in text or "\n" in text or "\\" in text or ("\r" in text and v12):
         return None
-    key = (command, len(headers), *more)
+    key = (command, pairs, *more)
     layout = _LAYOUTS.get(key)
     if layout is None:
-        layout = _layout(key, command, len(headers), more)
+        layout = _layout(key, command, pairs, more)
         if layout is None:
             return None
     parts = layout.copy()

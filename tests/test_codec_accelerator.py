@@ -406,7 +406,12 @@ def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
     want = python_encoding(command, headers, body, version, more)
     for _ in range(2):
         if type(more) is dict and not raw:
-            head = _codec._head_in_layout(command, headers, more, len(body), version == "1.2")
+            values = _codec._pair_texts(headers)
+            head = None
+            if values is not None:
+                head = _codec._head_in_layout(
+                    command, len(headers), values, more, len(body), version == "1.2"
+                )
             if head is not None:
                 got: bytes | str
                 try:
@@ -420,6 +425,42 @@ def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
         except (TypeError, ValueError) as exc:
             encoded = f"{type(exc).__name__}: {exc}"
         assert encoded == want
+
+
+@settings(max_examples=500)
+@given(
+    layout_text,
+    st.none() | layout_text,
+    st.one_of(
+        st.dictionaries(plain_name, plain_text, max_size=5),
+        st.dictionaries(layout_text, layout_text, max_size=5),
+        st.sampled_from([{"a": 1}, {1: "a"}, {"content-length": "3"}]),
+    ),
+    st.binary(max_size=20),
+    versions,
+)
+@example("/q", "a:b", {"x": "y"}, b"", "1.2")  # a content type the layout leaves
+@example("/q\r", None, {"x": "y"}, b"b", "1.1")  # a CR: escaped in 1.2 only
+@example("/q", "t", {"x": "y"}, b"b", "1.0")
+def test_the_send_entry_writes_what_encode_frame_writes(
+    destination: str, content_type: str | None, more: Any, body: bytes, version: str
+) -> None:
+    """``encode_send``, the protocol's common SEND: the bytes (or the error) of
+    ``encode_frame`` given the destination and content-type as pairs. Twice: the
+    second time, the layout is cached."""
+    pairs = [("destination", destination)]
+    if content_type is not None:
+        pairs.append(("content-type", content_type))
+    for _ in range(2):
+        try:
+            want: bytes | str = _codec.encode_frame("SEND", pairs, body, version, more)
+        except (TypeError, ValueError) as exc:
+            want = f"{type(exc).__name__}: {exc}"
+        try:
+            got: bytes | str = _codec.encode_send(destination, content_type, more, body, version)
+        except (TypeError, ValueError) as exc:
+            got = f"{type(exc).__name__}: {exc}"
+        assert got == want
 
 
 def test_many_lists_of_names_are_written_right() -> None:

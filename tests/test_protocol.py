@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
 
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import (
@@ -1343,3 +1345,49 @@ def test_a_message_is_routed_by_its_own_subscription_header_as_sent(version: str
     )
     with pytest.raises(RemoteProtocolError, match="without the message-id header"):
         proto.next_event()
+
+
+_send_names = st.sampled_from(
+    ["a", "reply-to", "content-type", "content-length", "destination", "receipt", "b:c", ""]
+)
+_send_values = st.sampled_from(
+    ["v", "/temp-queue/t", "/queue/q", "x:y", "a\\b", "l\nf", "c\rr", "é", "\ud800", ""]
+) | st.integers(0, 3)
+
+
+def _send_outcome(
+    proto: ClientProtocol, destination: str, body: bytes | str, headers: Any, ctype: str | None
+) -> tuple[object, ...]:
+    try:
+        result: object = proto.send(destination, body, headers=headers, content_type=ctype)
+    except LocalProtocolError as exc:
+        result = f"LocalProtocolError: {exc}"
+    except TypeError:
+        result = TypeError  # worded after the form of the headers given: pairs or a dict
+    return (result, proto.data_to_send(), proto.implicit_subscriptions, proto.new_receipt_id())
+
+
+@given(
+    st.sampled_from(["1.0", "1.1", "1.2"]),
+    st.sampled_from(["/q", "/q:1", "", "/q\n"]),
+    st.binary(max_size=3) | st.sampled_from(["hé", "\ud800"]),
+    st.dictionaries(_send_names, _send_values, max_size=4),
+    st.none() | st.sampled_from(["t/p", "a:b", "\ud800"]),
+)
+@example("1.2", "/q", b"x", {"reply-to": "/temp-queue/t"}, "t/p")
+@example("1.2", "/q", b"x", {"a": 1}, None)
+@example("1.2", "/q", b"x", {"content-type": "a"}, "t/p")
+def test_a_dict_of_headers_sends_what_its_pairs_send(
+    version: str, destination: str, body: bytes | str, headers: Any, ctype: str | None
+) -> None:
+    """A dict of headers takes the common send's short way when it can; the same
+    headers as pairs always take the general way: the same frame (or error), the same
+    implicit subscriptions, the same ids after."""
+    # Two faults at once (a body and a header) are named in either order.
+    assume(body != "\ud800" or all(type(v) is str for v in headers.values()))
+    fast = connected(version)
+    general = connected(version)
+    got = _send_outcome(fast, destination, body, headers, ctype)
+    want = _send_outcome(general, destination, body, list(headers.items()), ctype)
+    assert got == want
+    assert fast.state is general.state is State.CONNECTED
