@@ -348,12 +348,15 @@ class Session(Generic[M]):
         ):
             return False
         proto.send(destination, body, headers=headers, content_type=content_type)
-        now = clock() if proto.negotiated_heartbeats[0] else None
         if self.ws is None:  # take_output, inlined: this runs for every message sent
-            data = proto.data_to_send(now)
+            if proto.negotiated_heartbeats[0]:
+                data = proto.data_to_send(clock())
+            else:
+                data = proto.data_to_send()
             if self.debug:
                 log_sent(data, self.endpoint)
         else:
+            now = clock() if proto.negotiated_heartbeats[0] else None
             data = take_output(proto, self.ws, now, self.endpoint if self.debug else None)
         self.outgoing += data
         return True

@@ -28,6 +28,7 @@ from stompy._calls import Call
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
+from stompy._session import MAX_OUTGOING
 from stompy._state import CONNECTED, NEW, RECONNECTING
 from stompy._sync_io import IOThread
 from stompy.errors import LocalProtocolError, StompError
@@ -377,9 +378,13 @@ class Connection(ConnectionBase[Message]):
         if given is None and not receipt and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
+            session = self._session
             with io.lock:
-                if self._session.send_now(destination, body, headers, content_type, time.monotonic):
-                    io.queue_output()
+                if session.send_now(destination, body, headers, content_type, time.monotonic):
+                    # Mostly the I/O thread was woken already and the buffer has room:
+                    # nothing to do (queue_output's checks, without the call).
+                    if not io.wake_sent or len(session.outgoing) > MAX_OUTGOING:
+                        io.queue_output()
                     return
         call = traced(Call(self._session, time.monotonic()), telemetry)
         transaction = transaction_id(given)

@@ -401,7 +401,9 @@ class IOThread(Generic[M]):
 
     def _send(self, sock: socket.socket) -> None:
         with self.cond:
-            chunk = bytes(self.session.outgoing[:_SEND_CHUNK])
+            out = self.session.outgoing
+            # One copy, not two (a slice, then its bytes) when all of it fits.
+            chunk = bytes(out) if len(out) <= _SEND_CHUNK else bytes(out[:_SEND_CHUNK])
         try:
             sent = sock.send(chunk)
         except _TLS_RETRY:

@@ -20,6 +20,7 @@ import pytest
 
 import stompy
 from stompy import Frame, FrameParser, encode
+from stompy._session import MAX_OUTGOING
 from stompy.errors import AckLost, ConnectionLost, StompError
 from stompy.testing import Broker, run_broker
 from tests.test_session import T0, establish, make_session
@@ -243,6 +244,24 @@ def test_blocking_a_broker_that_stops_reading_ends_the_connection(broker: Broker
             assert isinstance(conn.failure, ConnectionLost)
             with pytest.raises(ConnectionLost):
                 conn.send("/queue/stuck", "later")  # at once, not another timeout
+        finally:
+            broker.resume()
+
+
+def test_blocking_sends_wait_for_room_even_while_a_wake_up_is_pending(broker: Broker) -> None:
+    """A send that finds the I/O thread already woken still waits once the outgoing
+    buffer is past its bound. Holding the connection's lock (what the I/O thread
+    takes at the top of each turn) keeps the first wake-up pending; the waiting
+    send lets go of it, and with the broker not reading the send fails."""
+    with stompy.Connection(broker.url, receipt_timeout=1.0) as conn:
+        broker.pause()
+        io = conn._io
+        try:
+            with io.lock, pytest.raises(ConnectionLost, match="stopped reading"):
+                for _ in range(CHUNKS):
+                    conn.send("/queue/stuck", CHUNK)
+                    assert io.wake_sent
+                    assert len(conn._session.outgoing) <= MAX_OUTGOING + 2 * len(CHUNK)
         finally:
             broker.resume()
 
