@@ -651,7 +651,8 @@ def encode_frame(
     if type(more) is dict and not raw:
         values = _pair_texts(headers)
         if values is not None:
-            head = _head_in_layout(command, len(headers), values, more, len(body), version == V12)
+            v12 = version == V12
+            head = _head_in_layout(command, len(headers), values, more, len(body), v12, _NO_NAMES)
             if head is not None:
                 return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
     if more:
@@ -661,25 +662,38 @@ def encode_frame(
 
 def encode_send(
     destination: str, content_type: str | None, more: dict[str, str], body: bytes, version: str
-) -> bytes:
-    """``encode_frame("SEND", pairs, body, version, more)``, ``pairs`` being
-    ``destination`` and, unless None, ``content-type``: a connected client's common
-    SEND (``version`` negotiated, ``more`` a caller's dict of other headers), which
-    skips what that call would check and build to get there (the same bytes, the same
-    errors: the layout, the accelerator and the general way are :func:`encode_frame`'s).
+) -> bytes | None:
+    """A connected client's common SEND, when this entry can write it at once: what
+    ``encode_frame("SEND", pairs, body, version, more)`` writes, ``pairs`` being
+    ``destination`` and, unless None, ``content-type``; ``version`` is the negotiated
+    one and ``more`` the caller's other headers. None when the SEND is not that simple:
+    ``more`` names a header the SEND writes itself or the client sets
+    (:data:`SEND_OWN`), or a name or value needs escaping or refusing, or what is not
+    a str; then the caller takes the general way (``encode_frame``), which writes the
+    same bytes or raises the error. Raises nothing: the errors are said in one place.
     """
-    if _encode_frame is None and type(more) is dict and version != V10:
-        if content_type is None:
-            values = ["destination", destination]
-        else:
-            values = ["destination", destination, "content-type", content_type]
-        head = _head_in_layout("SEND", len(values) >> 1, values, more, len(body), version == V12)
-        if head is not None:
-            return b"".join((head.encode(), body, b"\x00")) if body else head.encode()
-    pairs = [("destination", destination)]
-    if content_type is not None:
-        pairs.append(("content-type", content_type))
-    return encode_frame("SEND", pairs, body, version, more)
+    if _encode_frame is not None:
+        if not SEND_OWN.isdisjoint(more):
+            return None
+        pairs = [("destination", destination)]
+        if content_type is not None:
+            pairs.append(("content-type", content_type))
+        return _encode_frame("SEND", pairs, body, version == V10, version == V12, more)
+    if type(more) is not dict or version == V10:
+        return None
+    if content_type is None:
+        values = ["destination", destination]
+        head = _head_in_layout("SEND", 1, values, more, len(body), version == V12, SEND_OWN)
+    else:
+        values = ["destination", destination, "content-type", content_type]
+        head = _head_in_layout("SEND", 2, values, more, len(body), version == V12, SEND_OWN)
+    if head is None:
+        return None
+    try:
+        start = head.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the general way names it
+        return None
+    return b"".join((start, body, b"\x00")) if body else start
 
 
 def _pair_texts(headers: Sequence[Any]) -> list[Any] | None:
@@ -694,13 +708,20 @@ def _pair_texts(headers: Sequence[Any]) -> list[Any] | None:
 
 
 def _head_in_layout(
-    command: str, pairs: int, values: list[Any], more: dict[Any, Any], size: int, v12: bool
+    command: str,
+    pairs: int,
+    values: list[Any],
+    more: dict[Any, Any],
+    size: int,
+    v12: bool,
+    refused: frozenset[str],
 ) -> str | None:
     """The command and header lines of a 1.1 / 1.2 frame whose last headers are a
     caller's dict (the client's send path), up to the body; or None, when the frame
     must be written the general way (:func:`_frame_bytes`): a name or value to escape
-    or refuse, or what is not a str. ``values`` holds the name and value of each of
-    the ``pairs`` headers before the dict, in turn; the dict's values are added to it.
+    or refuse, or what is not a str, or a name of ``more`` in ``refused``. ``values``
+    holds the name and value of each of the ``pairs`` headers before the dict, in turn;
+    the dict's values are added to it.
 
     The names seldom change from frame to frame: the text around the values (the
     command, the dict's names, the separators) is kept per list of names, and the
@@ -719,10 +740,10 @@ def _head_in_layout(
         return None
     if ":" in text or "\n" in text or "\\" in text or ("\r" in text and v12):
         return None
-    key = (command, pairs, *more)
+    key = (command, pairs, refused, *more)
     layout = _LAYOUTS.get(key)
     if layout is None:
-        layout = _layout(key, command, pairs, more)
+        layout = _layout(key, command, pairs, more, refused)
         if layout is None:
             return None
     parts = layout.copy()
@@ -742,19 +763,30 @@ _ENDS: Final[dict[int, str]] = {0: "\n\x00"}
 _ENDS_MAX: Final = 4096
 
 
-#: The layouts of :func:`_head_in_layout`, by command, number of pairs and the dict's
-#: names; the names are the caller's, so the cache is emptied when it is full.
+#: The layouts of :func:`_head_in_layout`, by command, number of pairs, names refused
+#: and the dict's names; the names are the caller's, so the cache is emptied when full.
 _LAYOUTS: Final[dict[tuple[object, ...], list[str]]] = {}
 _LAYOUTS_MAX: Final = 256
+#: No names refused (:func:`encode_frame`'s layouts).
+_NO_NAMES: Final[frozenset[str]] = frozenset()
+#: The names :func:`encode_send` leaves to the general way in the caller's headers: the
+#: SEND's own (written from the arguments, or by the client: receipt, transaction).
+SEND_OWN: Final = frozenset(
+    {"destination", "content-type", "content-length", "receipt", "transaction"}
+)
 
 
 def _layout(
-    key: tuple[object, ...], command: str, pairs: int, more: dict[Any, Any]
+    key: tuple[object, ...],
+    command: str,
+    pairs: int,
+    more: dict[Any, Any],
+    refused: frozenset[str],
 ) -> list[str] | None:
     """The text of a frame's head around its values, one slot (an odd index) per
     value: a name and value of each of ``pairs`` pairs, then the value of each of
     ``more``'s names. None if a name of ``more`` needs escaping, is empty or not a str,
-    or is content-length: those frames take the general way."""
+    is content-length or in ``refused``: those frames take the general way."""
     layout = [f"{command}\n"]
     for _ in range(pairs):
         layout += ("", ":", "", "\n")
@@ -763,6 +795,7 @@ def _layout(
             type(name) is not str
             or not name
             or name == "content-length"
+            or name in refused
             or ":" in name
             or "\n" in name
             or "\\" in name

@@ -387,22 +387,12 @@ class ClientProtocol:
             and type(body) is bytes
             and transaction is None
             and receipt is False
-            # _RESERVED_SEND, content-length and content-type, one lookup each:
-            # isdisjoint() would iterate the caller's headers (a method call mypyc does
-            # not compile, too).
-            and "destination" not in headers
-            and "receipt" not in headers
-            and "transaction" not in headers
-            and "content-length" not in headers
-            and "content-type" not in headers
+            and (data := encode_send(destination, content_type, headers, body, self.version))
+            is not None
         ):
-            # The common case, checked at C speed (the encoder checks the types) and
-            # given to the encoder as it is: what the general way below does, in fewer
-            # steps (no id, receipt or transaction to record, no header to drop).
-            try:
-                data = encode_send(destination, content_type, headers, body, self.version)
-            except ValueError as exc:
-                raise LocalProtocolError(str(exc)) from None
+            # The common case: the encoder took the caller's dict as it is (it names
+            # none of the headers stompy sets, nor content-type or content-length: see
+            # encode_send), and there is no id, receipt or transaction to record.
             self._out.append(data)
             reply_to = headers.get("reply-to")
             if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
@@ -422,8 +412,8 @@ class ClientProtocol:
             and "transaction" not in headers
             and "content-length" not in headers
         ):
-            # The common case, checked at C speed (the encoder checks the types) and
-            # given to the encoder as it is.
+            # Checked at C speed (the encoder checks the types) and given to the
+            # encoder as it is.
             more = names = headers
         else:
             user = self._user_headers(headers, _RESERVED_SEND, "SEND")

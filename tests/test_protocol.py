@@ -19,7 +19,7 @@ from stompy._events import (
     Receipt,
 )
 from stompy._frames import Frame
-from stompy._protocol import ClientProtocol, State, SubscriptionInfo
+from stompy._protocol import _RESERVED_SEND, ClientProtocol, State, SubscriptionInfo
 from stompy.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 
 # -- helpers (also used by the other protocol test modules) ---------------------------
@@ -1348,7 +1348,7 @@ def test_a_message_is_routed_by_its_own_subscription_header_as_sent(version: str
 
 
 _send_names = st.sampled_from(
-    ["a", "reply-to", "content-type", "content-length", "destination", "receipt", "b:c", ""]
+    ("a", "b:c", "", "reply-to", "content-type", "content-length", *sorted(_RESERVED_SEND))
 )
 _send_values = st.sampled_from(
     ["v", "/temp-queue/t", "/queue/q", "x:y", "a\\b", "l\nf", "c\rr", "é", "\ud800", ""]
@@ -1385,6 +1385,8 @@ def test_a_dict_of_headers_sends_what_its_pairs_send(
     implicit subscriptions, the same ids after."""
     # Two faults at once (a body and a header) are named in either order.
     assume(body != "\ud800" or all(type(v) is str for v in headers.values()))
+    # A content-type header the argument overrides is dropped from a dict unread.
+    assume(ctype is None or type(headers.get("content-type", "")) is str)
     fast = connected(version)
     general = connected(version)
     got = _send_outcome(fast, destination, body, headers, ctype)
