@@ -334,10 +334,13 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             and telemetry is None
             and session.send_now(destination, body, headers, content_type, anyio.current_time)
         ):
-            # The common case, kept short: the clock is read only if heart-beats need it.
-            self._io.kick()
+            # The common case, kept short: the clock is read only if heart-beats need it,
+            # and the writer is kicked only if it was not yet (mostly it was).
+            io = self._io
+            if not io.write_due:
+                io.kick()
             if len(session.outgoing) > MAX_OUTGOING:
-                await self._io.run(Call(session, anyio.current_time()).flush())
+                await io.run(Call(session, anyio.current_time()).flush())
             return
         transaction = transaction_id(given)
         call = traced(Call(session, anyio.current_time()), telemetry)

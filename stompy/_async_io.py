@@ -70,6 +70,9 @@ class TaskIO(Generic[M]):
         self.session = session
         self.stream: anyio.abc.ByteStream | None = None
         self._out_ready = Signal()  # the writer has something to write
+        #: :attr:`_out_ready` was set by :meth:`kick` and the writer has not taken it:
+        #: the writer will write what is queued meanwhile, so a send need not set it.
+        self.write_due = False
         self._drained = Signal()  # pulsed when the writer wrote
         self._changed = Signal()  # pulsed whenever the status changes
         self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
@@ -121,7 +124,8 @@ class TaskIO(Generic[M]):
 
     def kick(self) -> None:
         """Start the writer if there is something to write."""
-        if self.session.outgoing:
+        if self.session.outgoing and not self.write_due:
+            self.write_due = True
             self._out_ready.set()
 
     # -- running calls ---------------------------------------------------------------------
@@ -424,6 +428,7 @@ class TaskIO(Generic[M]):
         try:
             while True:
                 await self._out_ready.take()
+                self.write_due = False  # from here on, what is queued needs a kick again
                 while session.outgoing:
                     # Shielded: a cancelled write must not leave half a frame behind.
                     with (
