@@ -96,6 +96,28 @@ _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
 _TEMP_QUEUES_KEPT: Final = 1024
 
 
+def _bad_destination(command: str, destination: object) -> Exception:
+    """The error for a destination that is empty or not a ``str``.
+
+    A TypeError names the type, as the compiled core's argument check does (it stops
+    ``None`` before this is reached): the pure one must not send ``None`` or a number.
+    """
+    if isinstance(destination, str):
+        return LocalProtocolError(f"{command} needs a destination")
+    return TypeError(f"a destination must be a str, not {type(destination).__name__}")
+
+
+def _body_bytes(body: object) -> bytes:
+    """A ``bytes`` subclass as bytes; anything else but ``str`` is refused.
+
+    ``bytes(body)`` alone would take an int as that many NUL bytes and a bytearray
+    that the compiled core's argument check refuses: both flavours refuse the same.
+    """
+    if isinstance(body, bytes):
+        return bytes(body)
+    raise TypeError(f"a body must be bytes or str, not {type(body).__name__}")
+
+
 class State(enum.Enum):
     """Where a client connection stands."""
 
@@ -380,8 +402,8 @@ class ClientProtocol:
         """
         if self.state is not _CONNECTED:
             self._require(_CONNECTED)
-        if not destination:
-            raise LocalProtocolError("SEND needs a destination")
+        if not destination or type(destination) is not str:
+            raise _bad_destination("SEND", destination)
         if (
             type(headers) is dict
             and type(body) is bytes
@@ -427,6 +449,8 @@ class ClientProtocol:
                 raise LocalProtocolError(f"the body is not valid text: {exc.reason}") from None
             if content_type is None and "content-type" not in names:
                 content_type = _TEXT_TYPE
+        elif type(body) is not bytes:
+            body = _body_bytes(body)  # before any id is taken
         if content_type is not None:
             if "content-type" in names:
                 pairs = user if more is None else more.items()
@@ -440,7 +464,6 @@ class ClientProtocol:
             items.append(("receipt", receipt_id))
         if user:
             items += user
-        body = body if type(body) is bytes else bytes(body)
         self._emit("SEND", items, mark, receipt_id, body, more)
         reply_to = names.get("reply-to")
         if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
@@ -465,8 +488,8 @@ class ClientProtocol:
     ) -> str:
         """Queue a SUBSCRIBE frame and return the subscription id (generated if not given)."""
         self._require(_CONNECTED)
-        if not destination:
-            raise LocalProtocolError("SUBSCRIBE needs a destination")
+        if not destination or type(destination) is not str:
+            raise _bad_destination("SUBSCRIBE", destination)
         if ack not in ACK_MODES:
             raise LocalProtocolError(f"ack mode must be one of {ACK_MODES}, got {ack!r}")
         if ack == "client-individual" and self.version == V10:

@@ -54,6 +54,23 @@ async def test_send_receive_ack_and_text() -> None:
             await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
 
 
+@pytest.mark.parametrize("body", [5, None, bytearray(b"x")])
+async def test_a_body_neither_bytes_nor_str_is_refused_and_nothing_is_sent(
+    body: object,
+) -> None:
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises(TypeError):
+                await conn.send(dest, body)  # type: ignore[arg-type]
+            await conn.send(dest, b"after", receipt=True)
+            async with conn.subscribe(dest) as sub:
+                msg = await sub.get(timeout=5)
+                assert msg is not None
+                assert msg.body == b"after"
+                assert await sub.get(timeout=0.2) is None
+
+
 async def test_a_received_message_is_the_cores_event_and_compares_by_identity() -> None:
     dest = queue()
     with anyio.fail_after(10):

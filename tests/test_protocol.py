@@ -442,6 +442,41 @@ def test_bad_send_changes_nothing(kwargs: dict[str, Any], what: str) -> None:
     assert proto.data_to_send() == b""
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"destination": None},
+        {"destination": 5},
+        {"body": 5},  # bytes(5) would be five NUL bytes
+        {"body": None},
+        {"body": bytearray(b"x")},  # what the compiled core's check refuses, too
+        {"body": memoryview(b"x")},
+        {"body": 5, "headers": [("k", "v")], "receipt": True},
+    ],
+)
+def test_a_send_of_the_wrong_type_is_refused_and_changes_nothing(
+    kwargs: dict[str, Any],
+) -> None:
+    """The same TypeError with the core compiled (mypyc checks the arguments) or not
+    (the core checks them itself): nothing of it is sent."""
+    proto = connected("1.2")
+    before = snapshot(proto)
+    with pytest.raises(TypeError):
+        proto.send(**{"destination": "/q", "body": b"x", **kwargs})
+    assert snapshot(proto) == before
+    assert proto.data_to_send() == b""
+
+
+@pytest.mark.parametrize("destination", [None, 5, b"/q"])
+def test_a_subscribe_to_a_destination_not_a_str_is_refused(destination: object) -> None:
+    proto = connected("1.2")
+    before = snapshot(proto)
+    with pytest.raises(TypeError):
+        proto.subscribe(destination)  # type: ignore[arg-type]
+    assert snapshot(proto) == before
+    assert proto.data_to_send() == b""
+
+
 def test_a_failed_intent_gives_its_ids_back() -> None:
     """The ids of the next intents are the same as if the failed one never happened."""
 

@@ -109,6 +109,25 @@ def test_a_received_message_is_the_cores_event_and_compares_by_identity(
     assert broker.unacked_count(dest) == 0
 
 
+@pytest.mark.parametrize("body", [5, None, bytearray(b"x")])
+def test_a_body_neither_bytes_nor_str_is_refused_and_nothing_is_sent(
+    broker: Broker, body: object
+) -> None:
+    """With the core compiled or not: an int was once sent as that many NUL bytes."""
+    dest = queue()
+    with stompy.Connection(url(broker), receipt_timeout=5) as conn:
+        with pytest.raises(TypeError):
+            conn.send(dest, body)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            conn.send_many([stompy.Outgoing(dest, body)])  # type: ignore[arg-type]
+        conn.send(dest, b"after", receipt=True)  # the connection goes on
+        with conn.subscribe(dest) as sub:
+            msg = sub.get(timeout=5)
+            assert msg is not None
+            assert msg.body == b"after"
+            assert sub.get(timeout=0.2) is None
+
+
 def test_unicode_headers_with_colons_and_newlines(broker: Broker) -> None:
     dest = queue()
     weird = {"key:with:colons": "value:\nwith\\newline\r", "ünï": "cødé"}
