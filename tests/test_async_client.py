@@ -21,7 +21,7 @@ from stompy.errors import (
     TransactionLost,
 )
 from stompy.testing import AsyncBroker, serve
-from tests.test_sync_client import many_descriptors
+from tests.test_sync_client import check_one_object_per_message, many_descriptors
 
 pytestmark = pytest.mark.anyio
 
@@ -81,16 +81,7 @@ async def test_a_received_message_is_the_cores_event_and_compares_by_identity() 
                 first, second = await sub.get(timeout=5), await sub.get(timeout=5)
                 assert first is not None
                 assert second is not None
-                assert type(first) is stompy.AsyncMessage
-                assert isinstance(first, stompy.events.MessageReceived)
-                assert first.event is first
-                assert first.frame.command == "MESSAGE"
-                assert repr(first) == (
-                    f"<AsyncMessage {first.message_id!r} from {dest!r} sub={sub.id!r} body=b'same'>"
-                )
-                assert first != second
-                assert first == first
-                assert len({first, second}) == 2
+                check_one_object_per_message(first, second, stompy.AsyncMessage, dest, sub.id)
                 await first.ack()
                 await second.ack(receipt=True)
             assert broker.unacked_count(dest) == 0

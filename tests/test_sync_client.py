@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 import stompy
+from stompy.engine import MessageBase
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,
@@ -81,6 +82,23 @@ def test_send_and_receive_with_every_accessor(broker: Broker) -> None:
     assert not conn.connected
 
 
+def check_one_object_per_message(
+    first: MessageBase, second: MessageBase, cls: type[MessageBase], dest: str, sub_id: str
+) -> None:
+    """Two messages with the same body, as a client of class ``cls`` received them:
+    each is the core's event itself, and they compare by identity."""
+    assert type(first) is cls
+    assert isinstance(first, stompy.events.MessageReceived)
+    assert first.event is first
+    assert first.frame.command == "MESSAGE"
+    assert repr(first) == (
+        f"<{cls.__name__} {first.message_id!r} from {dest!r} sub={sub_id!r} body=b'same'>"
+    )
+    assert first != second
+    assert first == first
+    assert len({first, second}) == 2
+
+
 def test_a_received_message_is_the_cores_event_and_compares_by_identity(
     broker: Broker,
 ) -> None:
@@ -94,16 +112,7 @@ def test_a_received_message_is_the_cores_event_and_compares_by_identity(
         first, second = sub.get(timeout=5), sub.get(timeout=5)
         assert first is not None
         assert second is not None
-        assert type(first) is stompy.Message
-        assert isinstance(first, stompy.events.MessageReceived)
-        assert first.event is first
-        assert first.frame.command == "MESSAGE"
-        assert repr(first) == (
-            f"<Message {first.message_id!r} from {dest!r} sub={sub.id!r} body=b'same'>"
-        )
-        assert first != second
-        assert first == first
-        assert len({first, second}) == 2
+        check_one_object_per_message(first, second, stompy.Message, dest, sub.id)
         first.ack()
         second.ack(receipt=True)
     assert broker.unacked_count(dest) == 0
