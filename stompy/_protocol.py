@@ -399,6 +399,8 @@ class ClientProtocol:
 
         A ``str`` body is encoded as UTF-8 and, unless ``content_type`` or a
         ``content-type`` header says otherwise, labelled ``text/plain;charset=utf-8``.
+        A body of another type than ``bytes`` or ``str``, or a destination not a ``str``,
+        is a TypeError (compiled or not), raised before anything changes.
         """
         if self.state is not _CONNECTED:
             self._require(_CONNECTED)
