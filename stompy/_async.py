@@ -13,7 +13,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -267,14 +267,15 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     """An async STOMP connection, the twin of :class:`stompy.Connection`.
 
     ``async with AsyncConnection(url) as conn:`` connects and starts the reader, writer
-    and heart-beat tasks; leaving the block disconnects gracefully and stops them.
-    ``ws://`` and ``wss://`` URLs speak STOMP over WebSocket.
+    and heart-beat tasks in a task group that the block owns; leaving the block
+    disconnects gracefully, stops them and exits the task group. ``ws://`` and
+    ``wss://`` URLs speak STOMP over WebSocket.
 
-    ``connect()`` and ``close()`` may also be awaited by hand, by one task at one level:
-    ``connect()`` opens the task group of the connection's tasks where it is called, and
-    anyio and trio let only that task close it, outside any cancel scope entered since
-    (``async with`` guarantees both). ``close()`` needs no ``move_on_after``: its waits
-    are bounded by ``receipt_timeout``.
+    ``async with`` is the only way to open it (``connect()`` raises
+    :class:`~stompy.errors.LocalProtocolError`): anyio and trio let a task group be
+    exited only by the task that entered it, in the cancel scope it was entered in,
+    which two calls made by hand cannot promise. ``await conn.close()`` may come
+    earlier, inside the block, from any task and inside any cancel scope.
     """
 
     def _message_class(self) -> type[AsyncMessage]:
@@ -285,32 +286,60 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         self._session.owner = self  # what answers its messages
 
     async def __aenter__(self) -> AsyncConnection:
-        await self.connect()
+        """Connect (retrying per ``reconnect``), enter the task group and start the
+        connection's tasks. Raises :class:`~stompy.errors.ConnectFailed` or
+        :class:`~stompy.errors.ServerError` when no connection was made, and
+        :class:`~stompy.errors.LocalProtocolError` on a connection opened before."""
+        status = self._session.status
+        if status is not NEW:
+            raise LocalProtocolError(
+                f"`async with` on a connection that is {status}: "
+                "an AsyncConnection is opened once; make a new one"
+            )
+        self._instrument()
+        io = self._io
+        await io.open()
+        try:
+            if self._options.hooked:
+                io.hooks_done = anyio.Event()
+                io.spawn(functools.partial(_run_hooks, io))
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        """Disconnect gracefully (as :meth:`close`), then exit the task group. The
+        block's own exception goes on unchanged."""
+        try:
+            await self.close()
+        finally:
+            exc = exc_info[1]
+            await self._io.leave(exc if isinstance(exc, BaseException) else None)
 
-    async def connect(self) -> None:
-        """Connect (retrying per ``reconnect``) and start the connection's tasks."""
-        status = self._session.status
-        if status is not NEW:
-            raise LocalProtocolError(f"connect() on a connection that is {status}")
-        self._instrument()
-        await self._io.connect()
-        if self._options.hooked:
-            io = self._io
-            io.hooks_done = anyio.Event()
-            io.spawn(functools.partial(_run_hooks, io))
+    def connect(self) -> NoReturn:
+        """Refused: open the connection with ``async with AsyncConnection(...) as conn:``.
+
+        Always raises :class:`~stompy.errors.LocalProtocolError`: a task group opened by
+        one call and closed by another cannot be kept in step with the caller's cancel
+        scopes (see the class's docstring).
+        """
+        raise LocalProtocolError(
+            "AsyncConnection has no connect(): open it with "
+            "`async with AsyncConnection(...) as conn:`, which connects, runs the "
+            "connection's tasks in a task group of the block and disconnects at its end"
+        )
 
     async def close(self) -> bool:
-        """Disconnect gracefully and stop every task; safe to call more than once.
+        """Disconnect gracefully and stop every task; safe to call more than once, from
+        any task and inside any cancel scope. The block of ``async with`` goes on (and
+        exits the connection's task group at its end); calls on the closed connection
+        raise :class:`~stompy.errors.LocalProtocolError`.
 
-        Returns whether the close was clean, as :meth:`stompy.Connection.close` says.
-        Raises :class:`~stompy.errors.LocalProtocolError`, and changes nothing, when
-        awaited by another task than the one that called ``connect()``.
+        Returns whether the close was clean, as :meth:`stompy.Connection.close` says. Its
+        waits are bounded by ``receipt_timeout``; a close while another is under way
+        waits for that one and returns what it does.
         """
-        self._io.check_closer()
         return await self._io.close()
 
     # -- calls -------------------------------------------------------------------------

@@ -1,13 +1,20 @@
 """The anyio transport's I/O: the stream, the connection's tasks, and the events that
 wake the user's waits (asyncio and trio alike).
 
-The connection owns a task group. For each established connection (an *epoch*; a
-reconnect starts a new one) it runs three tasks: a reader that feeds received bytes to
-the session engine, a writer that sends what the session has to send, and a timer that
-wakes at the core's heart-beat deadline. User calls never write to the stream
-themselves: they run their steps on the session synchronously (:meth:`TaskIO.run`), so
-nothing can interleave, and wake the writer. Cancelling a call therefore never leaves
-half a frame on the wire.
+The connection owns a task group, entered by ``async with AsyncConnection(...)`` and
+exited where it was entered, at the end of that block (:meth:`TaskIO.open`,
+:meth:`TaskIO.leave`): anyio and trio allow a task group to be left only by the task
+that entered it, in the cancel scope it was entered in. :meth:`TaskIO.close` may come
+from any task, inside any cancel scope: it only stops the connection's work (each task
+runs in a cancel scope of its own, which close cancels, then it waits for the tasks to
+end), and leaves the task group, empty, to the end of the block.
+
+For each established connection (an *epoch*; a reconnect starts a new one) it runs
+three tasks: a reader that feeds received bytes to the session engine, a writer that
+sends what the session has to send, and a timer that wakes at the core's heart-beat
+deadline. User calls never write to the stream themselves: they run their steps on
+the session synchronously (:meth:`TaskIO.run`), so nothing can interleave, and wake the
+writer. Cancelling a call therefore never leaves half a frame on the wire.
 
 While the session keeps a backlog (a subscription's inbox is full) the reader stops
 reading: TCP pushes back on the broker and memory stays flat. It reads again once a
@@ -16,7 +23,7 @@ judges the broker silent (:meth:`~stompy._session.Session.tick`): bytes waiting 
 are a sign of life, so neither a slow consumer nor user code that blocked the event
 loop for a while is mistaken for a dead broker.
 The tasks catch their own errors and hand them to the session, so no ExceptionGroup
-reaches the user.
+reaches the user (were one to come, :meth:`TaskIO.leave` would unwrap it).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -41,6 +49,9 @@ from stompy._sync_io import bytes_waiting
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, StompError
 
+if sys.version_info < (3, 11):  # the backport, which anyio requires there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
+
 __all__ = ("NETWORK_ERRORS", "Getter", "TaskIO")
 
 M = TypeVar("M", bound=MessageBase)
@@ -54,6 +65,25 @@ NETWORK_ERRORS: Final = (
     anyio.ClosedResourceError,
     anyio.EndOfStream,
 )
+
+
+def _unwrapped(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What a user is shown of a task group's ExceptionGroup: its first StompError, else
+    its first exception that is not a cancellation, else its first (never the group)."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending and len(leaves) < 64:  # a bounded walk down nested groups
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending[:0] = exc.exceptions
+        else:
+            leaves.append(exc)
+    cancelled = anyio.get_cancelled_exc_class()
+    for wanted in (StompError, Exception):
+        for exc in leaves:
+            if isinstance(exc, wanted) and not isinstance(exc, cancelled):
+                return exc
+    return leaves[0] if leaves else group
 
 
 class Getter(Protocol):
@@ -84,7 +114,11 @@ class TaskIO(Generic[M]):
         self.yield_at = 0.0  # when a get() with a message at hand next lets tasks run
         self._write_lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._host_task: int | None = None  # the task that entered _task_group
+        #: The cancel scope of each task spawned, with the id of the task running in it
+        #: (``None`` until it started); a task's entry goes as it ends.
+        self._working: dict[anyio.CancelScope, int | None] = {}
+        self._work_ended = Signal()  # pulsed when a spawned task ended
+        self._closing: anyio.Event | None = None  # set once close() finished
         self._epoch_scope: anyio.CancelScope | None = None
         #: Set when the session has hook calls to make (:attr:`Session.notices`).
         self.noticed = Signal()
@@ -169,8 +203,9 @@ class TaskIO(Generic[M]):
 
     # -- the connection's life -----------------------------------------------------------
 
-    async def connect(self) -> None:
-        """Establish the first connection (raises why not) and start the tasks."""
+    async def open(self) -> None:
+        """Establish the first connection (raises why not), enter the task group and
+        start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
         established = await self._attempt(self.session.connect_attempts())
         if isinstance(established, Attempts):
             raise established.error()
@@ -178,27 +213,52 @@ class TaskIO(Generic[M]):
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
-        self._host_task = anyio.get_current_task().id
-        task_group.start_soon(self._supervise)
+        try:
+            self.spawn(self._supervise)
+        except BaseException:  # closed meanwhile, by another task
+            await self.leave(None)
+            raise
 
     def spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run ``task()`` in the connection's task group (cancelled at close)."""
-        if self._task_group is None:
-            raise LocalProtocolError("the connection is not connected")
-        self._task_group.start_soon(task)
+        """Run ``task()`` in the connection's task group, in a cancel scope of its own
+        that :meth:`close` cancels. Raises :class:`LocalProtocolError` once closed."""
+        task_group = self._task_group
+        if task_group is None or self._closing is not None:
+            raise LocalProtocolError("the connection is closed")
+        scope = anyio.CancelScope()
+        self._working[scope] = None  # counted from now: close() waits for it to end
+        task_group.start_soon(self._work, task, scope)
 
-    def check_closer(self) -> None:
-        """Only the task that called ``connect()`` may close: closing the task group from
-        another would corrupt the cancel scopes of the task that opened it."""
-        if self._task_group is not None and anyio.get_current_task().id != self._host_task:
-            raise LocalProtocolError(
-                "close() must be awaited by the task that called connect(); "
-                "use `async with AsyncConnection(...)` or close it from that task"
-            )
+    async def _work(
+        self, task: Callable[[], Coroutine[Any, Any, None]], scope: anyio.CancelScope
+    ) -> None:
+        self._working[scope] = anyio.get_current_task().id
+        try:
+            with scope:
+                await task()
+        finally:
+            del self._working[scope]
+            self._work_ended.pulse()
 
     async def close(self) -> bool:
         """Say goodbye (shielded, bounded by ``receipt_timeout``) and stop every task;
-        whether the broker confirmed the goodbye."""
+        whether the broker confirmed the goodbye. From any task, in any cancel scope:
+        the task group stays open, empty, for :meth:`leave`. A close while another is
+        under way waits for it and says what it did."""
+        closing = self._closing
+        if closing is not None:
+            with anyio.CancelScope(shield=True):
+                await closing.wait()  # bounded: each wait of the first close is
+            return self.session.goodbye_confirmed is True
+        closing = self._closing = anyio.Event()
+        try:
+            await self._goodbye()
+            await self._stop_work()
+        finally:
+            closing.set()
+        return self.session.goodbye_confirmed is True
+
+    async def _goodbye(self) -> None:
         session = self.session
         running = Running(Call(session, anyio.current_time()).goodbye())
         with (
@@ -209,8 +269,8 @@ class TaskIO(Generic[M]):
             wait = running.resume()  # DISCONNECT queued; its receipt expected
             if wait is not None:
                 self.status_changed()
-                # Written here, not by the writer task: when the host task is
-                # cancelled, the connection's own tasks are cancelled with it.
+                # Written here, not by the writer task: when the block of ``async with``
+                # is cancelled, the connection's own tasks are cancelled with it.
                 stream = self.stream
                 if stream is not None:
                     async with self._write_lock:
@@ -226,19 +286,39 @@ class TaskIO(Generic[M]):
         if self.hooks_done is not None:  # on_disconnected, and what came before it
             with anyio.move_on_after(session.options.receipt_timeout, shield=True):
                 await self.hooks_done.wait()
+
+    async def _stop_work(self) -> None:
+        """Cancel the tasks and wait (bounded) until they ended: all but the caller, when
+        close() came from one of them (its own scope ends it once close() returned)."""
         if self._epoch_scope is not None:
             self._epoch_scope.cancel()
+        for scope in self._working:
+            scope.cancel()
         self._out_ready.set()
         with anyio.CancelScope(shield=True):
             await self._close_stream()
+            me = anyio.get_current_task().id
+            with anyio.move_on_after(self.session.options.receipt_timeout):
+                while any(task != me for task in self._working.values()):
+                    await self._work_ended.wait()
+
+    async def leave(self, exc: BaseException | None) -> None:
+        """Exit the task group where :meth:`open` entered it (``__aexit__``, after
+        :meth:`close`, so no task is left in it). ``exc`` ends the block: only a
+        cancellation is handed on, as ``async with`` would (anything else would come
+        back wrapped in an ExceptionGroup). Raises a task's error unwrapped."""
         task_group = self._task_group
-        if task_group is not None:
-            self._task_group = None
-            task_group.cancel_scope.cancel()
-            # Exited at this level, not inside another scope: anyio (and trio) need
-            # a task group's scope to be left exactly where it was entered.
-            await task_group.__aexit__(None, None, None)
-        return session.goodbye_confirmed is True
+        if task_group is None:
+            return
+        self._task_group = None
+        cancelled = exc if isinstance(exc, anyio.get_cancelled_exc_class()) else None
+        try:
+            if cancelled is None:
+                await task_group.__aexit__(None, None, None)
+            else:
+                await task_group.__aexit__(type(cancelled), cancelled, cancelled.__traceback__)
+        except BaseExceptionGroup as group:
+            raise _unwrapped(group) from None
 
     async def _close_stream(self) -> None:
         stream = self.stream

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -202,9 +203,7 @@ async def test_receipt_timeout() -> None:
 async def test_heartbeat_loss_wakes_blocked_get() -> None:
     with anyio.fail_after(10):
         async with serve(heartbeats=(100, 100)) as broker:
-            conn = stompy.AsyncConnection(broker.url, heartbeats=(100, 100))
-            await conn.connect()
-            try:
+            async with stompy.AsyncConnection(broker.url, heartbeats=(100, 100)) as conn:
                 sub = await conn.subscribe(queue())
                 await anyio.sleep(0.5)
                 assert conn.connected
@@ -213,8 +212,6 @@ async def test_heartbeat_loss_wakes_blocked_get() -> None:
                     await sub.get(timeout=8)
                 with pytest.raises(HeartbeatTimeout):
                     await conn.send("/queue/x", "y")
-            finally:
-                await conn.close()
 
 
 async def test_dropped_connection_without_reconnect() -> None:
@@ -280,7 +277,8 @@ async def test_wrong_passcode_and_unreachable() -> None:
             assert "hunter2" not in str(info.value)
             dead = broker.url
         with pytest.raises(ConnectFailed):
-            await stompy.AsyncConnection(dead, connect_timeout=2).connect()
+            async with stompy.AsyncConnection(dead, connect_timeout=2):
+                pass
 
 
 async def test_one_call_send_async() -> None:
@@ -376,34 +374,121 @@ async def test_text_of_a_body_that_is_not_text_names_the_content_type() -> None:
                     _ = message.text
 
 
-async def test_close_from_another_task_is_refused_and_changes_nothing() -> None:
-    """connect() opened the task group in this task: only this task may close it."""
+async def serves_another_client(broker: AsyncBroker) -> None:
+    """The broker in this loop still serves: a new client sends and receives."""
     dest = queue()
+    async with stompy.AsyncConnection(broker.url) as other, other.subscribe(dest) as sub:
+        await other.send(dest, "still serving", receipt=True)
+        message = await sub.get(timeout=5)
+        assert message is not None
+        assert message.text == "still serving"
+
+
+async def close_in_a_cancel_scope(conn: stompy.AsyncConnection) -> bool:
+    with anyio.fail_after(5):
+        return await conn.close()
+
+
+async def close_in_a_nested_task_group(conn: stompy.AsyncConnection) -> bool:
+    confirmed: list[bool] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.sleep, 0)
+        confirmed.append(await conn.close())
+    return confirmed == [True]
+
+
+async def close_from_another_task(conn: stompy.AsyncConnection) -> bool:
+    """Another task closes while this one waits for a message: the wait ends with None."""
+    sub = await conn.subscribe(queue())
+    confirmed: list[bool] = []
+
+    async def close() -> None:
+        await anyio.sleep(0.05)
+        confirmed.append(await conn.close())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(close)
+        assert await sub.get(timeout=5) is None
+    return confirmed == [True]
+
+
+async def close_twice_at_once(conn: stompy.AsyncConnection) -> bool:
+    """Two tasks close at once; the second waits for the first and says what it did."""
+    confirmed: list[bool] = []
+
+    async def close() -> None:
+        with anyio.fail_after(5):
+            confirmed.append(await conn.close())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(close)
+        tg.start_soon(close)
+    assert await conn.close() is True  # and a third, after them
+    return confirmed == [True, True]
+
+
+@pytest.mark.parametrize(
+    "close",
+    [
+        close_in_a_cancel_scope,
+        close_in_a_nested_task_group,
+        close_from_another_task,
+        close_twice_at_once,
+    ],
+)
+async def test_close_in_the_block_from_any_scope_or_task_leaves_the_loop_whole(
+    close: Callable[[stompy.AsyncConnection], Awaitable[bool]],
+) -> None:
+    """close() inside the block of ``async with``, wherever it is awaited from, says
+    goodbye and stops the tasks; the block ends normally, and the broker in the same
+    loop serves on (a close that exited the task group there corrupted both loops)."""
+    with anyio.fail_after(20):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url) as conn:
+                assert await close(conn) is True
+                assert not conn.connected
+                with pytest.raises(LocalProtocolError, match="closed"):
+                    await conn.send(queue(), "too late")
+            await broker.wait_until(lambda: broker.stats.connections_open == 0)
+            await serves_another_client(broker)
+
+
+async def test_connect_by_hand_is_refused_and_says_to_use_async_with() -> None:
+    """A task group opened by connect() and closed by close() could not be nested safely."""
     with anyio.fail_after(10):
         async with serve() as broker:
             conn = stompy.AsyncConnection(broker.url)
-            await conn.connect()
-            refused: list[BaseException] = []
+            with pytest.raises(LocalProtocolError, match=r"async with AsyncConnection\("):
+                await conn.connect()
+            assert broker.stats.connections_opened == 0
+            async with conn:  # still new: it opens the usual way
+                await conn.send(queue(), "x", receipt=True)
+            with pytest.raises(LocalProtocolError, match="opened once"):
+                async with conn:
+                    pass
+            await serves_another_client(broker)
 
-            async def close_elsewhere() -> None:
-                try:
-                    await conn.close()
-                except LocalProtocolError as exc:
-                    refused.append(exc)
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(close_elsewhere)
-            assert len(refused) == 1
-            assert "task that called connect()" in str(refused[0])
-            # Nothing changed: the connection still works, and its own task closes it.
-            assert conn.connected
-            sub = await conn.subscribe(dest)
-            await conn.send(dest, "still here", receipt=True)
-            message = await sub.get(timeout=5)
-            assert message is not None
-            assert message.text == "still here"
-            await conn.close()
+async def test_an_error_in_the_block_closes_and_comes_out_unwrapped() -> None:
+    """The block's exception comes out as it was raised (no ExceptionGroup), after the
+    goodbye; also when close() had already been awaited in a cancel scope."""
+    with anyio.fail_after(20):
+        async with serve() as broker:
+            conn = stompy.AsyncConnection(broker.url)
+            with pytest.raises(ZeroDivisionError) as raised:
+                async with conn:
+                    await conn.send(queue(), "x", receipt=True)
+                    _ = 1 / 0
+            assert type(raised.value) is ZeroDivisionError
             assert not conn.connected
+            await broker.wait_until(lambda: broker.stats.connections_open == 0)
+            with pytest.raises(KeyError) as keyed:
+                async with stompy.AsyncConnection(broker.url) as conn:
+                    with anyio.move_on_after(5):
+                        await conn.close()
+                    raise KeyError("mine")
+            assert type(keyed.value) is KeyError
+            await serves_another_client(broker)
 
 
 async def test_descriptors_above_1024_are_served() -> None:
@@ -422,13 +507,11 @@ async def test_descriptors_above_1024_are_served() -> None:
 async def test_close_says_whether_the_broker_confirmed_it() -> None:
     with anyio.fail_after(20):
         async with serve() as broker:
-            conn = stompy.AsyncConnection(broker.url, receipt_timeout=0.5)
-            await conn.connect()
-            assert await conn.close() is True
-            assert await conn.close() is True
-            conn = stompy.AsyncConnection(broker.url, receipt_timeout=0.5)
-            await conn.connect()
-            broker.pause()
-            assert await conn.close() is False
-            broker.resume()
-            assert not conn.connected
+            async with stompy.AsyncConnection(broker.url, receipt_timeout=0.5) as conn:
+                assert await conn.close() is True
+                assert await conn.close() is True
+            async with stompy.AsyncConnection(broker.url, receipt_timeout=0.5) as conn:
+                broker.pause()
+                assert await conn.close() is False
+                broker.resume()
+                assert not conn.connected

@@ -204,17 +204,16 @@ async def test_a_failed_subscription_raises_until_closed_then_ends() -> None:
     """The same rule as the blocking client's (docs/api.md)."""
     with anyio.fail_after(20):
         async with serve() as broker:
-            conn = stompy.AsyncConnection(broker.url)
-            await conn.connect()
-            sub = await conn.subscribe(queue())
-            await broker.drop_all_connections()
-            with pytest.raises(ConnectionLost):
-                await sub.get(timeout=5)
-            still_active = sub.active  # (read into a name: mypy would keep the narrowing)
-            assert still_active
-            with pytest.raises(ConnectionLost):
-                await sub.get_batch(10, timeout=0)
-            await conn.close()
-            assert not sub.active
-            assert await sub.get(timeout=0) is None
-            assert await sub.get_batch(10, timeout=0) == []
+            async with stompy.AsyncConnection(broker.url) as conn:
+                sub = await conn.subscribe(queue())
+                await broker.drop_all_connections()
+                with pytest.raises(ConnectionLost):
+                    await sub.get(timeout=5)
+                still_active = sub.active  # (read into a name: mypy would keep the narrowing)
+                assert still_active
+                with pytest.raises(ConnectionLost):
+                    await sub.get_batch(10, timeout=0)
+                await conn.close()
+                assert not sub.active
+                assert await sub.get(timeout=0) is None
+                assert await sub.get_batch(10, timeout=0) == []

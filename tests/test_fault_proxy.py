@@ -516,15 +516,11 @@ async def test_async_send_with_receipt_ends_within_its_bound() -> None:
 async def test_async_stall_is_a_heartbeat_timeout() -> None:
     with anyio.fail_after(15):
         async with serve(heartbeats=(100, 100)) as broker, fault_proxy(broker.url) as proxy:
-            conn = stompy.AsyncConnection(proxy.url, heartbeats=(100, 100))
-            await conn.connect()
-            try:
+            async with stompy.AsyncConnection(proxy.url, heartbeats=(100, 100)) as conn:
                 sub = await conn.subscribe(queue())
                 proxy.stall(direction="downstream")
                 with pytest.raises(HeartbeatTimeout):
                     await sub.get(timeout=10)
-            finally:
-                await conn.close()
 
 
 @pytest.mark.anyio

@@ -103,7 +103,8 @@ async def test_async_client_over_tls(
                     assert msg is not None
                     assert msg.text == "über"
             with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
-                await stompy.AsyncConnection(broker.url, connect_timeout=5).connect()
+                async with stompy.AsyncConnection(broker.url, connect_timeout=5):
+                    pass
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

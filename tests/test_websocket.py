@@ -607,4 +607,5 @@ async def test_async_refused_handshake_fails_to_connect() -> None:
 
     with anyio.fail_after(TIMEOUT * 2), scripted(script) as url:
         with pytest.raises(ConnectFailed, match="HTTP 404"):
-            await stompy.AsyncConnection(url, connect_timeout=TIMEOUT).connect()
+            async with stompy.AsyncConnection(url, connect_timeout=TIMEOUT):
+                pass

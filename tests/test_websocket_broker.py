@@ -215,7 +215,8 @@ async def test_async_wss(server_context: ssl.SSLContext, client_context: ssl.SSL
             async with stompy.AsyncConnection(secure.ws_url, ssl=client_context) as conn:
                 await conn.send(queue(), "über TLS", receipt=True)
             with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
-                await stompy.AsyncConnection(secure.ws_url, connect_timeout=TIMEOUT).connect()
+                async with stompy.AsyncConnection(secure.ws_url, connect_timeout=TIMEOUT):
+                    pass
 
 
 # -- the broker's side, seen by a raw wsproto client ----------------------------------

@@ -130,17 +130,16 @@ def test_async_close_is_prompt_when_the_broker_answers_at_once(broker: BrokerTar
 
     async def main() -> None:
         for n in range(20):
-            conn = stompy.AsyncConnection(broker.url, receipt_timeout=receipt_timeout)
-            await conn.connect()
-            try:
-                destination = f"/queue/stompy-close-{n}-{time.time_ns()}"
-                sub = await conn.subscribe(destination, receipt=True)
-                await conn.send(destination, "x", receipt=True)
-                assert await sub.get(timeout=TIMEOUT) is not None
-            finally:
-                started = time.monotonic()
-                await conn.close()
-                took = time.monotonic() - started
+            async with stompy.AsyncConnection(broker.url, receipt_timeout=receipt_timeout) as conn:
+                try:
+                    destination = f"/queue/stompy-close-{n}-{time.time_ns()}"
+                    sub = await conn.subscribe(destination, receipt=True)
+                    await conn.send(destination, "x", receipt=True)
+                    assert await sub.get(timeout=TIMEOUT) is not None
+                finally:
+                    started = time.monotonic()
+                    await conn.close()
+                    took = time.monotonic() - started
             if took > receipt_timeout / 2:
                 slow.append(took)
                 return

@@ -7,7 +7,9 @@ call that hangs is reported (and cancelled) instead of hanging the soak.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import anyio
 import trio
@@ -74,7 +76,12 @@ async def _main(
     return before, after
 
 
-async def _connect(url: str, settings: Settings, tally: Tally) -> stompy.AsyncConnection:
+@contextlib.asynccontextmanager
+async def _connected(
+    url: str, settings: Settings, tally: Tally
+) -> AsyncIterator[stompy.AsyncConnection]:
+    """A connection for the block: ``async with`` opens it (timed as the connect) and
+    the close is awaited, timed, at the block's end, before ``async with`` exits."""
     conn = stompy.AsyncConnection(
         url,
         heartbeats=settings.heartbeats,
@@ -82,21 +89,34 @@ async def _connect(url: str, settings: Settings, tally: Tally) -> stompy.AsyncCo
         receipt_timeout=settings.receipt_timeout,
         reconnect=settings.reconnect,
     )
-    with tally.timed("connect"):
-        await conn.connect()
-    return conn
+    started = time.monotonic()
+    connected = False
+    try:
+        async with conn:
+            connected = True
+            tally.observe("connect", time.monotonic() - started)
+            try:
+                yield conn
+            finally:
+                await _close(conn, tally)
+    finally:
+        if not connected:
+            tally.observe("connect", time.monotonic() - started)
 
 
 async def _close(conn: stompy.AsyncConnection, tally: Tally) -> None:
-    # Not inside move_on_after like the other calls: close() exits the task group that
-    # connect() opened, which anyio and trio allow only in the task and cancel scope
-    # connect() ran in (see AsyncConnection's docstring). close() bounds its own waits,
-    # and the tally checks that bound.
+    # Bounded like the other calls: close() may be awaited inside any cancel scope.
     try:
-        with tally.timed("close"):
+        with (
+            tally.timed("close"),
+            anyio.move_on_after(tally.bounds["close"] + HANG_GRACE) as scope,
+        ):
             await conn.close()
     except Exception as exc:
         tally.problem(f"close raised {exc!r}")
+    else:
+        if scope.cancelled_caught:
+            tally.problem("close hung and was cancelled")
 
 
 async def _session(
@@ -107,19 +127,13 @@ async def _session(
     tally: Tally,
     faulter: Faulter,
 ) -> None:
-    consumer = await _connect(url, settings, tally)
-    try:
+    async with _connected(url, settings, tally) as consumer:
         with tally.timed("subscribe"):
             sub = await consumer.subscribe(
                 destination, ack="client-individual", headers=PREFETCH, receipt=True
             )
-        producer = await _connect(url, settings, tally)
-        try:
+        async with _connected(url, settings, tally) as producer:
             await _work(consumer, producer, sub, destination, headers, settings, tally, faulter)
-        finally:
-            await _close(producer, tally)
-    finally:
-        await _close(consumer, tally)
 
 
 async def _work(
