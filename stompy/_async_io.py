@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -84,6 +85,27 @@ def _unwrapped(group: BaseExceptionGroup[BaseException]) -> BaseException:
             if isinstance(exc, wanted) and not isinstance(exc, cancelled):
                 return exc
     return leaves[0] if leaves else group
+
+
+def _connect_reason(exc: BaseException) -> str:
+    """Why a connection could not be made, in the blocking client's words.
+
+    anyio's ``connect_tcp`` says only "All connection attempts failed", an OSError
+    without errno whose cause is the attempt's error (an ExceptionGroup of them, one per
+    address tried): those are told instead, each once, by errno as the socket module
+    does ("[Errno 111] Connection refused"), not by the event loop's own phrasing.
+    """
+    cause = exc.__cause__
+    if not isinstance(exc, OSError) or exc.errno is not None or cause is None:
+        return failure_reason(exc)
+    causes = cause.exceptions if isinstance(cause, BaseExceptionGroup) else (cause,)
+    reasons = dict.fromkeys(
+        f"[Errno {each.errno}] {os.strerror(each.errno)}"
+        if isinstance(each, OSError) and each.errno is not None
+        else failure_reason(each)
+        for each in causes
+    )
+    return "; ".join(reasons)
 
 
 class Getter(Protocol):
@@ -396,7 +418,7 @@ class TaskIO(Generic[M]):
             ) from None
         except NETWORK_ERRORS as exc:
             await self._abandon(stream)
-            raise ConnectFailed(f"cannot connect to {endpoint}: {failure_reason(exc)}") from exc
+            raise ConnectFailed(f"cannot connect to {endpoint}: {_connect_reason(exc)}") from exc
         except BaseException:
             await self._abandon(stream)
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -489,6 +490,26 @@ async def test_an_error_in_the_block_closes_and_comes_out_unwrapped() -> None:
                     raise KeyError("mine")
             assert type(keyed.value) is KeyError
             await serves_another_client(broker)
+
+
+async def test_a_refused_connection_gives_its_cause_as_the_blocking_client_does() -> None:
+    """anyio says only "All connection attempts failed": the cause is told instead."""
+    with socket.socket() as bound:  # bound, not listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"stomp://127.0.0.1:{bound.getsockname()[1]}"
+
+        def blocking() -> str:
+            with pytest.raises(ConnectFailed) as info:
+                stompy.Connection(url, connect_timeout=5).connect()
+            return str(info.value)
+
+        with anyio.fail_after(10):
+            with pytest.raises(ConnectFailed) as info:
+                async with stompy.AsyncConnection(url, connect_timeout=5):
+                    pass
+            expected = await anyio.to_thread.run_sync(blocking)
+    assert "Connection refused" in expected
+    assert str(info.value) == expected
 
 
 async def test_descriptors_above_1024_are_served() -> None:
