@@ -428,6 +428,28 @@ async def close_twice_at_once(conn: stompy.AsyncConnection) -> bool:
     return confirmed == [True, True]
 
 
+async def close_from_its_own_callback(conn: stompy.AsyncConnection) -> bool:
+    """An on_message callback (a task of the connection) closes: close() waits for the
+    other tasks, not for the one it runs in, which ends as close() returns to it."""
+    dest = queue()
+    confirmed: list[bool] = []
+    ended = anyio.Event()
+
+    async def on_message(message: stompy.AsyncMessage) -> None:
+        try:
+            confirmed.append(await conn.close())
+            await anyio.sleep(5)  # cancelled: the connection's tasks are stopped
+            confirmed.append(False)
+        finally:
+            ended.set()
+
+    await conn.subscribe(dest, on_message=on_message)
+    await conn.send(dest, "close now")
+    with anyio.fail_after(2):
+        await ended.wait()
+    return confirmed == [True]
+
+
 @pytest.mark.parametrize(
     "close",
     [
@@ -435,6 +457,7 @@ async def close_twice_at_once(conn: stompy.AsyncConnection) -> bool:
         close_in_a_nested_task_group,
         close_from_another_task,
         close_twice_at_once,
+        close_from_its_own_callback,
     ],
 )
 async def test_close_in_the_block_from_any_scope_or_task_leaves_the_loop_whole(
