@@ -22,6 +22,7 @@ from typing_extensions import Unpack
 from stompy import _keywords as kw
 from stompy._async_io import TaskIO
 from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
+from stompy._callbacks import report_callback_error
 from stompy._calls import Call, Steps
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
@@ -415,7 +416,8 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         to unsubscribe when the block ends. With ``on_message``, that function (or
         coroutine function, awaited) is called for each message, one at a time, in a
         task of the connection's task group, until the subscription ends; what it
-        raises is logged, and the next message comes.
+        raises goes to the ``on_callback_error`` hook, or is printed to stderr (see
+        ``docs/acks.md``), and the next message comes.
         """
         return _Opening(self._open(lambda call: call.subscribe(destination, options), on_message))
 
@@ -478,13 +480,31 @@ async def _outcome(
 
 async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], object]) -> None:
     """``on_message``: the callback for each message of ``sub``, until it ends; each in
-    a ``process`` span when traced."""
+    a ``process`` span when traced. What it raises goes to the ``on_callback_error``
+    hook (awaited if a coroutine function), or without one is reported (logged, and
+    printed to stderr by :func:`sys.unraisablehook`); the next message comes either way."""
     telemetry = sub._telemetry
-    what = f"on_message callback of {sub!r}"
+    on_error = sub._session.options.on_callback_error
     try:
         while (message := await sub._take(None)) is not None:
-            around = _UNTRACED if telemetry is None else telemetry.processing(message)
-            await _outcome(callback, message, what, around)
+            try:
+                with _UNTRACED if telemetry is None else telemetry.processing(message):
+                    result = callback(message)
+                    if inspect.isawaitable(result):
+                        await result
+            except Exception as exc:
+                what = f"the on_message callback of {sub!r}"
+                if on_error is None:
+                    report_callback_error(exc, what, message)
+                    continue
+                try:
+                    result = on_error(exc, message)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception as hook_exc:
+                    report_callback_error(
+                        hook_exc, f"the on_callback_error hook of {sub!r}", message
+                    )
     except StompError as exc:
         log.debug("%r ended: %s", sub, exc)
 

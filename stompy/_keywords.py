@@ -66,6 +66,7 @@ class ConnectionOptions(TypedDict, total=False):
     on_disconnected: Callable[[StompError | None], object] | None
     on_error: Callable[[ServerError], object] | None
     on_unrouted: Callable[[MessageReceived], object] | None
+    on_callback_error: Callable[[Exception, MessageReceived], object] | None
     tracing: bool
 
 

@@ -223,6 +223,8 @@ class ClientOptions:
     on_disconnected: Callable[[StompError | None], object] | None = None
     on_error: Callable[[ServerError], object] | None = None
     on_unrouted: Callable[[MessageReceived], object] | None = None
+    #: Called as ``hook(exception, message)`` when an ``on_message`` callback raised.
+    on_callback_error: Callable[[Exception, MessageReceived], object] | None = None
     #: Whether the connection records OpenTelemetry spans and metrics (when
     #: ``opentelemetry-api`` is installed and the application installed an SDK).
     tracing: bool = True

@@ -24,6 +24,7 @@ from typing_extensions import Unpack
 
 from stompy import _keywords as kw
 from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
+from stompy._callbacks import report_callback_error
 from stompy._calls import Call
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
@@ -209,8 +210,11 @@ class Subscription(SubscriptionBase[Message]):
 
     def _dispatch(self, callback: Callable[[Message], object]) -> None:
         """Run ``callback`` for each message, in its own thread (see ``on_message``),
-        each in a ``process`` span when traced."""
+        each in a ``process`` span when traced. What it raises goes to the
+        ``on_callback_error`` hook, or without one is reported (logged, and printed to
+        stderr by :func:`sys.unraisablehook`); the next message comes either way."""
         telemetry = self._telemetry
+        on_error = self._session.options.on_callback_error
         try:
             while (message := self._take(None)) is not None:
                 try:
@@ -219,8 +223,17 @@ class Subscription(SubscriptionBase[Message]):
                     else:
                         with telemetry.processing(message):
                             callback(message)
-                except Exception:
-                    log.exception("on_message callback of %r failed", self)
+                except Exception as exc:
+                    what = f"the on_message callback of {self!r}"
+                    if on_error is None:
+                        report_callback_error(exc, what, message)
+                        continue
+                    try:
+                        on_error(exc, message)
+                    except Exception as hook_exc:
+                        report_callback_error(
+                            hook_exc, f"the on_callback_error hook of {self!r}", message
+                        )
         except StompError as exc:
             log.debug("%r ended: %s", self, exc)
 
@@ -439,7 +452,9 @@ class Connection(ConnectionBase[Message]):
         """Subscribe to ``destination`` and return the :class:`Subscription`.
 
         With ``on_message``, that function is called for each message in a thread of
-        the subscription's own (so a slow callback never delays heart-beats).
+        the subscription's own (so a slow callback never delays heart-beats); what it
+        raises goes to the ``on_callback_error`` hook, or is printed to stderr (see
+        ``docs/acks.md``), and the next message comes.
         """
         io = self._io
         with io.cond:

@@ -276,6 +276,7 @@ async def test_async_hooks(broker: Broker) -> None:
 # -- on_message for async subscriptions ------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.anyio
 async def test_async_on_message_runs_in_the_connections_task_group(
     caplog: pytest.LogCaptureFixture,

@@ -210,6 +210,7 @@ def test_get_batch_takes_what_arrived_up_to_its_limit(broker: Broker) -> None:
         assert sub.get_batch(3, timeout=0) == []  # ended: nothing left, no wait
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_on_message_callback_runs_in_its_own_thread(broker: Broker) -> None:
     dest = queue()
     got: list[str] = []
