@@ -149,7 +149,21 @@ def test_a_bad_scope_is_a_usage_error(tmp_path: Path) -> None:
     ini = "[pytest]\nstomp_broker_scope = forever\n"
     result = run_project(tmp_path, ini, "", "def test_x(stomp_broker):\n    pass\n")
     assert result.returncode != 0
-    assert "stomp_broker_scope = 'forever': want one of session" in result.stdout + result.stderr
+    assert "stomp_broker_scope = 'forever' is not a fixture scope: use one of session" in (
+        result.stdout + result.stderr
+    )
+
+
+def test_a_misspelled_scope_is_one_line_naming_option_value_and_scopes(tmp_path: Path) -> None:
+    ini = "[pytest]\nstomp_broker_scope = sesion\n"
+    result = run_project(tmp_path, ini, "", "def test_x(stomp_broker):\n    pass\n")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "INTERNALERROR" not in result.stdout + result.stderr
+    assert result.stdout == ""
+    assert [line for line in result.stderr.splitlines() if line] == [
+        "ERROR: stomp_broker_scope = 'sesion' is not a fixture scope (did you mean "
+        "'session'?): use one of session, package, module, class, function"
+    ]
 
 
 def test_plugin_import_leaves_the_broker_unloaded() -> None:

@@ -41,14 +41,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Check ``stomp_broker_scope`` before any test is collected: a bad value is then
+    one usage error. Found later, while pytest reads the fixtures' scopes, pytest
+    reports it as an internal error of its own, sixty lines of traceback."""
+    broker_scope("stomp_broker", config)
+
+
 def broker_scope(fixture_name: str, config: pytest.Config) -> _Scope:
     """The scope of the broker behind ``stomp_broker``, from the ``stomp_broker_scope``
-    ini option. Raises :class:`pytest.UsageError` for a value that is no scope."""
+    ini option. Raises :class:`pytest.UsageError` for a value that is no scope, naming
+    the option, the value and the scopes there are."""
     value = str(config.getini(SCOPE_OPTION)).strip() or "function"
     for scope in _SCOPES:
         if value == scope:
             return scope
-    raise pytest.UsageError(f"{SCOPE_OPTION} = {value!r}: want one of {', '.join(_SCOPES)}")
+    import difflib
+
+    close = difflib.get_close_matches(value, _SCOPES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise pytest.UsageError(
+        f"{SCOPE_OPTION} = {value!r} is not a fixture scope{hint}: use one of {', '.join(_SCOPES)}"
+    )
 
 
 @pytest.fixture(scope=broker_scope)
