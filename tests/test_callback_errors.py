@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -125,7 +125,7 @@ def run_flavour(
             for _ in range(2000):
                 if until():
                     return
-                threading.Event().wait(0.01)
+                time.sleep(0.01)
         raise AssertionError("not done in 20 s")
 
     async def main() -> None:
