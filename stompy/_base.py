@@ -22,7 +22,13 @@ from stompy._options import ClientOptions
 from stompy._session import Session
 from stompy._state import CONNECTED
 from stompy._urls import Endpoint
-from stompy.errors import ConfigurationError, LocalProtocolError, StompError, TransactionLost
+from stompy.errors import (
+    ConfigurationError,
+    LocalProtocolError,
+    StompError,
+    TransactionLost,
+    _again,
+)
 
 if TYPE_CHECKING:
     from stompy._tracing import Telemetry, TracedCall
@@ -171,12 +177,12 @@ class SubscriptionBase(Generic[M]):
         the connection's; ``False`` while more may come."""
         inbox = self._inbox
         if inbox.failure is not None:
-            raise inbox.failure
+            raise _again(inbox.failure) from inbox.failure
         if not inbox.active:
             return True
         failure = self._session.failure
         if failure is not None:
-            raise failure
+            raise _again(failure) from failure
         return False
 
     def _received(self, message: M | None, started: int) -> M | None:

@@ -41,6 +41,7 @@ from stompy.errors import (
     StompError,
     StompTimeout,
     TransactionLost,
+    _again,
 )
 
 __all__ = (
@@ -233,7 +234,7 @@ class Call(Sends[M]):
         deadline = self.now + session.options.receipt_timeout if until is None else until
         while len(session.outgoing) > MAX_OUTGOING:
             if session.failure is not None:
-                raise session.failure
+                raise _again(session.failure) from session.failure
             if session.epoch != epoch or session.ending is not None:
                 cause = session.ending
                 why = f": {cause}" if cause is not None else ""
@@ -278,8 +279,9 @@ class Call(Sends[M]):
         """Raise why the wait for ``what`` (a receipt, a reply) ended unanswered, if it
         did: the session's failure, or ``lost`` when its connection ended first."""
         if state is ReceiptState.FAILED:
-            assert self.session.failure is not None
-            raise self.session.failure
+            failure = self.session.failure
+            assert failure is not None
+            raise _again(failure) from failure
         if state is ReceiptState.LOST:
             cause = self.session.ending
             why = f": {cause}" if cause is not None else ""

@@ -88,6 +88,7 @@ from stompy.errors import (
     ServerError,
     StompError,
     SubscriptionOverflow,
+    _again,
 )
 
 if TYPE_CHECKING:
@@ -317,7 +318,7 @@ class Session(Generic[M]):
     def ready(self) -> ClientProtocol:
         """The core to run an intent on; raises why there is none (once no wait helps)."""
         if self.failure is not None:
-            raise self.failure
+            raise _again(self.failure) from self.failure
         proto = self.proto
         if self.status is not CONNECTED or proto is None:
             raise LocalProtocolError(f"the connection is {self.status}")

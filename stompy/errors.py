@@ -11,7 +11,8 @@ frames from the server each have their own branch, so that
 
 from __future__ import annotations
 
-from typing import Protocol
+import copy
+from typing import Protocol, TypeVar
 
 __all__ = (
     "AckLost",
@@ -196,3 +197,28 @@ class SubscriptionOverflow(StompError):
     handed out. Messages that came after the limit were not kept: with ``ack="auto"``
     they are lost, with client acks the broker delivers them again.
     """
+
+
+# -- raising a stored failure again ---------------------------------------------------
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _again(error: _E) -> _E:
+    """A fresh copy of ``error``, the failure a connection stored, to raise once more:
+    ``raise _again(failure) from failure``.
+
+    Same type, message and attributes (a :class:`ServerError`'s ``frame``), and a
+    traceback of its own: raising the stored object itself would add every raising
+    call's frames to its one traceback, which grows without end and shows calls that
+    have nothing to do with the current one.
+    """
+    try:
+        fresh = copy.copy(error)  # type(error)(*args), then its __dict__
+    except Exception:
+        # An __init__ that does not take its own args back (WebSocketClosed): made
+        # without it, which keeps args (its message) and every attribute.
+        cls = type(error)
+        fresh = cls.__new__(cls, *error.args)
+        fresh.__dict__.update(error.__dict__)
+    return fresh

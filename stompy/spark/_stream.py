@@ -41,7 +41,7 @@ from typing import Any, Final, Generic, TypeVar
 import pyarrow as pa
 
 from stompy._sync import Connection, Message, Subscription
-from stompy.errors import ConfigurationError, StompError
+from stompy.errors import ConfigurationError, StompError, _again
 from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch, to_ipc
 from stompy.spark._options import ReadSettings
 
@@ -462,8 +462,9 @@ class StreamConsumer:
                     ),
                     timeout=SETTLE,
                 )
-            if self._failure is not None:
-                raise self._failure
+            failure = self._failure
+            if failure is not None:
+                raise _again(failure) from failure
 
     def _release(self, upto: int) -> None:
         if self._book is None:
