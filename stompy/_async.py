@@ -76,14 +76,16 @@ class AsyncMessage(MessageBase):
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
     ) -> None:
         """Acknowledge the message; for one from before a reconnect, nothing is sent
-        and ``receipt=True`` raises :class:`~stompy.errors.AckLost` (see
+        and ``receipt=True`` raises :class:`~stompy.errors.AckLost`; one answered
+        already is a :class:`~stompy.errors.LocalProtocolError` (see
         :meth:`stompy.Message.ack`)."""
         await self._owner._answer("ACK", self, transaction, receipt)
 
     async def nack(
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
     ) -> None:
-        """Tell the broker the message was not consumed (STOMP 1.1 and later)."""
+        """Tell the broker the message was not consumed (STOMP 1.1 and later); as
+        :meth:`ack` otherwise."""
         await self._owner._answer("NACK", self, transaction, receipt)
 
     async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:

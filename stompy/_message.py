@@ -46,10 +46,15 @@ class MessageBase(MessageReceived):
     hashable, as a message always was.
     """
 
-    __slots__ = ("_epoch", "_headers", "_owner")
+    __slots__ = ("_answered", "_epoch", "_headers", "_owner", "_seq")
 
     #: The session's epoch when it arrived: answering it in a later one does nothing.
     _epoch: int
+    #: Its delivery number on its connection (the order of a ``client`` ack's reach).
+    _seq: int
+    #: How it was answered (``"ACK"``, ``"NACK in transaction 'tx-1'"``); unset or
+    #: ``None`` while it was not (see :mod:`stompy._acks`).
+    _answered: str | None
     #: ``headers``, made when first asked for.
     _headers: Mapping[str, str] | None
     #: What answers it: the blocking client's I/O thread, the async connection.
@@ -74,6 +79,8 @@ class MessageBase(MessageReceived):
         message = cls(frame, subscription, ack_mode)
         message._epoch = epoch
         message._owner = owner
+        message._seq = 0
+        message._answered = None
         message._headers = None
         return message
 

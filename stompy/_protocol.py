@@ -567,7 +567,9 @@ class ClientProtocol:
             )
         if info.ack == "auto":
             raise LocalProtocolError(
-                f"cannot {command} a message of subscription {info.id!r}: its ack mode is 'auto'"
+                f"cannot {command} a message of subscription {info.id!r}: its ack mode is "
+                "'auto', so the broker took it as acknowledged when it sent it (subscribe "
+                "with ack='client-individual' to acknowledge messages yourself)"
             )
         self._check_transaction(transaction)
         # The frame's headers rather than the event's properties: compiled, those of a

@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
+from stompy._acks import AckBook
 from stompy._connecting import Attempts, Handshake
 from stompy._events import AckMode, Connected, MessageReceived, Receipt
 from stompy._inbox import Inbox, subscribe_headers
@@ -211,6 +212,9 @@ class Session(Generic[M]):
         #: Ids of subscriptions ended lately (oldest first): their MESSAGEs still in
         #: flight are expected.
         self._ended_ids: dict[str, None] = {}
+        #: Messages delivered so far (each one's ``_seq``), and what was answered.
+        self._delivered = 0
+        self.acks = AckBook()
         self._now = 0.0  # the time as the transport last said (for the backlog's clock)
         #: Since when the backlog holds the connection still (``None``: it does not),
         #: and whether the WARNING about it was logged.
@@ -256,6 +260,7 @@ class Session(Generic[M]):
         self.outgoing = bytearray()
         self._write_since = None
         self.backlog.clear()
+        self.acks.clear()
         self.epoch += 1
         self.status = CONNECTED
         self.serving = True
@@ -423,6 +428,7 @@ class Session(Generic[M]):
         inbox.active = False
         if self.inboxes.pop(inbox.id, None) is not None:
             self._remember_ended(inbox.id)
+            self.acks.forget_subscription(inbox.id)
         proto = self.proto
         if self.status is CONNECTED and proto is not None and inbox.id in proto.subscriptions:
             rid = proto.unsubscribe(inbox.id, receipt=receipt)
@@ -443,12 +449,19 @@ class Session(Generic[M]):
     def acknowledge(
         self, command: str, event: MessageReceived, transaction: str | None, receipt: bool
     ) -> str | None:
-        """ACK or NACK ``event`` on the current connection; the receipt id, if any."""
+        """ACK or NACK ``event`` on the current connection; the receipt id, if any.
+
+        Raises :class:`LocalProtocolError` (nothing sent) for a message answered already
+        on this connection (see :mod:`stompy._acks`), and what the core raises.
+        """
         proto = self.ready()
+        acks = self.acks
+        acks.check(command, event)
         if command == "ACK":
             rid = proto.ack(event, transaction=transaction, receipt=receipt)
         else:
             rid = proto.nack(event, transaction=transaction, receipt=receipt)
+        acks.answered(command, event, transaction)
         if rid is not None:
             self.expect(rid)
         return rid
@@ -460,6 +473,7 @@ class Session(Generic[M]):
             rid = proto.commit(transaction, receipt=receipt)
         else:
             rid = proto.abort(transaction, receipt=receipt)
+        self.acks.ended(command, transaction)
         if rid is not None:
             self.expect(rid)
         return rid
@@ -618,6 +632,8 @@ class Session(Generic[M]):
         # empties, so the epoch stays true) or to a request.
         event._epoch = self.epoch
         event._owner = self.owner
+        self._delivered = seq = self._delivered + 1
+        event._seq = seq
         event._headers = None
         inbox = self.inboxes.get(event.subscription)
         if inbox is None:

@@ -58,12 +58,18 @@ class Message(MessageBase):
         has already put it back, and will deliver it again. Nothing is sent; with
         ``receipt=True`` this raises :class:`~stompy.errors.AckLost`, else it does
         nothing.
+
+        Raises :class:`~stompy.errors.LocalProtocolError` (nothing sent, the connection
+        lives on) for a message answered already (by ``ack()`` or ``nack()``; with
+        ``ack="client"``, also by the answer to a later message, which is cumulative; an
+        aborted transaction's answers do not count), and for one of an ``auto``
+        subscription.
         """
         self._answer("ACK", transaction, receipt)
 
     def nack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
         """Tell the broker the message was not consumed (STOMP 1.1 and later); for a
-        message from before a reconnect, as :meth:`ack`."""
+        message from before a reconnect, or one answered already, as :meth:`ack`."""
         self._answer("NACK", transaction, receipt)
 
     def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import stompy
-from stompy.errors import ServerError
+from stompy.errors import LocalProtocolError, ServerError
 from stompy.testing import run_broker, serve
 
 #: Seconds any wait of these tests may take.
@@ -124,3 +124,123 @@ def test_a_fresh_copy_keeps_what_an_error_says() -> None:
     )
     lost = stompy.errors.ConnectionLost("gone")
     assert str(stompy.errors._again(lost)) == "gone"
+
+
+# -- point 6: a message answered twice is refused, and the connection lives on -------------
+
+
+def refused_twice(error: BaseException, message: stompy.Message | stompy.AsyncMessage) -> None:
+    assert isinstance(error, LocalProtocolError)
+    assert repr(message.message_id) in str(error)
+    assert "already acknowledged" in str(error)
+
+
+def test_a_second_answer_to_a_message_is_refused_blocking() -> None:
+    dest = queue()
+    with run_broker() as broker, stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+        sub = conn.subscribe(dest, ack="client-individual")
+        for body in ("a", "b"):
+            conn.send(dest, body)
+        first, second = sub.get(timeout=TIMEOUT), sub.get(timeout=TIMEOUT)
+        assert first is not None
+        assert second is not None
+        first.ack(receipt=True)
+        for answer in (first.ack, first.nack):
+            with pytest.raises(LocalProtocolError) as info:
+                answer()
+            refused_twice(info.value, first)
+        second.nack(receipt=True)
+        with pytest.raises(LocalProtocolError) as info:
+            second.ack(receipt=True)
+        refused_twice(info.value, second)
+        # The connection lives on: the broker saw one answer each.
+        conn.send(dest, "c", receipt=True)
+        assert conn.connected
+        assert conn.failure is None
+        assert (broker.stats.messages_acked, broker.stats.messages_nacked) == (1, 1)
+
+
+def test_a_cumulative_ack_answers_every_earlier_message_blocking() -> None:
+    dest = queue()
+    with run_broker() as broker, stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+        sub = conn.subscribe(dest, ack="client")
+        for body in "abc":
+            conn.send(dest, body)
+        got = [sub.get(timeout=TIMEOUT) for _ in range(3)]
+        a, b, c = (m for m in got if m is not None)
+        b.ack(receipt=True)  # a and b
+        for message in (a, b):
+            with pytest.raises(LocalProtocolError) as info:
+                message.ack()
+            refused_twice(info.value, message)
+        c.ack(receipt=True)  # after b: still unanswered
+        assert conn.failure is None
+        broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+        assert broker.stats.messages_acked == 3
+
+
+def test_an_aborted_transaction_undoes_its_answers_blocking() -> None:
+    dest = queue()
+    with run_broker() as broker, stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+        sub = conn.subscribe(dest, ack="client-individual")
+        conn.send(dest, "a")
+        message = sub.get(timeout=TIMEOUT)
+        assert message is not None
+        tx = conn.transaction()
+        tx.ack(message)
+        with pytest.raises(LocalProtocolError) as info:
+            message.ack()  # answered in the open transaction
+        refused_twice(info.value, message)
+        assert "tx" in str(info.value)
+        tx.abort(receipt=True)
+        with conn.transaction() as again:  # the ABORT undid the ACK: it may come again
+            again.ack(message)
+        with pytest.raises(LocalProtocolError):
+            message.ack()  # committed: final
+        conn.send(queue(), "b", receipt=True)
+        assert conn.failure is None
+        broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+
+
+def test_acking_an_auto_message_is_refused_blocking() -> None:
+    dest = queue()
+    with run_broker() as broker, stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+        sub = conn.subscribe(dest)
+        conn.send(dest, "a")
+        message = sub.get(timeout=TIMEOUT)
+        assert message is not None
+        for answer in (message.ack, message.nack):
+            with pytest.raises(LocalProtocolError, match="'auto', so the broker took it as ackn"):
+                answer()
+        conn.send(dest, "b", receipt=True)
+        assert conn.failure is None
+
+
+@pytest.mark.anyio
+async def test_a_second_answer_to_a_message_is_refused_async() -> None:
+    dest = queue()
+    with anyio.fail_after(TIMEOUT):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            sub = await conn.subscribe(dest, ack="client")
+            for body in "abc":
+                await conn.send(dest, body)
+            got = [await sub.get(timeout=TIMEOUT) for _ in range(3)]
+            a, b, c = (m for m in got if m is not None)
+            await b.ack(receipt=True)
+            for message in (a, b):
+                with pytest.raises(LocalProtocolError) as info:
+                    await message.nack()
+                refused_twice(info.value, message)
+            tx = await conn.transaction()
+            await tx.ack(c)
+            with pytest.raises(LocalProtocolError) as info:
+                await c.ack()
+            refused_twice(info.value, c)
+            await tx.abort(receipt=True)
+            await c.ack(receipt=True)
+            with pytest.raises(LocalProtocolError) as info:
+                await c.ack()
+            refused_twice(info.value, c)
+            await conn.send(queue(), "d", receipt=True)
+            assert conn.failure is None
+            await broker.wait_until(lambda: broker.unacked_count(dest) == 0)

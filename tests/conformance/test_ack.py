@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from stompy._frames import VERSIONS
+from stompy.errors import LocalProtocolError
 from stompy.testing import Broker
-from tests.conformance._drivers import Driver
+from tests.conformance._drivers import CoreDriver, Driver, Received
 from tests.conformance.conftest import Connect
 
 
@@ -162,3 +163,61 @@ def test_prefetch_limits_messages_in_flight(connect: Connect, queue: str, broker
     assert broker.queue_depth(queue) == 3
     client.ack(messages[0])
     assert client.receive().text == "2"
+
+
+def refused_twice(client: Driver, message: Received, *, nack: bool = False) -> None:
+    """A second answer to ``message`` is refused by the client, naming it."""
+    with pytest.raises(LocalProtocolError) as info:
+        if nack:
+            client.nack(message)
+        else:
+            client.ack(message)
+    assert "already acknowledged" in str(info.value)
+    assert repr(message.header("message-id")) in str(info.value)
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_a_second_answer_is_refused_and_the_connection_lives_on(
+    connect: Connect, flavour: type[Driver], version: str, queue: str
+) -> None:
+    # Every broker ends the connection for a second ACK or NACK of a message (an
+    # ERROR): the clients know what they answered and refuse it before it goes out.
+    if issubclass(flavour, CoreDriver):
+        pytest.skip("the sans-IO core keeps no book of answers: the session engine does")
+    client = connect(versions=(version,))
+    client.subscribe(queue, ack="client-individual")
+    fill(client, queue, 2)
+    first, second = client.receive_many(2)
+    client.ack(first)
+    refused_twice(client, first)
+    refused_twice(client, first, nack=True)
+    client.ack(second)
+    refused_twice(client, second)
+    client.send(queue, "after")  # the connection lives on
+    third = client.receive()
+    assert third.text == "after"
+    client.ack(third)
+    client.close()
+    again = connect()
+    again.subscribe(queue)
+    assert again.poll(0.2) is None  # each acked once, and for good
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_cumulative_ack_answers_the_earlier_messages(
+    connect: Connect, flavour: type[Driver], version: str, queue: str
+) -> None:
+    if issubclass(flavour, CoreDriver):
+        pytest.skip("the sans-IO core keeps no book of answers: the session engine does")
+    client = connect(versions=(version,))
+    client.subscribe(queue, ack="client")
+    fill(client, queue, 3)
+    messages = client.receive_many(3)
+    client.ack(messages[1])  # acks 0 and 1
+    refused_twice(client, messages[0])
+    refused_twice(client, messages[1])
+    client.ack(messages[2])
+    client.close()
+    again = connect()
+    again.subscribe(queue)
+    assert again.poll(0.2) is None
