@@ -244,3 +244,29 @@ async def test_a_second_answer_to_a_message_is_refused_async() -> None:
             await conn.send(queue(), "d", receipt=True)
             assert conn.failure is None
             await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+
+
+# -- point 10: smaller things a user runs into ----------------------------------------------
+
+#: Runs of the clean-exit check: the count was wrong in about 23 of 30 before.
+RUNS = 30
+
+
+def test_a_clean_exit_is_no_open_connection_right_after_blocking() -> None:
+    with run_broker() as broker:
+        for _ in range(RUNS):
+            with stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+                assert broker.stats.connections_open == 1
+            assert conn.close() is True  # the DISCONNECT's receipt came
+            assert broker.stats.connections_open == 0
+        assert broker.stats.connections_opened == RUNS
+
+
+@pytest.mark.anyio
+async def test_a_clean_exit_is_no_open_connection_right_after_async() -> None:
+    with anyio.fail_after(TIMEOUT * 3):
+        async with serve() as broker:
+            for _ in range(RUNS):
+                async with stompy.AsyncConnection(broker.url):
+                    assert broker.stats.connections_open == 1
+                assert broker.stats.connections_open == 0

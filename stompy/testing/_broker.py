@@ -265,7 +265,11 @@ class BrokerStats:
     connections_opened: int = 0
     """Connections accepted."""
     connections_open: int = 0
-    """Connections open when the snapshot was taken, closing ones included."""
+    """Connections open when the snapshot was taken. One that ended for the broker, by
+    the client's DISCONNECT or by an ERROR, no longer counts: its last frame (the
+    DISCONNECT's RECEIPT, the ERROR) is queued after it stopped counting, so a client
+    that got it, such as one at the end of ``with Connection(...)``, is not counted,
+    though its socket may still be closing."""
     messages_received: int = 0
     """Messages accepted by SEND (counted at COMMIT inside a transaction)."""
     messages_delivered: int = 0
@@ -584,7 +588,12 @@ class BrokerCore:
     @property
     def stats(self) -> BrokerStats:
         """A snapshot of the counters."""
-        return replace(self._counters, connections_open=len(self.sessions))
+        # Those closing (their last frame queued) are over for the broker already.
+        open_now = 0
+        for session in self.sessions.values():
+            if session.state in _READING:
+                open_now += 1
+        return replace(self._counters, connections_open=open_now)
 
     # -- routing -----------------------------------------------------------------------
 
