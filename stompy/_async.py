@@ -21,7 +21,14 @@ from typing_extensions import Unpack
 
 from stompy import _keywords as kw
 from stompy._async_io import TaskIO
-from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
+from stompy._base import (
+    ConnectionBase,
+    SubscriptionBase,
+    TransactionBase,
+    check_message,
+    traced,
+    transaction_id,
+)
 from stompy._callbacks import report_callback_error
 from stompy._calls import Call, Steps
 from stompy._inbox import Inbox
@@ -69,6 +76,8 @@ class AsyncMessage(MessageBase):
     """
 
     __slots__ = ()
+
+    opening = "open it with `async with AsyncConnection(...) as conn:`"
 
     _owner: AsyncConnection
 
@@ -236,10 +245,15 @@ class AsyncTransaction(TransactionBase):
         await self._conn.send(destination, body, transaction=self.id, **options)
 
     async def ack(self, message: AsyncMessage) -> None:
+        """Acknowledge ``message`` in the transaction (see :meth:`AsyncMessage.ack`); a
+        ``message`` that is no :class:`AsyncMessage` is a :class:`TypeError`."""
+        check_message(message, AsyncMessage, "AsyncTransaction.ack")
         self._check()
         await message.ack(self)
 
     async def nack(self, message: AsyncMessage) -> None:
+        """NACK ``message`` in the transaction (see :meth:`AsyncMessage.nack`)."""
+        check_message(message, AsyncMessage, "AsyncTransaction.nack")
         self._check()
         await message.nack(self)
 

@@ -37,6 +37,7 @@ __all__ = (
     "ConnectionBase",
     "SubscriptionBase",
     "TransactionBase",
+    "check_message",
     "instrument",
     "traced",
     "transaction_id",
@@ -251,8 +252,26 @@ class TransactionBase:
 
 
 def transaction_id(transaction: TransactionBase | str | None) -> str | None:
-    """The id to send for ``transaction``; raises if that transaction cannot take more."""
+    """The id to send for ``transaction``; raises if that transaction cannot take more,
+    and :class:`TypeError` for a value neither a transaction, an id nor ``None``."""
+    if transaction is None or type(transaction) is str:
+        return transaction
     if isinstance(transaction, TransactionBase):
         transaction._check()
         return transaction.id
-    return transaction
+    if isinstance(transaction, str):
+        return str(transaction)
+    raise TypeError(
+        "argument 'transaction' must be a transaction (conn.transaction()), its id (a "
+        f"str) or None, not {type(transaction).__name__}"
+    )
+
+
+def check_message(message: object, cls: type[MessageBase], call: str) -> None:
+    """Raise :class:`TypeError` naming ``call``'s argument unless ``message`` is a
+    received message of ``cls`` (the client's own: ``Message`` or ``AsyncMessage``)."""
+    if not isinstance(message, cls):
+        raise TypeError(
+            f"{call}() argument 'message' must be a {cls.__name__} (a received message), "
+            f"not {type(message).__name__}"
+        )

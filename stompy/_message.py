@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from typing_extensions import Self
 
@@ -59,6 +59,11 @@ class MessageBase(MessageReceived):
     _headers: Mapping[str, str] | None
     #: What answers it: the blocking client's I/O thread, the async connection.
     _owner: Any
+
+    #: How to open a connection whose messages are of this class: what the error of a
+    #: call made before it was opened advises (the blocking client's; the async
+    #: message class says its own).
+    opening: ClassVar[str] = "call connect() first, or open it with `with Connection(...) as conn:`"
 
     __eq__ = object.__eq__
     __ne__ = object.__ne__

@@ -325,6 +325,10 @@ class Session(Generic[M]):
         if self.failure is not None:
             raise _again(self.failure) from self.failure
         proto = self.proto
+        if self.status is NEW:
+            raise LocalProtocolError(
+                f"the connection is new, not open yet: {self.message_class.opening}"
+            )
         if self.status is not CONNECTED or proto is None:
             raise LocalProtocolError(f"the connection is {self.status}")
         return proto

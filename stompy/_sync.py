@@ -23,7 +23,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing_extensions import Unpack
 
 from stompy import _keywords as kw
-from stompy._base import ConnectionBase, SubscriptionBase, TransactionBase, traced, transaction_id
+from stompy._base import (
+    ConnectionBase,
+    SubscriptionBase,
+    TransactionBase,
+    check_message,
+    traced,
+    transaction_id,
+)
 from stompy._callbacks import report_callback_error
 from stompy._calls import Call
 from stompy._inbox import Inbox
@@ -262,10 +269,15 @@ class Transaction(TransactionBase):
         self._conn.send(destination, body, transaction=self.id, **options)
 
     def ack(self, message: Message) -> None:
+        """Acknowledge ``message`` in the transaction (see :meth:`Message.ack`); a
+        ``message`` that is no :class:`Message` is a :class:`TypeError`."""
+        check_message(message, Message, "Transaction.ack")
         self._check()
         message.ack(self)
 
     def nack(self, message: Message) -> None:
+        """NACK ``message`` in the transaction (see :meth:`Message.nack`)."""
+        check_message(message, Message, "Transaction.nack")
         self._check()
         message.nack(self)
 

@@ -270,3 +270,70 @@ async def test_a_clean_exit_is_no_open_connection_right_after_async() -> None:
                 async with stompy.AsyncConnection(broker.url):
                     assert broker.stats.connections_open == 1
                 assert broker.stats.connections_open == 0
+
+
+def test_a_call_before_the_connection_is_open_says_how_to_open_it_blocking() -> None:
+    with run_broker() as broker:
+        conn = stompy.Connection(broker.url)
+        for call in (
+            lambda: conn.send("/queue/a", "x"),
+            lambda: conn.send("/queue/a", "x", receipt=True),
+            lambda: conn.subscribe("/queue/a"),
+            conn.transaction,
+        ):
+            with pytest.raises(LocalProtocolError) as info:
+                call()
+            assert "call connect() first" in str(info.value)
+            assert "`with Connection(...) as conn:`" in str(info.value)
+        conn.connect()  # the refusals changed nothing
+        conn.send("/queue/a", "x", receipt=True)
+        conn.close()
+
+
+@pytest.mark.anyio
+async def test_a_call_before_the_connection_is_open_says_how_to_open_it_async() -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with serve() as broker:
+            conn = stompy.AsyncConnection(broker.url)
+            with pytest.raises(LocalProtocolError) as info:
+                await conn.send("/queue/a", "x")
+            assert "`async with AsyncConnection(...) as conn:`" in str(info.value)
+            assert "connect()" not in str(info.value)
+
+
+def test_a_message_taking_call_refuses_anything_else_blocking() -> None:
+    dest = queue()
+    with run_broker() as broker, stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn:
+        sub = conn.subscribe(dest, ack="client-individual")
+        conn.send(dest, "a")
+        message = sub.get(timeout=TIMEOUT)
+        assert message is not None
+        tx = conn.transaction()
+        for answer, name in ((tx.ack, "Transaction.ack"), (tx.nack, "Transaction.nack")):
+            with pytest.raises(TypeError, match=rf"{name}\(\) argument 'message' must be a "):
+                answer("abc")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="argument 'transaction' must be"):
+            message.ack(5)  # type: ignore[arg-type]
+        tx.ack(message)  # the refusals changed nothing
+        tx.commit()
+        assert conn.failure is None
+        broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+
+
+@pytest.mark.anyio
+async def test_a_message_taking_call_refuses_anything_else_async() -> None:
+    dest = queue()
+    with anyio.fail_after(TIMEOUT):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            sub = await conn.subscribe(dest, ack="client-individual")
+            await conn.send(dest, "a")
+            message = await sub.get(timeout=TIMEOUT)
+            assert message is not None
+            tx = await conn.transaction()
+            with pytest.raises(TypeError, match=r"AsyncTransaction.ack\(\) argument 'message'"):
+                await tx.ack("abc")  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="argument 'transaction' must be"):
+                await message.nack(b"tx")  # type: ignore[arg-type]
+            await tx.ack(message)
+            await tx.commit()
+            await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
