@@ -451,7 +451,7 @@ def test_close_from_the_server_is_connection_lost_with_code_and_reason() -> None
             sub.get(timeout=TIMEOUT)
     assert isinstance(info.value, WebSocketClosed)
     assert (info.value.code, info.value.reason) == (4001, "maintenance")
-    assert conn.failure is info.value
+    assert info.value.__cause__ is conn.failure  # a fresh copy, chained to the failure
 
 
 def test_refused_handshake_fails_to_connect() -> None:
