@@ -36,6 +36,7 @@ from stompy.errors import (
     AckLost,
     ConfigurationError,
     ConnectionLost,
+    MessageTooLarge,
     ReceiptTimeout,
     RequestTimeout,
     StompError,
@@ -284,6 +285,10 @@ class Call(Sends[M]):
             raise _again(failure) from failure
         if state is ReceiptState.LOST:
             cause = self.session.ending
+            if isinstance(cause, MessageTooLarge):
+                # The broker ended the connection for a frame too large: sending it again
+                # on the next one would fail the same way.
+                raise _again(cause) from cause
             why = f": {cause}" if cause is not None else ""
             raise lost(f"the connection was lost before {what} arrived{why}")
 

@@ -71,9 +71,16 @@ from stompy._heartbeat import (
     only_heartbeats,
     parse_heartbeat,
 )
-from stompy.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from stompy.errors import LocalProtocolError, MessageTooLarge, ProtocolError, RemoteProtocolError
 
-__all__ = ("ACK_MODES", "ClientProtocol", "State", "SubscriptionInfo")
+__all__ = (
+    "ACK_MODES",
+    "MAX_BODY_HEADER",
+    "MAX_BODY_OPTION",
+    "ClientProtocol",
+    "State",
+    "SubscriptionInfo",
+)
 
 ACK_MODES: Final[tuple[AckMode, ...]] = ("auto", "client", "client-individual")
 
@@ -94,6 +101,19 @@ _CLOSED_SUBSCRIPTIONS_KEPT: Final = 1024
 #: client never made, whose id is that header value; this many such ids are remembered.
 _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
 _TEMP_QUEUES_KEPT: Final = 1024
+#: The CONNECTED header in which a broker announces the largest body it takes, in
+#: bytes. No STOMP version defines one: stompy's in-process broker sends it (RabbitMQ
+#: and ActiveMQ do not), and a client that sees it refuses a larger SEND before it goes
+#: out, rather than have the broker end the connection for it.
+MAX_BODY_HEADER: Final = "max-body-length"
+#: What sets the limit a broker announces in :data:`MAX_BODY_HEADER` (only stompy's
+#: in-process broker announces one).
+MAX_BODY_OPTION: Final = (
+    "the broker's limits (stompy.testing's broker: BrokerConfig(limits=FrameLimits("
+    "max_body=...)), or limits=... to run_broker() and serve())"
+)
+#: No announced limit: larger than any body (one comparison per SEND, no None check).
+_NO_LIMIT: Final = 1 << 62
 
 
 def _bad_destination(command: str, destination: object) -> Exception:
@@ -191,6 +211,10 @@ class ClientProtocol:
         self.session: str | None = None
         #: Negotiated ``(outgoing, incoming)`` heart-beat intervals in ms.
         self.negotiated_heartbeats: tuple[int, int] = (0, 0)
+        #: The largest body the broker takes, in bytes, when its CONNECTED frame said
+        #: (:data:`MAX_BODY_HEADER`); ``None``: unknown.
+        self.max_body: int | None = None
+        self._max_body = _NO_LIMIT
         #: The class of the :class:`MessageReceived` events: the event itself, or a
         #: subclass that is made with the same arguments. The clients set theirs, so
         #: that what the core makes of a MESSAGE is the message the user receives.
@@ -400,7 +424,8 @@ class ClientProtocol:
         A ``str`` body is encoded as UTF-8 and, unless ``content_type`` or a
         ``content-type`` header says otherwise, labelled ``text/plain;charset=utf-8``.
         A body of another type than ``bytes`` or ``str``, or a destination not a ``str``,
-        is a TypeError (compiled or not), raised before anything changes.
+        is a TypeError (compiled or not), raised before anything changes; a body over the
+        limit the broker announced (:attr:`max_body`) is a :class:`MessageTooLarge`.
         """
         if self.state is not _CONNECTED:
             self._require(_CONNECTED)
@@ -409,6 +434,7 @@ class ClientProtocol:
         if (
             type(headers) is dict
             and type(body) is bytes
+            and len(body) <= self._max_body
             and transaction is None
             and receipt is False
             and (data := encode_send(destination, content_type, headers, body, self.version))
@@ -453,6 +479,8 @@ class ClientProtocol:
                 content_type = _TEXT_TYPE
         elif type(body) is not bytes:
             body = _body_bytes(body)  # before any id is taken
+        if len(body) > self._max_body:
+            raise self._too_large(len(body))
         if content_type is not None:
             if "content-type" in names:
                 pairs = user if more is None else more.items()
@@ -471,6 +499,18 @@ class ClientProtocol:
         if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
             self._note_temp_queue(reply_to)
         return receipt_id
+
+    def _too_large(self, size: int) -> MessageTooLarge:
+        """The error for a body of ``size`` bytes, over the broker's announced limit."""
+        limit = self._max_body
+        return MessageTooLarge(
+            f"a body of {size} bytes is over the broker's limit of {limit} bytes (its "
+            f"CONNECTED frame said {MAX_BODY_HEADER}:{limit}); nothing was sent, the "
+            f"connection is still usable. The limit is set by {MAX_BODY_OPTION}",
+            limit=limit,
+            size=size,
+            option=MAX_BODY_OPTION,
+        )
 
     def _note_temp_queue(self, reply_to: str) -> None:
         """Remember a ``reply-to:/temp-queue/...`` as an implicit subscription."""
@@ -763,6 +803,14 @@ class ClientProtocol:
         self._parser.version = version
         self.server = frame.get("server")
         self.session = frame.get("session")
+        announced = frame.get(MAX_BODY_HEADER)
+        if (
+            announced is not None
+            and announced.isascii()
+            and announced.isdigit()
+            and len(announced) < 19
+        ):
+            self.max_body = self._max_body = int(announced)
         self.negotiated_heartbeats = negotiate(self.heartbeats, theirs)
         self.state = _CONNECTED
         return Connected(version, self.server, self.session, self.negotiated_heartbeats, frame)

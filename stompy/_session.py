@@ -63,7 +63,7 @@ from stompy._options import (
     log_sent,
     take_output,
 )
-from stompy._protocol import ClientProtocol
+from stompy._protocol import MAX_BODY_OPTION, ClientProtocol
 from stompy._requests import (
     REPLY_QUEUE,
     Request,
@@ -89,6 +89,7 @@ from stompy.errors import (
     ServerError,
     StompError,
     SubscriptionOverflow,
+    TooLargeForServer,
     _again,
 )
 
@@ -118,6 +119,47 @@ STALL_WARNING: Final = 5.0
 _ENDED_IDS: Final = 256
 #: A transport's message class: the core makes it of each MESSAGE, the session stamps it.
 M = TypeVar("M", bound=MessageBase)
+
+
+#: What a broker's ERROR says when a frame was over its size limit (lower case): ours
+#: "frame too large", ActiveMQ "... larger than max allowed ..." or "The maximum data
+#: length was exceeded".
+_TOO_LARGE_WORDS: Final = ("too large", "too big", "larger than max", "maximum data length")
+#: Where a broker's frame size limit is set, for a broker that did not announce it.
+_SIZE_OPTIONS: Final = (
+    "the broker's configuration (stompy.testing's broker: BrokerConfig(limits=FrameLimits("
+    "max_body=...)); ActiveMQ: transport.maxDataLength and transport.maxFrameSize on its "
+    "STOMP transport connector)"
+)
+
+
+def too_large(failure: ServerError, proto: ClientProtocol) -> ServerError:
+    """``failure``, the ERROR frame's error, as a :class:`TooLargeForServer` when it says
+    a frame was too large, naming the broker's limit (when it announced one) and what
+    sets it; else ``failure`` itself."""
+    frame = failure.frame
+    said = frame.body[:1000].decode("utf-8", "replace").strip() if frame is not None else ""
+    text = f"{failure.message}\n{said}".lower()
+    if not any(words in text for words in _TOO_LARGE_WORDS):
+        return failure
+    detail = said.splitlines()[0] if said else ""
+    limit = proto.max_body
+    if limit is not None:
+        known = (
+            f"it announced a body limit of {limit} bytes; its limits are set by {MAX_BODY_OPTION}"
+        )
+        option = MAX_BODY_OPTION
+    else:
+        known = f"it did not say its limits, which are set by {_SIZE_OPTIONS}"
+        option = _SIZE_OPTIONS
+    return TooLargeForServer(
+        f"{failure.message}: the broker refused a frame as too large"
+        f"{f' ({detail})' if detail and detail != failure.message else ''} and closed the "
+        f"connection; {known}",
+        failure.frame,
+        limit=limit,
+        option=option,
+    )
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -618,6 +660,7 @@ class Session(Generic[M]):
                     failure = error_for_event(event)
                     if failure is not None:
                         if isinstance(failure, ServerError):
+                            failure = too_large(failure, proto)
                             self.notify("on_error", self.options.on_error, failure)
                         break
                 event = proto.next_event()

@@ -23,6 +23,7 @@ __all__ = (
     "FrameTooLarge",
     "HeartbeatTimeout",
     "LocalProtocolError",
+    "MessageTooLarge",
     "NetworkError",
     "NoReplyTo",
     "ProtocolError",
@@ -33,6 +34,7 @@ __all__ = (
     "StompError",
     "StompTimeout",
     "SubscriptionOverflow",
+    "TooLargeForServer",
     "TransactionLost",
     "WebSocketClosed",
 )
@@ -197,6 +199,51 @@ class SubscriptionOverflow(StompError):
     handed out. Messages that came after the limit were not kept: with ``ack="auto"``
     they are lost, with client acks the broker delivers them again.
     """
+
+
+# -- a frame too large for the broker ---------------------------------------------------
+
+
+class MessageTooLarge(StompError):
+    """A frame to send is larger than the broker takes; catch this for both cases.
+
+    ``limit`` is the broker's limit on a body in bytes (``None`` when the broker did not
+    say), ``size`` the size of the body that was too large (``None`` when unknown),
+    ``option`` what sets the limit. Raised as it is, before anything goes out, when the broker
+    announced its limit in CONNECTED (stompy's in-process broker does, in
+    ``max-body-length``; RabbitMQ and ActiveMQ do not): nothing was sent and the
+    connection is still usable. When the broker refused the frame itself, the error is
+    a :class:`TooLargeForServer`.
+    """
+
+    def __init__(
+        self, message: str, *, limit: int | None = None, size: int | None = None, option: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.size = size
+        self.option = option
+
+
+class TooLargeForServer(MessageTooLarge, ServerError):
+    """The broker's ERROR said a frame was too large; the broker closed the connection.
+
+    A :class:`MessageTooLarge` and a :class:`ServerError` (``frame`` is the ERROR
+    frame): the connection's failure, raised by the calls after it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        frame: _Frame | None = None,
+        *,
+        limit: int | None = None,
+        size: int | None = None,
+        option: str = "",
+    ) -> None:
+        MessageTooLarge.__init__(self, message, limit=limit, size=size, option=option)
+        self.message = message
+        self.frame = frame
 
 
 # -- raising a stored failure again ---------------------------------------------------

@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 import stompy
-from stompy.errors import LocalProtocolError, ServerError
+from stompy import FrameLimits
+from stompy.errors import LocalProtocolError, MessageTooLarge, ServerError, TooLargeForServer
 from stompy.testing import run_broker, serve
 
 #: Seconds any wait of these tests may take.
@@ -337,3 +338,85 @@ async def test_a_message_taking_call_refuses_anything_else_async() -> None:
             await tx.ack(message)
             await tx.commit()
             await broker.wait_until(lambda: broker.unacked_count(dest) == 0)
+
+
+# -- point 8: a frame too large for the broker -------------------------------------------
+
+LIMIT = 1000
+SMALL = FrameLimits(max_body=LIMIT, max_header_line=200, max_header_block=400)
+
+
+def check_refused(error: MessageTooLarge, size: int) -> None:
+    assert type(error) is MessageTooLarge
+    assert (error.limit, error.size) == (LIMIT, size)
+    assert f"a body of {size} bytes is over the broker's limit of {LIMIT} bytes" in str(error)
+    assert "FrameLimits(max_body=...)" in str(error)
+    assert error.option in str(error)
+
+
+def test_a_body_over_the_announced_limit_is_refused_before_it_goes_out_blocking() -> None:
+    dest = queue()
+    with (
+        run_broker(limits=SMALL) as broker,
+        stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn,
+    ):
+        bodies: list[tuple[bytes | str, int]] = [(b"x" * (LIMIT + 1), LIMIT + 1), ("é" * 501, 1002)]
+        for body, size in bodies:
+            for receipt in (False, True):
+                with pytest.raises(MessageTooLarge) as info:
+                    conn.send(dest, body, receipt=receipt)
+                check_refused(info.value, size)
+        with pytest.raises(MessageTooLarge), conn.transaction() as tx:
+            tx.send(dest, b"x" * (LIMIT + 1))
+        conn.send(dest, b"x" * LIMIT, receipt=True)  # the connection lives on
+        assert conn.failure is None
+        assert broker.queue_depth(dest) == 1
+        assert broker.stats.errors_sent == 0
+
+
+@pytest.mark.anyio
+async def test_a_body_over_the_announced_limit_is_refused_before_it_goes_out_async() -> None:
+    dest = queue()
+    with anyio.fail_after(TIMEOUT):
+        async with serve(limits=SMALL) as broker, stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises(MessageTooLarge) as info:
+                await conn.send(dest, b"x" * (LIMIT + 5), receipt=True)
+            check_refused(info.value, LIMIT + 5)
+            await conn.send(dest, b"x" * LIMIT, receipt=True)
+            assert broker.queue_depth(dest) == 1
+            assert broker.stats.errors_sent == 0
+
+
+def test_a_frame_the_broker_refuses_as_too_large_says_so_blocking() -> None:
+    dest = queue()
+    big = {"h": "y" * 300}  # a header line over the broker's limit: only it can tell
+    with (
+        run_broker(limits=SMALL) as broker,
+        stompy.Connection(broker.url, receipt_timeout=TIMEOUT) as conn,
+    ):
+        with pytest.raises(MessageTooLarge) as info:
+            conn.send(dest, "x", headers=big, receipt=True)
+        error = info.value
+        assert isinstance(error, TooLargeForServer)
+        assert isinstance(error, ServerError)
+        assert error.limit == LIMIT
+        assert str(error).startswith("frame too large: the broker refused a frame as too large")
+        assert "header line over the limit of 200 bytes" in str(error)
+        assert "FrameLimits(max_body=...)" in str(error)
+        assert error.frame is not None
+        assert isinstance(conn.failure, TooLargeForServer)
+
+
+def test_a_frame_refused_as_too_large_is_not_sent_again_after_a_reconnect() -> None:
+    dest = queue()
+    reconnect = stompy.Reconnect(initial_delay=0.01, max_delay=0.01, send_timeout=TIMEOUT)
+    with (
+        run_broker(limits=SMALL) as broker,
+        stompy.Connection(broker.url, receipt_timeout=TIMEOUT, reconnect=reconnect) as conn,
+    ):
+        with pytest.raises(TooLargeForServer) as info:
+            conn.send(dest, "x", headers={"h": "y" * 300}, receipt=True)
+        assert "header line over the limit" in str(info.value)
+        assert broker.stats.errors_sent == 1  # sent once, not again on each new connection
+        conn.send(dest, "small", receipt=True)  # reconnected: the connection lives on
+        assert broker.queue_depth(dest) == 1

@@ -69,6 +69,7 @@ from stompy._heartbeat import (
     only_heartbeats,
     parse_heartbeat,
 )
+from stompy._protocol import MAX_BODY_HEADER
 from stompy.errors import FrameTooLarge, ProtocolError
 
 __all__ = (
@@ -1191,6 +1192,9 @@ class ServerSession:
         self.host = host
         self.state = _CONNECTED
         headers = [("version", version), ("session", self.id), ("server", config.server_name)]
+        # Not in any STOMP version: a client that knows it refuses a larger SEND itself,
+        # rather than lose the connection to the ERROR (stompy's clients do).
+        headers.append((MAX_BODY_HEADER, str(config.limits.max_body)))
         if version != V10:  # STOMP 1.0 has no heart-beating
             headers.append(("heart-beat", format_heartbeat(config.heartbeats)))
             out_ms, in_ms = negotiate(config.heartbeats, theirs)
