@@ -269,22 +269,25 @@ class Call(Sends[M]):
                 state = session.receipt_state(rid, epoch, allow_closing=allow_closing)
                 if state is ReceiptState.ARRIVED:
                     return
-                self._unanswered(state, lost, f"the receipt {rid!r}")
+                self._unanswered(state, lost, f"the receipt {rid!r}", epoch)
                 if self.now >= deadline:
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
                 yield from self._wait(Waiting.RECEIPT, deadline, rid)
         finally:
             session.forget(rid)
 
-    def _unanswered(self, state: ReceiptState, lost: type[StompError], what: str) -> None:
-        """Raise why the wait for ``what`` (a receipt, a reply) ended unanswered, if it
-        did: the session's failure, or ``lost`` when its connection ended first."""
+    def _unanswered(
+        self, state: ReceiptState, lost: type[StompError], what: str, epoch: int
+    ) -> None:
+        """Raise why the wait for ``what`` (a receipt, a reply, asked in ``epoch``) ended
+        unanswered, if it did: the session's failure, or ``lost`` when its connection
+        ended first (:class:`MessageTooLarge` itself, when that is why it ended)."""
         if state is ReceiptState.FAILED:
             failure = self.session.failure
             assert failure is not None
             raise _again(failure) from failure
         if state is ReceiptState.LOST:
-            cause = self.session.ending
+            cause = self.session.end_of(epoch)
             if isinstance(cause, MessageTooLarge):
                 # The broker ended the connection for a frame too large: sending it again
                 # on the next one would fail the same way.
@@ -365,7 +368,7 @@ class Call(Sends[M]):
                     assert request.reply is not None
                     return request.reply
                 what = f"the reply to the request to {destination!r} ({correlation_id!r})"
-                self._unanswered(state, ConnectionLost, what)
+                self._unanswered(state, ConnectionLost, what, request.epoch)
                 if self.now >= deadline:
                     raise RequestTimeout(
                         f"no reply to the request to {destination!r} (correlation-id "

@@ -238,6 +238,9 @@ class Session(Generic[M]):
         #: How the current connection ended, seen by the transport before its verdict
         #: (reconnect or fail); see :meth:`saw_end`.
         self.ending: StompError | None = None
+        #: The last connection that ended, as ``(epoch, why)``: what its calls that wake
+        #: after the next one is made say they were lost to (see :meth:`end_of`).
+        self.ended: tuple[int, StompError] | None = None
         #: The class of the messages the core makes for the transport.
         self.message_class = message_class
         #: What answers the messages (a transport may set it after making its own parts:
@@ -897,6 +900,7 @@ class Session(Generic[M]):
             return None
         if self.ending is None:
             self.ending = error  # what the calls of this epoch say they were lost to
+        self.ended = (self.epoch, self.ending)
         self._told_end(error)
         # Messages still set aside belong to the old connection: the broker redelivers
         # the unacked ones, but auto-acked ones must not be dropped.
@@ -917,6 +921,14 @@ class Session(Generic[M]):
         self.status = RECONNECTING
         self.epoch += 1  # unanswered receipts and open transactions are lost
         return Attempts(self.options.endpoints, policy.delays(self._uniform), first=False)
+
+    def end_of(self, epoch: int) -> StompError | None:
+        """Why the connection of ``epoch`` ended, if it did and that is still known: a
+        call may wake only once the next connection was made."""
+        if epoch == self.epoch:
+            return self.ending
+        ended = self.ended
+        return ended[1] if ended is not None and ended[0] == epoch else None
 
     def give_up(self, attempts: Attempts) -> None:
         """Every reconnect attempt failed."""

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import stompy
-from stompy import FrameLimits
+from stompy import ClientProtocol, Frame, FrameLimits, encode
 from stompy.errors import LocalProtocolError, MessageTooLarge, ServerError, TooLargeForServer
 from stompy.testing import run_broker, serve
 
@@ -420,3 +420,37 @@ def test_a_frame_refused_as_too_large_is_not_sent_again_after_a_reconnect() -> N
         assert broker.stats.errors_sent == 1  # sent once, not again on each new connection
         conn.send(dest, "small", receipt=True)  # reconnected: the connection lives on
         assert broker.queue_depth(dest) == 1
+
+
+#: Announced limits: the one well-formed, and what is no limit (Arabic-Indic digits too).
+ANNOUNCED = ["1000", " 1000", "lots", "1e3", "\u0661\u0660\u0660\u0660", None]
+
+
+@pytest.mark.parametrize("announced", ANNOUNCED)
+def test_the_core_takes_the_announced_limit_and_refuses_a_larger_body(
+    announced: str | None,
+) -> None:
+    """Sans-IO: the limit comes from CONNECTED's max-body-length (a well-formed one
+    only); a larger SEND is refused with nothing queued and no id taken."""
+    proto = ClientProtocol()
+    proto.connect("/")
+    proto.data_to_send()
+    headers = [("version", "1.2")]
+    if announced is not None:
+        headers.append(("max-body-length", announced))
+    proto.receive_data(encode(Frame("CONNECTED", tuple(headers)), "1.2"))
+    assert proto.next_event() is not None
+    known = announced == "1000"
+    assert proto.max_body == (LIMIT if known else None)
+    for body in (b"x" * (LIMIT + 1), "x" * (LIMIT + 1)):
+        for options in ({}, {"receipt": True}, {"headers": {"a": "b"}}):
+            if known:
+                with pytest.raises(MessageTooLarge):
+                    proto.send("/queue/a", body, **options)
+                assert proto.data_to_send() == b""
+            else:
+                proto.send("/queue/a", body, **options)
+                assert proto.data_to_send()
+    assert proto.new_receipt_id() == ("r-1" if known else "r-3")
+    proto.send("/queue/a", b"x" * LIMIT)
+    assert proto.data_to_send()
