@@ -31,6 +31,7 @@ from stompy._base import (
 )
 from stompy._callbacks import report_callback_error
 from stompy._calls import Call, Steps
+from stompy._checks import check_timeout
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
@@ -117,8 +118,11 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         """The next message, or ``None`` on timeout or once the subscription ended.
 
         Cancelling it loses no message. Raises the connection's error once it is lost
-        and every message received before was handed out.
+        and every message received before was handed out, and what
+        :meth:`Subscription.get() <stompy.Subscription.get>` raises for a bad ``timeout``.
         """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if self._telemetry is None:
             return await self._take(timeout)
         started = time.time_ns()
@@ -187,7 +191,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         Returns an empty list where :meth:`get` returns ``None``, and raises what it
         raises. :class:`~stompy.errors.ConfigurationError` if ``max_messages < 1``.
         """
-        self._check_batch(max_messages)
+        timeout = self._check_batch(max_messages, timeout)
         started = time.time_ns()
         first = await self._take(timeout)
         if first is None:

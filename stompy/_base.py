@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from typing_extensions import Unpack
 
 from stompy._calls import Call
+from stompy._checks import check_integer, check_timeout
 from stompy._inbox import Inbox
 from stompy._keywords import ConnectionOptions
 from stompy._message import MessageBase
@@ -23,7 +24,6 @@ from stompy._session import Session
 from stompy._state import CONNECTED
 from stompy._urls import Endpoint
 from stompy.errors import (
-    ConfigurationError,
     LocalProtocolError,
     StompError,
     TransactionLost,
@@ -217,9 +217,10 @@ class SubscriptionBase(Generic[M]):
         return self._session.wants_resume(self._inbox)
 
     @staticmethod
-    def _check_batch(max_messages: int) -> None:
-        if max_messages < 1:
-            raise ConfigurationError(f"max_messages must be at least 1, got {max_messages}")
+    def _check_batch(max_messages: int, timeout: float | None) -> float | None:
+        """``get_batch()``'s arguments checked (see :mod:`stompy._checks`); the timeout."""
+        check_integer("max_messages", max_messages, 1)
+        return check_timeout(timeout)
 
 
 class TransactionBase:

@@ -20,21 +20,21 @@ from __future__ import annotations
 import enum
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar, cast, get_args
 
-from stompy._events import MessageReceived
+from stompy._checks import check_choice, check_integer, check_seconds, check_type
+from stompy._events import AckMode, MessageReceived
 from stompy._frames import Frame
 from stompy._inbox import Inbox
 from stompy._keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._message import MessageBase
-from stompy._options import Outgoing
+from stompy._options import Outgoing, check_overflow
 from stompy._protocol import ClientProtocol
 from stompy._requests import reply_address
 from stompy._session import MAX_OUTGOING, Session, log
 from stompy._state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy.errors import (
     AckLost,
-    ConfigurationError,
     ConnectionLost,
     MessageTooLarge,
     ReceiptTimeout,
@@ -348,11 +348,10 @@ class Call(Sends[M]):
         Raises :class:`RequestTimeout` when no reply came in time (one that comes later
         is dropped), :class:`ConnectionLost` when the connection is lost first (the reply
         cannot come on another: a new request must be made), the session's failure, and
-        :class:`ConfigurationError` for a negative ``timeout`` or a header it writes.
+        :class:`ConfigurationError` for a ``timeout`` that is not a finite number of
+        seconds >= 0 (:class:`TypeError` for one not a number), or a header it writes.
         """
-        timeout = options.get("timeout", REQUEST_TIMEOUT)
-        if not timeout >= 0:
-            raise ConfigurationError(f"timeout must be a number of seconds >= 0, got {timeout}")
+        timeout = check_seconds("timeout", options.get("timeout", REQUEST_TIMEOUT))
         session = self.session
         yield from self.ready()
         deadline = self.now + timeout
@@ -403,18 +402,31 @@ class Call(Sends[M]):
         return len(work)
 
     def subscribe(self, destination: str, options: SubscribeOptions) -> Steps[Inbox[M]]:
-        """SUBSCRIBE; the new inbox (with ``receipt``, once the broker confirmed)."""
+        """SUBSCRIBE; the new inbox (with ``receipt``, once the broker confirmed).
+
+        Raises :class:`ConfigurationError` (:class:`TypeError` for a wrong type) for an
+        ``ack`` mode, ``max_pending``, ``overflow`` or ``headers`` it cannot use, before
+        any wait."""
+        ack = check_choice("ack", options.get("ack", "auto"), get_args(AckMode))
+        max_pending = options.get("max_pending")
+        if max_pending is not None:
+            check_integer("max_pending", max_pending, 1)
+        overflow = options.get("overflow")
+        if overflow is not None:
+            check_overflow(overflow)
+        headers = options.get("headers")
+        check_type("headers", headers, (Mapping, type(None)), "a mapping of str to str")
         session = self.session
         yield from self.ready()
         epoch = session.epoch
         made = session.subscribe(
             destination,
-            options.get("ack", "auto"),
+            cast(AckMode, ack),
             options.get("id"),
-            options.get("headers"),
-            options.get("max_pending"),
+            headers,
+            max_pending,
             options.get("receipt", False),
-            options.get("overflow"),
+            overflow,
         )
         yield from self.flush()
         if made.receipt is not None:

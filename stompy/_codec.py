@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from stompy._checks import bad_value, check_integer
 from stompy._frames import (
     BODY_COMMANDS,
     COMMANDS,
@@ -114,13 +115,15 @@ class FrameLimits:
     max_header_block: int = 96 * 1024
 
     def __post_init__(self) -> None:
-        if (
-            self.max_header_line < 16
-            or self.max_headers < 1
-            or self.max_body < 0
-            or self.max_header_block < self.max_header_line
-        ):
-            raise ValueError(f"unusable frame limits: {self!r}")
+        # ConfigurationError naming the limit (compiled, a wrong type is a TypeError
+        # before this runs; in Python, check_integer's).
+        check_integer("max_header_line", self.max_header_line, 16)
+        check_integer("max_headers", self.max_headers, 1)
+        check_integer("max_body", self.max_body, 0)
+        check_integer("max_header_block", self.max_header_block, 16)
+        if self.max_header_block < self.max_header_line:
+            rule = f"must be at least max_header_line ({self.max_header_line})"
+            raise bad_value("max_header_block", rule, self.max_header_block)
 
 
 DEFAULT_LIMITS: Final = FrameLimits()

@@ -15,6 +15,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
+from stompy._checks import (
+    bad_value,
+    check_choice,
+    check_flag,
+    check_heartbeats,
+    check_integer,
+    check_number,
+    check_seconds,
+    check_type,
+    check_versions,
+    wrong_type,
+)
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
 from stompy._frames import VERSIONS
@@ -90,10 +102,19 @@ _HTTP_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HTTP_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 
 
-def _check_http_header(name: str, value: str) -> None:
+def _check_http_header(name: object, value: object) -> None:
     """HTTP allows a token as a header name and no control characters in a value."""
-    if not _HTTP_TOKEN.fullmatch(name) or not _HTTP_VALUE.fullmatch(value):
-        raise ValueError(f"invalid WebSocket handshake header {name!r}")
+    if not isinstance(name, str) or not isinstance(value, str):
+        shown = type(value).__name__
+        raise TypeError(f"ws_headers: expected a mapping of str to str, got {name!r}: {shown}")
+    # The value is not shown: it may well be a secret (Authorization, Cookie).
+    if not _HTTP_TOKEN.fullmatch(name):
+        why = "a name must be an HTTP token"
+    elif not _HTTP_VALUE.fullmatch(value):
+        why = "its value holds a control character"
+    else:
+        return
+    raise ConfigurationError(f"ws_headers: invalid WebSocket handshake header {name!r}: {why}")
 
 
 #: The ``host`` header when neither the ``host`` argument nor the URL path names one.
@@ -121,12 +142,14 @@ class Reconnect:
     send_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1.0:
-            raise ValueError(f"invalid reconnect policy: {self!r}")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError("jitter is a fraction between 0 and 1")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+        # TypeError for a wrong type, ConfigurationError for a value (see _checks).
+        if self.max_attempts is not None:
+            check_integer("max_attempts", self.max_attempts, 1)
+        check_seconds("initial_delay", self.initial_delay)
+        check_seconds("max_delay", self.max_delay)
+        check_number("multiplier", self.multiplier, 1.0)
+        check_number("jitter", self.jitter, 0.0, 1.0)
+        check_seconds("send_timeout", self.send_timeout)
 
     def delays(self, uniform: Callable[[float, float], float] = random.uniform) -> Iterator[float]:
         """The delay before each attempt: 0 for the first, then growing with jitter
@@ -181,10 +204,14 @@ SslArg = bool | _ssl.SSLContext | None
 Overflow = Literal["pause", "fail"]
 
 
-def check_overflow(overflow: str) -> None:
-    """Raise :class:`ConfigurationError` unless ``overflow`` is an :data:`Overflow`."""
-    if overflow not in get_args(Overflow):
-        raise ConfigurationError(f"overflow must be 'pause' or 'fail', got {overflow!r}")
+def check_overflow(overflow: object) -> None:
+    """Raise :class:`ConfigurationError` unless ``overflow`` is an :data:`Overflow`
+    (:class:`TypeError` unless it is a str)."""
+    check_choice("overflow", overflow, get_args(Overflow))
+
+
+#: The lifecycle hooks among the options.
+_HOOKS: Final = ("on_connected", "on_reconnected", "on_disconnected", "on_error", "on_unrouted")
 
 
 @dataclass(eq=False, repr=False)
@@ -232,18 +259,43 @@ class ClientOptions:
     endpoints: tuple[Endpoint, ...] = field(init=False)
 
     def __post_init__(self, urls: str | Endpoint | Sequence[str | Endpoint]) -> None:
+        # Every option checked now, not at connect time: a TypeError for a wrong type, a
+        # ConfigurationError for a value, each naming the option (see _checks).
+        if not isinstance(urls, (str, Endpoint, Sequence)):
+            raise wrong_type("url_or_urls", "a URL, an Endpoint or a sequence of them", urls)
         self.endpoints = parse_urls(urls)
-        if self.max_pending < 1:
-            raise ValueError("max_pending must be at least 1")
-        if self.connect_timeout <= 0 or self.receipt_timeout <= 0:
-            raise ValueError("timeouts must be positive")
-        self.versions = tuple(self.versions)
-        self.headers = dict(self.headers or {})
+        for name in ("login", "passcode", "host"):
+            if getattr(self, name) is not None:
+                check_type(name, getattr(self, name), str, "a str or None")
+        self.versions = check_versions("versions", self.versions, VERSIONS)
+        self.heartbeats = check_heartbeats("heartbeats", self.heartbeats)
+        check_number("heartbeat_tolerance", self.heartbeat_tolerance, 1.0)
+        check_type(
+            "ssl", self.ssl, (bool, _ssl.SSLContext, type(None)), "a bool, an SSLContext or None"
+        )
+        if self.ssl is False:
+            for endpoint in self.endpoints:
+                if endpoint.tls:
+                    raise bad_value("ssl", f"cannot be False: {endpoint} needs TLS", False)
+        check_seconds("connect_timeout", self.connect_timeout, positive=True)
+        check_seconds("receipt_timeout", self.receipt_timeout, positive=True)
+        check_type("reconnect", self.reconnect, (Reconnect, type(None)), "a Reconnect or None")
+        check_type("limits", self.limits, FrameLimits, "a FrameLimits")
+        check_integer("max_pending", self.max_pending, 1)
         check_overflow(self.overflow)
+        check_flag("strict", self.strict)
+        check_flag("tracing", self.tracing)
+        for name in _HOOKS:
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                raise wrong_type(name, "a callable or None", hook)
+        check_type("headers", self.headers, (Mapping, type(None)), "a mapping of str to str")
+        self.headers = dict(self.headers or {})
+        check_type("ws_headers", self.ws_headers, (Mapping, type(None)), "a mapping of str to str")
         self.ws_headers = dict(self.ws_headers or {})
         for name, value in self.ws_headers.items():
             _check_http_header(name, value)
-        # Versions, heart-beats and the CONNECT headers checked now, not at connect time.
+        # The CONNECT headers are checked by the core as it writes the frame.
         self.start(self.endpoints[0])
 
     @property
@@ -321,7 +373,7 @@ class ClientOptions:
             return self.ssl
         if self.ssl or endpoint.tls:
             if self.ssl is False:
-                raise ValueError(f"{endpoint} needs TLS, but ssl=False was given")
+                raise bad_value("ssl", f"cannot be False: {endpoint} needs TLS", False)
             return _ssl.create_default_context()
         return None
 

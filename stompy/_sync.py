@@ -33,6 +33,7 @@ from stompy._base import (
 )
 from stompy._callbacks import report_callback_error
 from stompy._calls import Call
+from stompy._checks import check_timeout
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
@@ -116,8 +117,11 @@ class Subscription(SubscriptionBase[Message]):
 
         Returns ``None`` on timeout, or when the subscription ended normally and
         nothing is left. Raises the connection's error once it is lost and every
-        message received before is handed out.
+        message received before is handed out; :class:`~stompy.errors.ConfigurationError`
+        for a ``timeout`` below 0, NaN or infinite (:class:`TypeError`: not a number).
         """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if self._telemetry is None:
             return self._take(timeout)
         started = time.time_ns()
@@ -175,7 +179,7 @@ class Subscription(SubscriptionBase[Message]):
         Returns an empty list where :meth:`get` returns ``None``, and raises what it
         raises. :class:`~stompy.errors.ConfigurationError` if ``max_messages < 1``.
         """
-        self._check_batch(max_messages)
+        timeout = self._check_batch(max_messages, timeout)
         started = time.time_ns()
         first = self._take(timeout)
         if first is None:

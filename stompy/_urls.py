@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from stompy.errors import ConfigurationError
+
 __all__ = ("Endpoint", "parse_url", "parse_urls")
 
 DEFAULT_PORTS: Final = {"stomp": 61613, "stomp+ssl": 61614, "ws": 80, "wss": 443}
@@ -91,33 +93,39 @@ def _place(parts: SplitResult) -> str:
 def parse_url(url: str) -> Endpoint:
     """Parse one address.
 
-    Raises :class:`ValueError` naming what is wrong, and never showing a passcode.
+    Raises :class:`~stompy.errors.ConfigurationError` (a :class:`ValueError`) naming
+    what is wrong, and never showing a passcode; :class:`TypeError` for anything but a
+    str.
     """
+    if not isinstance(url, str):
+        raise TypeError(f"a broker URL must be a str, got {type(url).__name__}")
     text = url.strip()
     try:
         parts = urlsplit(text)
     except ValueError:
         # urlsplit's own message quotes the text, passcode and all.
-        raise ValueError(f"not a valid URL: {_ENCODE}, and an IPv6 host in brackets") from None
+        raise ConfigurationError(
+            f"not a valid URL: {_ENCODE}, and an IPv6 host in brackets"
+        ) from None
     scheme = parts.scheme.lower()
     # "stomp://app:pa/ss@host": urlsplit takes "app" for the host, the rest for a path.
     spilled = "@" in parts.path or "@" in parts.query or "@" in parts.fragment
     if scheme not in SCHEMES or "://" not in text:
         shown = f" {_place(parts)!r}" if parts.netloc and not spilled else ""
-        raise ValueError(
+        raise ConfigurationError(
             f"unsupported URL{shown}: the scheme must be one of {', '.join(sorted(SCHEMES))} "
             "(as in stomp://host:61613)"
         )
     if spilled:
         # Where the userinfo ends is unknown: nothing of the netloc is shown.
-        raise ValueError(f"a {scheme}:// URL is not valid: {_ENCODE}")
+        raise ConfigurationError(f"a {scheme}:// URL is not valid: {_ENCODE}")
     host = parts.hostname
     if not host:
-        raise ValueError(f"URL {_place(parts)!r} has no host")
+        raise ConfigurationError(f"URL {_place(parts)!r} has no host")
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError:
-        raise ValueError(f"URL {_place(parts)!r} has an invalid port") from None
+        raise ConfigurationError(f"URL {_place(parts)!r} has an invalid port") from None
     login = unquote(parts.username) if parts.username is not None else None
     passcode = unquote(parts.password) if parts.password is not None else None
     if scheme in ("ws", "wss"):
@@ -131,7 +139,8 @@ def parse_url(url: str) -> Endpoint:
 
 
 def parse_urls(urls: str | Endpoint | Sequence[str | Endpoint]) -> tuple[Endpoint, ...]:
-    """Parse one address, a comma-separated list, or a sequence of them."""
+    """Parse one address, a comma-separated list, or a sequence of them (each a str or
+    an :class:`Endpoint`); raises as :func:`parse_url`."""
     if isinstance(urls, Endpoint):
         return (urls,)
     items: list[str | Endpoint] = (
@@ -140,5 +149,5 @@ def parse_urls(urls: str | Endpoint | Sequence[str | Endpoint]) -> tuple[Endpoin
         else list(urls)
     )
     if not items:
-        raise ValueError("no broker URL given")
+        raise ConfigurationError("no broker URL given")
     return tuple(u if isinstance(u, Endpoint) else parse_url(u) for u in items)

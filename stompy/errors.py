@@ -63,10 +63,16 @@ class BodyNotText(StompError, UnicodeDecodeError):
 
 
 class ConfigurationError(StompError, ValueError):
-    """An option or argument has a value stompy cannot use; the message names it.
+    """An option or argument has a value stompy cannot use; the message names the
+    option and shows the value (``heartbeats: each interval must be a whole number of
+    ms >= 0, got (-1, 0)``), never a passcode.
 
-    Raised before anything is sent or opened. A :class:`ValueError` too, so code
-    that checks input the usual way catches it.
+    Raised where the object is made (``Connection``, ``AsyncConnection``,
+    ``Reconnect``, ``FrameLimits``, a broker URL, the Spark source's options) or where
+    the call begins (``subscribe``, ``get``, ``get_batch``, ``request``), before
+    anything is opened, sent or waited for. A :class:`ValueError` too, so code that
+    checks input the usual way catches it. A value of the wrong type (a ``str`` for a
+    number) is a plain :class:`TypeError`, as in Python itself, naming the option too.
     """
 
 
