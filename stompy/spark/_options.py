@@ -25,10 +25,11 @@ from typing import Final, Literal, TypeVar
 
 from stompy._frames import VERSIONS
 from stompy._heartbeat import parse_heartbeat
-from stompy._options import Reconnect
+from stompy._keywords import ConnectionOptions
+from stompy._options import ClientOptions, Reconnect
 from stompy._sync import Connection
 from stompy._urls import parse_urls
-from stompy.errors import ConfigurationError, ProtocolError
+from stompy.errors import ConfigurationError, ProtocolError, StompError
 
 __all__ = (
     "ConnectionSettings",
@@ -140,25 +141,31 @@ class ConnectionSettings:
             context.verify_mode = _ssl.CERT_NONE
         return context
 
+    def options(
+        self, *, max_pending: int = 1000, reconnect: Reconnect | None = None
+    ) -> ConnectionOptions:
+        """The keywords of the :class:`~stompy.Connection` but ``ssl`` (its context is
+        made in the worker, where the files it reads are)."""
+        return {
+            "login": self.login,
+            "passcode": self.passcode,
+            "host": self.host,
+            "versions": self.versions,
+            "heartbeats": self.heartbeats,
+            "connect_timeout": self.connect_timeout,
+            "receipt_timeout": self.receipt_timeout,
+            "reconnect": reconnect,
+            "headers": {"client-id": self.client_id} if self.client_id else None,
+            "max_pending": max_pending,
+        }
+
     def connection(
         self, *, max_pending: int = 1000, reconnect: Reconnect | None = None
     ) -> Connection:
         """A new, not yet connected :class:`~stompy.Connection` with these settings."""
-        headers = {"client-id": self.client_id} if self.client_id else None
-        return Connection(
-            self.url,
-            login=self.login,
-            passcode=self.passcode,
-            host=self.host,
-            versions=self.versions,
-            heartbeats=self.heartbeats,
-            ssl=self.ssl_context(),
-            connect_timeout=self.connect_timeout,
-            receipt_timeout=self.receipt_timeout,
-            reconnect=reconnect,
-            headers=headers,
-            max_pending=max_pending,
-        )
+        options = self.options(max_pending=max_pending, reconnect=reconnect)
+        options["ssl"] = self.ssl_context()
+        return Connection(self.url, **options)
 
 
 @dataclass(frozen=True)
@@ -363,7 +370,8 @@ def _connection(opts: _Options) -> ConnectionSettings:
     versions = opts.names("versions", VERSIONS)
     if not versions or any(v not in VERSIONS for v in versions):
         raise ConfigurationError(
-            f"option 'versions' must list STOMP versions among {', '.join(VERSIONS)}"
+            f"option 'versions' must list STOMP versions among {', '.join(VERSIONS)}, "
+            f"got {opts.text('versions')!r}"
         )
     tls_raw = opts.text("tls")
     settings = ConnectionSettings(
@@ -384,6 +392,14 @@ def _connection(opts: _Options) -> ConnectionSettings:
     )
     if settings.tls is False and any(e.tls for e in parse_urls(url)):
         raise ConfigurationError("option 'tls' is false but the URL's scheme needs TLS")
+    if settings.tls_key_file and not settings.tls_cert_file:
+        raise ConfigurationError("option 'tlsKeyFile' needs 'tlsCertFile' (the certificate)")
+    try:
+        # What the worker's Connection would refuse (a line break in the login, the
+        # host or the client id), refused here, on the driver, before a task starts.
+        ClientOptions(url, **settings.options())
+    except (StompError, ValueError, TypeError) as exc:  # never shows the passcode
+        raise ConfigurationError(f"the connection options cannot be used: {exc}") from None
     return settings
 
 

@@ -291,3 +291,26 @@ def test_tls_contexts(tmp_path: Path) -> None:
 def test_connection_settings_repr_is_safe() -> None:
     settings = ConnectionSettings(url="stomp://u:topsecret@h", passcode="alsosecret")
     assert "secret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (read(versions="1.2,2.0"), r"'versions' must list .*, got '1\.2,2\.0'"),
+        (read(login="app\nroot"), "connection options cannot be used: .*'login'"),
+        (read(clientId="job\n1"), "connection options cannot be used: .*'client-id'"),
+        (read(tlsKeyFile="/keys/client.key"), "'tlsKeyFile' needs 'tlsCertFile'"),
+    ],
+)
+def test_what_the_worker_would_refuse_is_refused_on_the_driver(
+    options: dict[str, str], message: str
+) -> None:
+    """A value the Connection made in a Spark task would refuse fails the read where it
+    is defined, naming the option and the value, not in every task."""
+    for streaming in (None, False, True):
+        with pytest.raises(ConfigurationError, match=message):
+            parse_read_options({k.lower(): v for k, v in options.items()}, streaming=streaming)
+    secret = "pass\nword"
+    with pytest.raises(ConfigurationError) as info:
+        parse_write_options({"url": URL, "passcode": secret})
+    assert secret not in str(info.value)
