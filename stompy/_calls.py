@@ -348,8 +348,8 @@ class Call(Sends[M]):
         Raises :class:`RequestTimeout` when no reply came in time (one that comes later
         is dropped), :class:`ConnectionLost` when the connection is lost first (the reply
         cannot come on another: a new request must be made), the session's failure, and
-        :class:`ConfigurationError` for a ``timeout`` that is not a finite number of
-        seconds >= 0 (:class:`TypeError` for one not a number), or a header it writes.
+        :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long
+        (:class:`TypeError` for one not a number), or a header it writes.
         """
         timeout = check_seconds("timeout", options.get("timeout", REQUEST_TIMEOUT))
         session = self.session

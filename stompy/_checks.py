@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from collections.abc import Iterable
 from typing import Final
 
 from stompy.errors import ConfigurationError
 
 __all__ = (
+    "MAX_SECONDS",
     "bad_value",
     "check_choice",
     "check_flag",
@@ -36,6 +38,10 @@ __all__ = (
 )
 
 _INF: Final = math.inf
+#: The most seconds a wait may last: the longest a thread can wait
+#: (``threading.TIMEOUT_MAX``: 292 years on Linux, 49 days on Windows). A longer one
+#: would be an ``OverflowError`` from deep inside a socket or a lock.
+MAX_SECONDS: Final = threading.TIMEOUT_MAX
 
 
 def bad_value(name: str, rule: str, value: object) -> ConfigurationError:
@@ -69,11 +75,13 @@ def _real(name: str, value: object, expected: str) -> float:
 
 
 def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
-    """``value``, a finite number of seconds, ``>= 0`` (``> 0`` with ``positive``)."""
+    """``value``, a number of seconds ``>= 0`` (``> 0`` with ``positive``) and at most
+    :data:`MAX_SECONDS` (not NaN, not infinite)."""
     seconds = _real(name, value, "a number of seconds")
-    if not (seconds > 0.0 if positive else seconds >= 0.0) or seconds == _INF:
-        rule = "> 0" if positive else ">= 0"
-        raise bad_value(name, f"must be a finite number of seconds {rule}", value)
+    if not (seconds > 0.0 if positive else seconds >= 0.0) or not seconds <= MAX_SECONDS:
+        low = "> 0" if positive else ">= 0"
+        rule = f"must be a number of seconds {low} and <= {MAX_SECONDS:.0f}"
+        raise bad_value(name, rule, value)
     return seconds
 
 
@@ -92,7 +100,7 @@ def check_timeout(timeout: float | None) -> float | None:
     ``get()`` and ``request()`` alike: a negative one is an error, as for
     :meth:`queue.Queue.get`, not a wait of no time.
     """
-    if timeout is None or (type(timeout) is float and 0.0 <= timeout < _INF):
+    if timeout is None or (type(timeout) is float and 0.0 <= timeout <= MAX_SECONDS):
         return timeout  # the usual case, at the cost of a comparison
     return check_seconds("timeout", timeout)
 

@@ -118,7 +118,7 @@ class Subscription(SubscriptionBase[Message]):
         Returns ``None`` on timeout, or when the subscription ended normally and
         nothing is left. Raises the connection's error once it is lost and every
         message received before is handed out; :class:`~stompy.errors.ConfigurationError`
-        for a ``timeout`` below 0, NaN or infinite (:class:`TypeError`: not a number).
+        for a ``timeout`` below 0, NaN or too long (:class:`TypeError`: not a number).
         """
         if timeout is not None:
             timeout = check_timeout(timeout)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
 
+from stompy._checks import MAX_SECONDS
 from stompy._frames import VERSIONS
 from stompy._heartbeat import parse_heartbeat
 from stompy._keywords import ConnectionOptions
@@ -315,9 +316,10 @@ class _Options:
         value = self._parsed(name, float, "a number of seconds")
         if value is None:
             return default
-        if not 0 < value < float("inf"):
+        if not 0 < value <= MAX_SECONDS:
             raise ConfigurationError(
-                f"option {name!r} must be a positive number of seconds, got {value}"
+                f"option {name!r} must be a positive number of seconds "
+                f"(at most {MAX_SECONDS:.0f}), got {value}"
             )
         return value
 

@@ -300,6 +300,8 @@ def test_connection_settings_repr_is_safe() -> None:
         (read(login="app\nroot"), "connection options cannot be used: .*'login'"),
         (read(clientId="job\n1"), "connection options cannot be used: .*'client-id'"),
         (read(tlsKeyFile="/keys/client.key"), "'tlsKeyFile' needs 'tlsCertFile'"),
+        (read(idleTimeout="1e12"), r"'idleTimeout' must be a positive number of seconds \(at most"),
+        (read(connectTimeout="1e12"), "'connectTimeout' must be a positive number"),
     ],
 )
 def test_what_the_worker_would_refuse_is_refused_on_the_driver(
