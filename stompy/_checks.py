@@ -5,9 +5,8 @@ door answers a mistake the same way.
 The rule: a value of the wrong type is a :class:`TypeError`; a value of the right type
 that stompy cannot use is a :class:`~stompy.errors.ConfigurationError` (a
 :class:`ValueError` too). Both name the option and show the value, as in
-``heartbeats: each interval must be a whole number of ms >= 0, got (-1, 0)``, and are
-raised where the object is made or the call begins: before anything is opened, sent
-or waited for.
+``max_pending: must be at least 1, got 0``, and are raised where the object is made
+or the call begins: before anything is opened, sent or waited for.
 
 Nothing here does I/O; the compiled codec (:class:`~stompy.FrameLimits`) uses it too.
 """
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 from collections.abc import Iterable
 from typing import Final
 
@@ -38,10 +36,12 @@ __all__ = (
 )
 
 _INF: Final = math.inf
-#: The most seconds a wait may last: the longest a thread can wait
-#: (``threading.TIMEOUT_MAX``: 292 years on Linux, 49 days on Windows). A longer one
-#: would be an ``OverflowError`` from deep inside a socket or a lock.
-MAX_SECONDS: Final = threading.TIMEOUT_MAX
+#: The most seconds an option or argument in seconds may say (about 11.6 days; ``None``
+#: waits with no limit where a call allows it). Far more would be an ``OverflowError``
+#: from deep inside a lock, a socket or a selector: a thread waits at most
+#: ``threading.TIMEOUT_MAX`` (49.7 days on Windows), ``epoll`` 24.8 days, and a
+#: reconnect delay may grow by its jitter to twice this.
+MAX_SECONDS: Final = 1_000_000.0
 
 
 def bad_value(name: str, rule: str, value: object) -> ConfigurationError:
@@ -128,8 +128,9 @@ def check_choice(name: str, value: object, allowed: Iterable[str]) -> str:
     raise bad_value(name, f"must be {listed}", value)
 
 
-def check_heartbeats(name: str, value: object) -> tuple[int, int]:
-    """``value``, a pair ``(can send, want to receive)`` of whole milliseconds ``>= 0``."""
+def check_heartbeats(name: str, value: object, maximum: int) -> tuple[int, int]:
+    """``value``, a pair ``(can send, want to receive)`` of whole milliseconds from 0
+    to ``maximum``."""
     if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
         raise wrong_type(name, "a pair (can send, want to receive) of ms", value)
     if len(value) != 2:
@@ -139,8 +140,9 @@ def check_heartbeats(name: str, value: object) -> tuple[int, int]:
         if isinstance(beat, bool) or not isinstance(beat, numbers.Real):
             raise wrong_type(name, "a pair (can send, want to receive) of ms", value)
         interval = float(beat)
-        if not (0.0 <= interval < _INF and interval.is_integer()):
-            raise bad_value(name, "each interval must be a whole number of ms >= 0", value)
+        if not (0.0 <= interval <= maximum and interval.is_integer()):
+            rule = f"each interval must be a whole number of ms from 0 to {maximum}"
+            raise bad_value(name, rule, value)
         beats.append(int(interval))
     return (beats[0], beats[1])
 

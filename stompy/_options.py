@@ -30,6 +30,7 @@ from stompy._checks import (
 from stompy._codec import DEFAULT_LIMITS, FrameLimits
 from stompy._events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
 from stompy._frames import VERSIONS
+from stompy._heartbeat import MAX_INTERVAL
 from stompy._protocol import ClientProtocol
 from stompy._urls import Endpoint, parse_urls
 from stompy.errors import (
@@ -268,7 +269,7 @@ class ClientOptions:
             if getattr(self, name) is not None:
                 check_type(name, getattr(self, name), str, "a str or None")
         self.versions = check_versions("versions", self.versions, VERSIONS)
-        self.heartbeats = check_heartbeats("heartbeats", self.heartbeats)
+        self.heartbeats = check_heartbeats("heartbeats", self.heartbeats, MAX_INTERVAL)
         check_number("heartbeat_tolerance", self.heartbeat_tolerance, 1.0)
         check_type(
             "ssl", self.ssl, (bool, _ssl.SSLContext, type(None)), "a bool, an SSLContext or None"

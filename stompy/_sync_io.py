@@ -330,7 +330,11 @@ class IOThread(Generic[M]):
                 want_write = bool(session.outgoing)
                 deadline = session.next_deadline(time.monotonic())
                 self.wake_sent = False
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # At most an hour: a deadline weeks away (a long heart-beat times its
+            # tolerance) would overflow the selector; the loop looks again.
+            timeout = (
+                None if deadline is None else min(3600.0, max(0.0, deadline - time.monotonic()))
+            )
             pending_tls = isinstance(sock, _ssl.SSLSocket) and not paused and sock.pending() > 0
             wanted = (0 if paused else selectors.EVENT_READ) | (
                 selectors.EVENT_WRITE if want_write else 0

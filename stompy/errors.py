@@ -64,8 +64,8 @@ class BodyNotText(StompError, UnicodeDecodeError):
 
 class ConfigurationError(StompError, ValueError):
     """An option or argument has a value stompy cannot use; the message names the
-    option and shows the value (``heartbeats: each interval must be a whole number of
-    ms >= 0, got (-1, 0)``), never a passcode.
+    option and shows the value (``max_pending: must be at least 1, got 0``), never a
+    passcode.
 
     Raised where the object is made (``Connection``, ``AsyncConnection``,
     ``Reconnect``, ``FrameLimits``, a broker URL, the Spark source's options) or where

@@ -21,6 +21,7 @@ import stompy
 import stompy._codec
 from stompy import ConfigurationError, FrameLimits, Reconnect, StompError
 from stompy._compiled import is_compiled
+from stompy._heartbeat import MAX_INTERVAL
 from stompy.testing import Broker, run_broker, serve
 
 #: Every wait of these tests is bounded by this many seconds.
@@ -50,6 +51,7 @@ BAD_VALUES: list[tuple[str, object]] = [
     ("heartbeats", (-1, 0)),
     ("heartbeats", (0, 1.5)),
     ("heartbeats", (1, 2, 3)),
+    ("heartbeats", (0, MAX_INTERVAL + 1)),
     ("heartbeat_tolerance", 0.5),
     ("heartbeat_tolerance", math.nan),
     ("connect_timeout", -1),
@@ -108,6 +110,23 @@ def test_a_value_of_the_wrong_type_is_a_type_error_naming_the_option(
     make: Callable[..., object], name: str, value: object
 ) -> None:
     refused(lambda: make(URL, **{name: value}), TypeError, name, repr(value))
+
+
+def test_the_largest_heartbeats_and_tolerance_the_constructor_takes_work() -> None:
+    """The blocking client's I/O thread waited for a deadline weeks away (the longest
+    heart-beat, or any times a huge tolerance) in one select(), which overflowed: "the
+    I/O thread failed" right after CONNECTED."""
+    huge: list[dict[str, Any]] = [
+        {"heartbeats": (0, MAX_INTERVAL)},
+        {"heartbeats": (0, 1000), "heartbeat_tolerance": 1e300},
+    ]
+    with run_broker(heartbeats=(1000, 0)) as broker:
+        for options in huge:
+            with stompy.Connection(broker.url, **options) as conn:
+                conn.send("/queue/config-beats", "x", receipt=True)
+                time.sleep(0.1)
+                conn.send("/queue/config-beats", "y", receipt=True)
+                assert conn.failure is None
 
 
 @pytest.mark.parametrize("make", CLIENTS)
