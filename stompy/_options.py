@@ -133,6 +133,10 @@ class Reconnect:
     fraction) of randomness so that many clients do not return at once.
     ``max_attempts`` bounds the attempts per outage (``None``: no bound).
     ``send_timeout`` is how long a send waits for the connection to come back.
+
+    A value it cannot use is a :class:`~stompy.errors.ConfigurationError` naming the
+    field (a wrong type a :class:`TypeError`): seconds are from 0 to 1,000,000,
+    ``multiplier`` is at least 1, ``jitter`` from 0 to 1, ``max_attempts`` at least 1.
     """
 
     max_attempts: int | None = None
