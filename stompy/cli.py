@@ -3,7 +3,10 @@
 * ``stompy send URL DESTINATION [BODY]`` sends one message (or, with ``--lines``, one
   per line) and exits 0 only once the broker confirmed it with a receipt.
 * ``stompy subscribe URL DESTINATION`` prints messages as they arrive: bodies, or
-  headers and bodies, or one JSON object per line.
+  headers and bodies, or one JSON object per line. It takes from the destination only
+  what it printed, however it stops (``--count``, ``--timeout``, a signal, its reader
+  gone): each message is acknowledged once printed, and what was received and not
+  printed goes back (see :func:`_subscribe_main`).
 * ``stompy broker`` runs the in-process test broker standalone, logging each
   connection to stderr; its first line on stdout is ``listening on stomp://host:port``
   so scripts started with ``--port 0`` can read the real port.
@@ -26,17 +29,21 @@ dependencies are anyio and typing-extensions.
 from __future__ import annotations
 
 import argparse
+import array
 import base64
 import contextlib
+import errno
 import functools
 import getpass
 import io
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import ssl
+import stat
 import sys
 import threading
 import time
@@ -335,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_client_options("SUBSCRIBE", "selector or prefetch-count")],
         help="print messages as they arrive",
         description="Subscribe and print each message's body (one per line) until "
-        "interrupted, --count messages arrived, or --timeout seconds passed without one.",
+        "interrupted, --count messages arrived, or --timeout seconds passed without one. "
+        "Each message is acknowledged once printed (read from stdout, when that is a "
+        "pipe); what was not printed stays on the destination, however the command ends.",
     )
     shown = subscribe.add_mutually_exclusive_group()
     shown.add_argument(
@@ -349,11 +358,17 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.add_argument(
         "--ack",
         choices=("auto", "client", "client-individual"),
-        default="auto",
-        help="ack mode; with client modes each message is acked once printed",
+        default="client-individual",
+        help="ack mode (default client-individual): each message is acknowledged once "
+        "printed, and what was not printed stays on the destination; with auto the "
+        "broker forgets each message as it sends it, so messages received and not "
+        "printed (past --count, or when stopped) are lost",
     )
     subscribe.add_argument(
-        "--count", type=_positive(int), metavar="N", help="exit after N messages"
+        "--count",
+        type=_positive(int),
+        metavar="N",
+        help="exit after N messages, taking no more than N from the destination",
     )
     subscribe.add_argument(
         "--timeout",
@@ -685,27 +700,156 @@ def _render(message: MessageBase, args: argparse.Namespace) -> bytes:
     return message.body + b"\n"
 
 
+#: The most messages ``subscribe`` lets the broker hand over before it acknowledged
+#: them (the prefetch, and the subscription's ``max_pending``).
+PREFETCH: Final = 100
+
+
+class _Stdout:
+    """Standard output as ``subscribe`` writes it: a message counts as printed once it
+    was written, flushed and, when stdout is a pipe, taken by the reader.
+
+    The last part is what ``| head -3`` needs: a reader that reads a block of lines,
+    prints three and exits would otherwise take (and drop) messages that were acked
+    as "printed" because they sat in the pipe. So a message goes into the pipe only
+    once the one before it was read (the pipe's unread byte count, ``FIONREAD``, is
+    0); a reader that left (the pipe's write end polls as an error) is a
+    :class:`BrokenPipeError`, as a write would be.
+    """
+
+    def __init__(self, stream: IO[Any]) -> None:
+        self._out = _binary(stream)
+        self._fd = -1
+        try:
+            fd = stream.fileno()
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and _unread(fd) >= 0:
+                self._fd = fd
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            pass  # not a file (tests), or a system without FIONREAD on pipes
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` and return once the reader has it (see the class)."""
+        self._out.write(data)
+        self._out.flush()
+        if self._fd < 0:
+            return
+        poller = select.poll()
+        poller.register(self._fd, 0)  # POLLERR and POLLHUP are always reported
+        turns = 0
+        while _unread(self._fd) > 0:
+            if poller.poll(0):
+                raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
+            # A reader that keeps up has it within a few scheduler turns; one that
+            # does not is waited for in sleeps growing to 20 ms.
+            turns += 1
+            if turns <= 20:
+                os.sched_yield()
+            else:
+                time.sleep(min(0.00005 * 2 ** min(turns - 20, 9), 0.02))
+
+
+def _unread(fd: int) -> int:
+    """Bytes written to pipe ``fd`` and not read yet (-1 where that cannot be known)."""
+    try:
+        import fcntl
+        import termios
+
+        count = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    except (ImportError, OSError):
+        return -1
+    return count[0]
+
+
+class _Signals:
+    """SIGINT and SIGTERM as exceptions (``KeyboardInterrupt``, :class:`_Interrupted`)
+    raised where the main thread is, except inside :meth:`held`: there they wait until
+    the block ends, so that acknowledging what was printed is never cut in half."""
+
+    def __init__(self) -> None:
+        self._holding = 0
+        self._pending: BaseException | None = None
+
+    def handle(self, signum: int, frame: object) -> None:
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else _Interrupted()
+        if self._holding:
+            self._pending = stop
+            return
+        raise stop
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            stop, self._pending = self._pending, None
+            if stop is not None and not self._holding:
+                raise stop
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle both signals while the block runs (main thread only: tests run the
+        commands in other threads too, where signals cannot be received)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = [(s, signal.signal(s, self.handle)) for s in (signal.SIGINT, signal.SIGTERM)]
+        try:
+            yield
+        finally:
+            for signum, handler in previous:
+                signal.signal(signum, handler)
+
+
+_SIGNALS: Final = _Signals()
+
+
 def _subscribe_main(args: argparse.Namespace, secrets: _Secrets) -> int:
+    """Print messages, acknowledging each once it was printed, and no other.
+
+    The prefetch (the subscription's ``max_pending``: :data:`PREFETCH`, or
+    ``--count`` when that is less) bounds how many unacknowledged messages the broker
+    hands over. Whatever was received and not printed (past ``--count``, or when
+    Ctrl-C, SIGTERM, ``--timeout`` or a reader gone ends the command) is never
+    acknowledged, and the broker delivers it again after the disconnect. With
+    ``--ack auto`` the broker forgets each message as it sends it: nothing of that
+    holds.
+    """
     headers = dict(args.extra_headers)
+    count: int | None = args.count
+    acking = args.ack != "auto"
+    if not acking and count is not None:
+        print(
+            "stompy subscribe: warning: with --ack auto the broker may send more than "
+            f"--count {count} messages, and those not printed are lost",
+            file=sys.stderr,
+        )
+    prefetch = min(PREFETCH, count) if count is not None else PREFETCH
     conn = _connection(args, secrets)
-    out = _binary(sys.stdout)
+    out = _Stdout(sys.stdout)
     received = 0
     try:
-        with conn, conn.subscribe(args.destination, ack=args.ack, headers=headers) as sub:
-            while args.count is None or received < args.count:
+        with (
+            conn,
+            conn.subscribe(
+                args.destination, ack=args.ack, headers=headers, max_pending=prefetch
+            ) as sub,
+        ):
+            while count is None or received < count:
                 message = sub.get(timeout=args.timeout)
                 if message is None:
-                    if args.count is not None:
+                    if count is not None:
                         raise CommandError(
-                            f"no message for {args.timeout:g} s "
-                            f"(received {received} of {args.count})"
+                            f"no message for {args.timeout:g} s (received {received} of {count})"
                         )
                     break
                 out.write(_render(message, args))
-                out.flush()
-                if args.ack != "auto":
-                    message.ack()  # only once the reader has it
                 received += 1
+                if acking:
+                    with _SIGNALS.held():  # a signal now would leave it printed, not acked
+                        message.ack()
     except (KeyboardInterrupt, _Interrupted):
         # Ctrl-C is how a subscriber is meant to stop: by now the ``with`` blocks
         # above have unsubscribed and disconnected gracefully.
@@ -879,23 +1023,6 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-@contextlib.contextmanager
-def _sigterm_disconnects() -> Iterator[None]:
-    """Make SIGTERM leave the ``with`` blocks like Ctrl-C does (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise _Interrupted
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _run_client_command(args: argparse.Namespace) -> int:
     from stompy.errors import StompError
 
@@ -910,7 +1037,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
     logger.propagate = False  # one line per event on stderr, whatever the root logger does
     secrets = _Secrets()
     try:
-        with _sigterm_disconnects():
+        with _SIGNALS.installed():
             status: int = args.handler(args, secrets)
             return status
     except KeyboardInterrupt:

@@ -302,7 +302,11 @@ def test_subscribe_reconnects(broker: Broker, url: str, queue: str) -> None:
     try:
         broker.wait_until(partial(subscribed, broker, queue), timeout=TIMEOUT)
         assert stompy("send", url, queue, "before").returncode == 0
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"before\n"
+        # Read, so acknowledged: not delivered again after the reconnect.
         broker.wait_until(partial(queue_has, broker, queue, 0), timeout=TIMEOUT)
+        broker.wait_until(lambda: broker.unacked_count(queue) == 0, timeout=TIMEOUT)
         # The sender has disconnected; the broker may not have seen its socket close yet.
         broker.wait_until(lambda: len(broker.connections) == 1, timeout=TIMEOUT)
         assert broker.drop_all_connections() == 1
@@ -313,7 +317,7 @@ def test_subscribe_reconnects(broker: Broker, url: str, queue: str) -> None:
         if proc.poll() is None:  # pragma: no cover - only when the test already failed
             proc.kill()
             proc.communicate(timeout=TIMEOUT)
-    assert (proc.returncode, out, err) == (0, b"before\nafter\n", b"")
+    assert (proc.returncode, out, err) == (0, b"after\n", b"")
 
 
 def queue_has(broker: Broker, queue: str, depth: int) -> bool:
