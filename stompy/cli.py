@@ -19,8 +19,9 @@ A failure is one line on stderr and a non-zero exit status (1: it did not work,
 2: a usage error, 130: ``send`` interrupted); ``--debug`` adds the traceback and the
 client's log. Ctrl-C (or SIGTERM) is how ``subscribe`` is meant to stop: it
 unsubscribes, disconnects gracefully and exits 0. Passcodes come from the URL,
-``--passcode``, ``--ask-passcode`` or ``STOMP_PASSCODE`` and are never printed: they
-are masked in every error line.
+``--passcode``, ``--ask-passcode`` or ``STOMP_PASSCODE`` and are never printed: where
+one stands as a value in an error or log line (a URL, a CONNECT frame, a ``repr``) it
+is masked, and nothing else is.
 
 argparse (the standard library's) parses the arguments: stompy's only runtime
 dependencies are anyio and typing-extensions.
@@ -39,6 +40,7 @@ import io
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -455,23 +457,50 @@ def _serving_command(
 # -- connecting --------------------------------------------------------------------------
 
 
-class _Secrets:
-    """Every passcode in play, so that no error line ever shows one."""
+#: Where a passcode stands as a value in text stompy may print, each a pattern whose
+#: ``value`` group is the passcode: a URL's userinfo (``stomp://app:VALUE@host``), a
+#: CONNECT frame's header line, raw or in a ``repr`` of its bytes (``\\npasscode:VALUE``),
+#: and a keyword, dict or pair in a ``repr`` (``passcode='VALUE'``, ``'passcode': 'VALUE'``,
+#: ``('passcode', 'VALUE')``).
+_PASSCODE_VALUES: Final = (
+    re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]*:(?P<value>[^\s/?#]*)@"),
+    re.compile(r"(?:^|\\n)passcode:(?P<value>(?:\\[^nr]|\\(?![nr])|[^\\\r\n])*)", re.MULTILINE),
+    re.compile(
+        r"\bpasscode['\"]?\s*[=:,]\s*(?P<quote>['\"])(?P<value>(?:\\.|(?!(?P=quote)).)*)(?P=quote)"
+    ),
+)
+MASK: Final = "********"
 
-    def __init__(self) -> None:
-        self._values: set[str] = set()
 
-    def add(self, value: str | None) -> None:
-        if value:
-            self._values.add(value)
+def mask_passcodes(text: str) -> str:
+    """``text`` with every passcode that stands in it as a value replaced by ``MASK``.
 
-    def mask(self, text: str) -> str:
-        for value in sorted(self._values, key=len, reverse=True):
-            text = text.replace(value, "********")
-        return text
+    Only the value is masked, where it stands (see :data:`_PASSCODE_VALUES`): the same
+    characters elsewhere (a passcode ``a`` in "authentication failed") are left alone,
+    which both keeps the text readable and does not show where the passcode's letters
+    are.
+    """
+    for pattern in _PASSCODE_VALUES:
+        text = pattern.sub(_masked, text)
+    return text
 
 
-def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
+def _masked(match: re.Match[str]) -> str:
+    start, end = match.span("value")
+    whole = match.group(0)
+    offset = match.start()
+    return whole[: start - offset] + MASK + whole[end - offset :]
+
+
+class _MaskingFormatter(logging.Formatter):
+    """A log line with :func:`mask_passcodes` applied (the library masks its own; this
+    also covers what a broker sends back, such as an ERROR quoting the CONNECT)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_passcodes(super().format(record))
+
+
+def _connection(args: argparse.Namespace) -> Connection:
     """The connection the arguments describe (not connected yet)."""
     from stompy._options import Reconnect
     from stompy._sync import Connection
@@ -481,8 +510,6 @@ def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
         endpoints = parse_urls(args.url)
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
-    for endpoint in endpoints:
-        secrets.add(endpoint.passcode)
     login: str | None = args.login
     passcode: str | None = args.passcode
     if args.ask_passcode and passcode is None:
@@ -497,7 +524,6 @@ def _connection(args: argparse.Namespace, secrets: _Secrets) -> Connection:
         login = os.environ.get(LOGIN_VARIABLE) or None
     if passcode is None and first.passcode is None:
         passcode = os.environ.get(PASSCODE_VARIABLE) or None
-    secrets.add(passcode)
     context: ssl.SSLContext | None = None
     if args.cafile is not None:
         try:
@@ -605,9 +631,9 @@ def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, int]]:
         yield line, len(raw)
 
 
-def _send_main(args: argparse.Namespace, secrets: _Secrets) -> int:
+def _send_main(args: argparse.Namespace) -> int:
     headers = dict(args.extra_headers)
-    conn = _connection(args, secrets)
+    conn = _connection(args)
     stream, literal, size = _open_body(args.body)
     send = functools.partial(
         conn.send,
@@ -806,7 +832,7 @@ class _Signals:
 _SIGNALS: Final = _Signals()
 
 
-def _subscribe_main(args: argparse.Namespace, secrets: _Secrets) -> int:
+def _subscribe_main(args: argparse.Namespace) -> int:
     """Print messages, acknowledging each once it was printed, and no other.
 
     The prefetch (the subscription's ``max_pending``: :data:`PREFETCH`, or
@@ -827,7 +853,7 @@ def _subscribe_main(args: argparse.Namespace, secrets: _Secrets) -> int:
             file=sys.stderr,
         )
     prefetch = min(PREFETCH, count) if count is not None else PREFETCH
-    conn = _connection(args, secrets)
+    conn = _connection(args)
     out = _Stdout(sys.stdout)
     received = 0
     try:
@@ -1029,16 +1055,15 @@ def _run_client_command(args: argparse.Namespace) -> int:
     name = f"stompy {args.command}"
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.ERROR
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{name}: %(message)s"))
+    handler.setFormatter(_MaskingFormatter(f"{name}: %(message)s"))
     logger = logging.getLogger("stompy")
     saved = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False  # one line per event on stderr, whatever the root logger does
-    secrets = _Secrets()
     try:
         with _SIGNALS.installed():
-            status: int = args.handler(args, secrets)
+            status: int = args.handler(args)
             return status
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
@@ -1054,9 +1079,9 @@ def _run_client_command(args: argparse.Namespace) -> int:
         return EXIT_BROKEN_PIPE
     except (StompError, CommandError, OSError, ValueError) as exc:
         if args.debug:
-            sys.stderr.write(secrets.mask(traceback.format_exc()))
+            sys.stderr.write(mask_passcodes(traceback.format_exc()))
         status = exc.status if isinstance(exc, CommandError) else EXIT_FAILURE
-        print(f"{name}: {secrets.mask(_describe(exc))}", file=sys.stderr)
+        print(f"{name}: {mask_passcodes(_describe(exc))}", file=sys.stderr)
         return status
     finally:
         logger.removeHandler(handler)

@@ -451,13 +451,48 @@ def test_progress_bar_only_on_a_terminal() -> None:
     assert pipe.getvalue() == ""
 
 
-def test_passcodes_are_masked() -> None:
-    secrets = cli._Secrets()
-    secrets.add(PASSCODE)
-    secrets.add(None)
-    secrets.add("")
-    assert secrets.mask(f"failed for {PASSCODE}!") == "failed for ********!"
-    assert secrets.mask("nothing secret") == "nothing secret"
+@pytest.mark.parametrize(
+    ("shown", "masked"),
+    [
+        # A URL's userinfo, however the passcode is spelled (its ":" and "@" raw too).
+        (f"at stomp://{LOGIN}:{PASSCODE}@h:1/v", f"at stomp://{LOGIN}:********@h:1/v"),
+        ("wss://a:p:a@ss@h/ws, stomp://b:%40c@h2", "wss://a:********@h/ws, stomp://b:********@h2"),
+        # A CONNECT frame: its text, and a repr of its bytes (escapes and all).
+        ("CONNECT\nlogin:app\npasscode:a b\n\n", "CONNECT\nlogin:app\npasscode:********\n\n"),
+        (
+            repr(b"CONNECT\nlogin:app\npasscode:x\\ny\nhost:/\n\n\x00"),
+            repr(b"CONNECT\nlogin:app\npasscode:********\nhost:/\n\n\x00"),
+        ),
+        # Reprs: a keyword, a dict, a header pair.
+        ("Options(passcode='it\\'s', login='a')", "Options(passcode='********', login='a')"),
+        (str({"passcode": "a"}), str({"passcode": "********"})),
+        (str((("login", "a"), ("passcode", "a"))), str((("login", "a"), ("passcode", "********")))),
+        # The passcode's text where it is not a passcode stays as it is.
+        (
+            "authentication failed: unknown login or wrong passcode",
+            "authentication failed: unknown login or wrong passcode",
+        ),
+        ("the passcode: is wrong", "the passcode: is wrong"),
+    ],
+)
+def test_passcodes_are_masked_where_they_stand(shown: str, masked: str) -> None:
+    assert cli.mask_passcodes(shown) == masked
+
+
+def test_a_short_passcode_does_not_garble_the_error(broker: Broker, queue: str) -> None:
+    # "a" is in "authentication" and "passcode": masking its every occurrence made the
+    # line unreadable and showed where the passcode's letters are.
+    got = stompy("send", broker.url.replace("stomp://", "stomp://nobody:a@"), queue, "x")
+    assert got.returncode == 1
+    assert got.stderr == (
+        b"stompy send: the broker refused: authentication failed: unknown login or wrong passcode\n"
+    )
+    got = stompy("send", broker.url, queue, "x", "--login", "nobody", "--passcode", "a", "--debug")
+    assert got.returncode == 1
+    err = got.stderr.decode()
+    assert "passcode:********" in err  # the CONNECT frame, logged
+    assert "authentication failed: unknown login or wrong passcode" in err
+    assert "********uthentic" not in err
 
 
 def test_in_process_send_and_subscribe(
