@@ -52,7 +52,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, TextIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, NoReturn, TextIO
 
 from stompy._version import __version__
 
@@ -104,14 +104,21 @@ def _user(text: str) -> tuple[str, str]:
     return login, passcode
 
 
+#: The longest heart-beat interval, in ms: what a poll() timeout can hold (2**31 - 1).
+MAX_HEARTBEAT: Final = 2**31 - 1
+#: The most seconds a timeout may be (about 31 years): longer ones overflow a wait.
+MAX_SECONDS: Final = 1e9
+
+
 def _heartbeat(text: str) -> tuple[int, int]:
+    want = f"want two numbers of ms from 0 to {MAX_HEARTBEAT} like 1000,1000, got {text!r}"
     send, sep, receive = text.partition(",")
     try:
         beats = (int(send), int(receive))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"want two numbers like 1000,1000, got {text!r}") from None
-    if not sep or beats[0] < 0 or beats[1] < 0:
-        raise argparse.ArgumentTypeError(f"want two numbers like 1000,1000, got {text!r}")
+        raise argparse.ArgumentTypeError(want) from None
+    if not sep or not all(0 <= beat <= MAX_HEARTBEAT for beat in beats):
+        raise argparse.ArgumentTypeError(want)
     return beats
 
 
@@ -129,17 +136,50 @@ def _ws_header(text: str) -> tuple[str, str]:
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    """A whole number (``int``) or a number of seconds (``float``, finite and at most
+    :data:`MAX_SECONDS`) above 0."""
+
     def convert(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"want a number, got {text!r}") from None
-        if value <= 0:
+        if not value > 0:  # also NaN
             raise argparse.ArgumentTypeError(f"want a number above 0, got {text!r}")
+        if kind is float and not value <= MAX_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"want a number of seconds up to {MAX_SECONDS:g}, got {text!r}"
+            )
         return value
 
     convert.__name__ = kind.__name__  # argparse names the type in its messages
     return convert
+
+
+def _at_least_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"want a whole number >= 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"want a port from 0 to 65535, got {text!r}")
+    return value
+
+
+def _destination(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"want a destination like /queue/orders, got {text!r}")
+    return text
 
 
 def _seconds(text: str) -> float:
@@ -155,7 +195,14 @@ def _seconds(text: str) -> float:
 # -- the parser --------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr, naming the argument, and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class _Parser(_OneLineParser):
     """Lets options come after the optional BODY too: ``send URL DEST -H a:b BODY``.
 
     Plain argparse matches an optional positional as soon as it sees the positionals
@@ -209,7 +256,9 @@ def _client_options(frame: str, header_example: str) -> _Parser:
         help="broker address, stomp://[login[:passcode]@]host[:port][/vhost] or "
         "stomp+ssl://...; several separated by commas are tried in turn",
     )
-    common.add_argument("destination", metavar="DESTINATION", help="e.g. /queue/orders")
+    common.add_argument(
+        "destination", metavar="DESTINATION", type=_destination, help="e.g. /queue/orders"
+    )
     _add_header_option(
         common,
         "-H",
@@ -268,14 +317,19 @@ def _client_options(frame: str, header_example: str) -> _Parser:
 _BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = (
     (
         "--max-queue",
-        int,
+        _positive(int),
         "N",
         "messages one queue (or topic backlog) holds at most (default 1,000,000)",
     ),
-    ("--max-stored-bytes", int, "N", "body bytes all queues hold at most (default 256 MiB)"),
+    (
+        "--max-stored-bytes",
+        _positive(int),
+        "N",
+        "body bytes all queues hold at most (default 256 MiB)",
+    ),
     (
         "--websocket",
-        int,
+        _port,
         "PORT",
         "also serve STOMP over WebSocket on PORT, 0 picking a free one (needs wsproto)",
     ),
@@ -288,7 +342,7 @@ _BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = 
     ("--tls-key", Path, "PEM", "the certificate's private key (default: in the --tls-cert file)"),
     (
         "--max-redeliveries",
-        int,
+        _at_least_zero,
         "N",
         "move a message redelivered N times to a dead-letter queue (default: no limit)",
     ),
@@ -303,7 +357,7 @@ _BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``stompy`` and its subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="stompy",
         description="Send and receive STOMP messages, or run a broker for tests.",
         epilog="Data goes to stdout, diagnostics to stderr. See 'stompy COMMAND --help'.",
@@ -401,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_heartbeat_option(
         broker, (1000, 1000), "the broker's heart-beat header in ms (default 1000,1000)"
     )
-    broker.add_argument("--prefetch", type=int, default=100, help="client-ack prefetch")
+    broker.add_argument("--prefetch", type=_positive(int), default=100, help="client-ack prefetch")
     for flag, kind, metavar, text in _BROKER_LIMITS:
         broker.add_argument(flag, type=kind, metavar=metavar, help=text)
 
@@ -446,7 +500,10 @@ def _serving_command(
     parser = commands.add_parser(name, help=help, description=description)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument(
-        "--port", type=int, default=port, help=f"port to listen on (default {port}; 0: a free one)"
+        "--port",
+        type=_port,
+        default=port,
+        help=f"port to listen on (default {port}; 0: a free one)",
     )
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")

@@ -258,6 +258,55 @@ def test_missing_file_and_bad_options(url: str, queue: str, tmp_path: Path) -> N
     assert got.returncode == 2
 
 
+#: Usage errors, each with the argument its one line must name.
+USAGE_ERRORS = [
+    (["send", "stomp://h", "", "hi"], "DESTINATION"),
+    (["subscribe", "stomp://h", " "], "DESTINATION"),
+    (["send", "stomp://h"], "DESTINATION"),
+    (["subscribe", "stomp://h", "/q", "--count", "-1"], "--count"),
+    (["subscribe", "stomp://h", "/q", "--count", "1.5"], "--count"),
+    (["subscribe", "stomp://h", "/q", "--timeout", "-1"], "--timeout"),
+    (["subscribe", "stomp://h", "/q", "--timeout", "inf"], "--timeout"),
+    (["subscribe", "stomp://h", "/q", "--timeout", "nan"], "--timeout"),
+    (["subscribe", "stomp://h", "/q", "--ack", "bogus"], "--ack"),
+    (["subscribe", "stomp://h", "/q", "--heartbeat", "1000"], "--heartbeat"),
+    (["send", "stomp://h", "/q", "--heartbeat", "-1,0", "x"], "--heartbeat"),
+    (["send", "stomp://h", "/q", "--heartbeat", "9999999999,0", "x"], "--heartbeat"),
+    (["send", "stomp://h", "/q", "--connect-timeout", "nan", "x"], "--connect-timeout"),
+    (["broker", "--port", "-5"], "--port"),
+    (["broker", "--port", "65536"], "--port"),
+    (["broker", "--websocket", "-1"], "--websocket"),
+    (["broker", "--prefetch", "0"], "--prefetch"),
+    (["broker", "--max-queue", "-1"], "--max-queue"),
+    (["broker", "--max-stored-bytes", "0"], "--max-stored-bytes"),
+    (["broker", "--max-redeliveries", "-1"], "--max-redeliveries"),
+    (["proxy", "--target", "stomp://h", "--port", "-1"], "--port"),
+    (["bogus"], "COMMAND"),
+]
+
+
+@pytest.mark.parametrize(("argv", "named"), USAGE_ERRORS)
+def test_usage_errors_are_one_line_and_exit_2(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"stompy{' ' + argv[0] if argv[0] != 'bogus' else ''}: error: ")
+    assert named in err
+
+
+def test_usage_errors_of_the_issue_exit_2() -> None:
+    # Both exited 1 (the first after a round trip to the broker, the second from bind()).
+    for argv in (["send", "stomp://127.0.0.1:1", "", "hi"], ["broker", "--port", "-5"]):
+        got = stompy(*argv)
+        assert got.returncode == 2
+        line = one_error_line(got, argv[0])
+        assert "argument DESTINATION" in line or "argument --port" in line
+
+
 def test_reserved_header_is_refused_cleanly(url: str, queue: str) -> None:
     got = stompy("send", url, queue, "-H", "destination:/queue/elsewhere", "x")
     assert got.returncode == 1
