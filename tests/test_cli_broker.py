@@ -144,6 +144,14 @@ def test_invalid_broker_options(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"argument {option}: want a number above 0" in capsys.readouterr().err
 
 
+def test_the_broker_configuration_shows_no_passcode() -> None:
+    from stompy.testing import BrokerConfig
+
+    config = BrokerConfig(**cli._broker_options(args("--users", "app:Zq-secret")))
+    assert config.users == {"app": "Zq-secret"}
+    assert "Zq-secret" not in repr(config)
+
+
 def test_queue_limits_on_the_command_line() -> None:
     parsed = args("--max-queue", "5", "--max-stored-bytes", "4096")
     options = cli._broker_options(parsed)

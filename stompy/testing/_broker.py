@@ -122,7 +122,8 @@ class BrokerConfig:
     """
 
     #: ``login -> passcode``; ``None`` accepts every client, with or without a login.
-    users: Mapping[str, str] | None = None
+    #: Left out of the ``repr``: it holds passcodes.
+    users: Mapping[str, str] | None = field(default=None, repr=False)
     #: Accepted values of the CONNECT ``host`` header; ``None`` accepts any.
     virtual_hosts: Collection[str] | None = None
     #: The STOMP versions spoken, from which the highest common one is chosen.
