@@ -15,6 +15,7 @@ Every subcommand of the parser is either in :data:`CONSUMERS` or in
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shlex
@@ -219,3 +220,25 @@ def test_ack_auto_with_count_warns(broker: Broker, queue: str) -> None:
     assert b"lost" in got.stderr
     help_text = run([sys.executable, "-m", "stompy", "subscribe", "--help"]).stdout
     assert b"lost" in help_text
+
+
+def test_the_readme_example(broker: Broker) -> None:
+    # seq 1 1000 | stompy send "$URL" /queue/numbers --lines
+    # stompy subscribe "$URL" /queue/numbers --json --count 10
+    queue = f"/queue/numbers-{uuid.uuid4().hex[:8]}"
+    numbers = b"".join(b"%d\n" % n for n in range(1, 1001))
+    sent = subprocess.run(
+        [sys.executable, "-m", "stompy", "send", broker.url, queue, "--lines"],
+        input=numbers,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert (sent.returncode, sent.stderr) == (0, b"1,000 messages confirmed\n")
+    got = run(stompy_argv("subscribe", broker.url, queue, "--json", "--count", "10"))
+    assert (got.returncode, got.stderr) == (0, b"")
+    assert [json.loads(line)["body"] for line in got.stdout.splitlines()] == [
+        str(n) for n in range(1, 11)
+    ]
+    broker.wait_until(lambda: not broker.connections, timeout=TIMEOUT)
+    assert (broker.queue_depth(queue), broker.unacked_count(queue)) == (990, 0)
