@@ -3,15 +3,20 @@
 The README's own example (``seq 1 1000 | stompy send ... --lines``, then ``stompy
 subscribe ... --json --count 10``) takes exactly ten from RabbitMQ and ActiveMQ and
 leaves the other 990; a reader that leaves (``| head -n 3``) consumes only what it
-printed. The same checks against the in-process broker are in tests/test_cli_matrix.py.
+printed, and so does a subscriber stopped by SIGINT or SIGTERM. The same checks
+against the in-process broker are in tests/test_cli_matrix.py.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 import stompy
 from tests.interop._support import TIMEOUT, BrokerTarget
@@ -73,4 +78,28 @@ def test_a_reader_gone_consumes_only_what_it_printed(broker: BrokerTarget, uniqu
     )
     assert (got.returncode, got.stderr) == (0, b"")
     assert got.stdout == b"1\n2\n3\n"
+    assert sorted(drain(broker, queue)) == list(range(4, TOTAL + 1))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_leaves_what_was_not_read(
+    broker: BrokerTarget, unique: str, signum: signal.Signals
+) -> None:
+    queue = f"/queue/stompy-cli-{signum.name}-{unique}"
+    fill(broker, queue)
+    proc = subprocess.Popen(
+        stompy_argv("subscribe", broker.url, queue), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        taken = [proc.stdout.readline() for _ in range(3)]  # each read takes one line
+        time.sleep(0.5)  # the command sees the third read and acknowledges it
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (0, b"")
+    assert taken == [b"1\n", b"2\n", b"3\n"]
     assert sorted(drain(broker, queue)) == list(range(4, TOTAL + 1))
