@@ -807,7 +807,7 @@ class _Stdout:
             fd = stream.fileno()
             if stat.S_ISFIFO(os.fstat(fd).st_mode) and _unread(fd) >= 0:
                 self._fd = fd
-        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation too
             pass  # not a file (tests), or a system without FIONREAD on pipes
 
     def write(self, data: bytes) -> None:
