@@ -12,7 +12,7 @@ import contextlib
 import functools
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
 import anyio
@@ -100,6 +100,7 @@ class AsyncMessage(MessageBase):
 
     async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request; see :meth:`stompy.Message.reply`."""
+        kw.check(options, kw.MESSAGE, "AsyncMessage.reply")
         conn = self._owner
         call = traced(Call(conn._session, anyio.current_time()), conn._telemetry)
         await conn._io.run(call.reply(self, body, options))
@@ -242,11 +243,24 @@ class AsyncTransaction(TransactionBase):
         self._conn = conn
 
     async def send(
-        self, destination: str, body: bytes | str = b"", **options: Unpack[kw.MessageOptions]
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        *,
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        receipt: bool = False,
     ) -> None:
         """Send in the transaction (see :meth:`AsyncConnection.send`)."""
         self._check()
-        await self._conn.send(destination, body, transaction=self.id, **options)
+        await self._conn.send(
+            destination,
+            body,
+            headers=headers,
+            content_type=content_type,
+            receipt=receipt,
+            transaction=self.id,
+        )
 
     async def ack(self, message: AsyncMessage) -> None:
         """Acknowledge ``message`` in the transaction (see :meth:`AsyncMessage.ack`); a
@@ -369,17 +383,17 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         self,
         destination: str,
         body: bytes | str = b"",
-        **options: Unpack[kw.SendOptions[AsyncTransaction]],
+        *,
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        receipt: bool = False,
+        transaction: AsyncTransaction | str | None = None,
     ) -> None:
         """Send a message; see :meth:`stompy.Connection.send`."""
-        headers = options.get("headers")
-        content_type = options.get("content_type")
-        receipt = options.get("receipt", False)
-        given = options.get("transaction")
         session = self._session
         telemetry = self._telemetry
         if (
-            given is None
+            transaction is None
             and not receipt
             and telemetry is None
             and session.send_now(destination, body, headers, content_type, anyio.current_time)
@@ -392,24 +406,23 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             if len(session.outgoing) > MAX_OUTGOING:
                 await io.run(Call(session, anyio.current_time()).flush())
             return
-        transaction = transaction_id(given)
+        tx = transaction_id(transaction)
         call = traced(Call(session, anyio.current_time()), telemetry)
-        await self._io.run(
-            call.send(destination, body, headers, content_type, transaction, receipt)
-        )
+        await self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     async def send_many(
         self,
         messages: Iterable[Outgoing],
-        **options: Unpack[kw.BatchOptions[AsyncTransaction]],
+        *,
+        receipt: bool = False,
+        transaction: AsyncTransaction | str | None = None,
     ) -> int:
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
-        receipt = options.get("receipt", False)
-        transaction = transaction_id(options.get("transaction"))
+        tx = transaction_id(transaction)
         count = 0
         for work in split_for_sending(messages):
             call = traced(Call(self._session, anyio.current_time()), self._telemetry)
-            count += await self._io.run(call.send_some(work, receipt, transaction))
+            count += await self._io.run(call.send_some(work, receipt, tx))
         return count
 
     async def request(
@@ -420,6 +433,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         Many tasks may wait for replies on one connection at once; cancelling one
         forgets its request (a later reply is dropped).
         """
+        kw.check(options, kw.REQUEST, "AsyncConnection.request")
         call = traced(Call(self._session, anyio.current_time()), self._telemetry)
         return await self._io.run(call.request(destination, body, options))
 
@@ -439,6 +453,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         raises goes to the ``on_callback_error`` hook, or is printed to stderr (see
         ``docs/acks.md``), and the next message comes.
         """
+        kw.check(options, kw.SUBSCRIBE, "AsyncConnection.subscribe")
         return _Opening(self._open(lambda call: call.subscribe(destination, options), on_message))
 
     async def _open(
@@ -552,6 +567,6 @@ async def send_async(
     **options: Unpack[kw.OneShotOptions],
 ) -> None:
     """Connect, send one message with a receipt, disconnect; the twin of :func:`stompy.send`."""
-    connection, message = kw.one_shot(options)
+    connection, message = kw.one_shot(options, "send_async")
     async with AsyncConnection(url, **connection) as conn:
         await conn.send(destination, body, **message)

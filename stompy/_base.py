@@ -17,7 +17,7 @@ from typing_extensions import Unpack
 from stompy._calls import Call
 from stompy._checks import check_integer, check_timeout
 from stompy._inbox import Inbox
-from stompy._keywords import ConnectionOptions
+from stompy._keywords import CONNECTION, ConnectionOptions, check
 from stompy._message import MessageBase
 from stompy._options import ClientOptions
 from stompy._session import Session
@@ -80,6 +80,8 @@ class ConnectionBase(Generic[M]):
         url_or_urls: str | Endpoint | Sequence[str | Endpoint],
         **options: Unpack[ConnectionOptions],
     ) -> None:
+        # Named as the user wrote the call: ClientOptions would name itself.
+        check(options, CONNECTION, type(self).__name__)
         self._options = ClientOptions(url_or_urls, **options)
         self._session: Session[M] = Session(self._options, self._message_class())
         #: What the connection records for OpenTelemetry (``None``: nothing), decided by

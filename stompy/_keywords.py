@@ -1,16 +1,28 @@
 """The keyword arguments of the public calls, listed once for both clients.
 
-``Connection`` and ``AsyncConnection`` (and their ``send``, ``send_many``,
-``subscribe`` and ``request``, a message's ``reply``, and the one-shot
-``send``/``send_async``) take these as
-``**options: Unpack[...]``: one list to keep, and type checkers and IDEs still know
-every name and type.
+Each ``TypedDict`` here is one call's keywords, the same in the blocking and the async
+client. A type checker sees them; a user without one is told at run time too: every
+public call refuses a keyword it does not know with a :class:`TypeError` that names it,
+as a plain Python function does. Two ways, one rule:
+
+* Calls whose keywords go on as a dict (``Connection`` and ``AsyncConnection`` to
+  :class:`~stompy._options.ClientOptions`; ``subscribe``, ``request`` and a message's
+  ``reply`` to the session engine's calls; the one-shot ``send``/``send_async``) take
+  them as ``**options: Unpack[...]`` and pass them through :func:`check` first, against
+  the ``TypedDict``'s own keys (so the list and the check cannot differ), with a
+  "did you mean" for a near miss.
+* The sends (``send``, ``send_many``, a transaction's ``send``), where every
+  instruction counts, name their keywords as keyword-only parameters: Python refuses an
+  unknown one itself, for nothing (it is cheaper than building the ``**options`` dict).
+  ``tests/test_keywords.py`` keeps those signatures equal to :class:`SendOptions`,
+  :class:`BatchOptions` and :class:`MessageOptions`, in both clients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Generic, TypedDict, TypeVar, cast
+import difflib
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Final, Generic, TypedDict, TypeVar, cast
 
 from stompy._codec import FrameLimits
 from stompy._events import AckMode, MessageReceived
@@ -19,6 +31,11 @@ from stompy._urls import Endpoint
 from stompy.errors import ServerError, StompError
 
 __all__ = (
+    "CONNECTION",
+    "MESSAGE",
+    "ONE_SHOT",
+    "REQUEST",
+    "SUBSCRIBE",
     "BatchOptions",
     "ConnectionOptions",
     "MessageOptions",
@@ -26,7 +43,10 @@ __all__ = (
     "RequestOptions",
     "SendOptions",
     "SubscribeOptions",
+    "check",
+    "keys",
     "one_shot",
+    "unexpected",
 )
 
 
@@ -140,9 +160,47 @@ class OneShotOptions(TypedDict, total=False):
     tracing: bool
 
 
-def one_shot(options: OneShotOptions) -> tuple[ConnectionOptions, MessageOptions]:
+def keys(options: type[Mapping[str, object]]) -> frozenset[str]:
+    """The keywords a ``TypedDict`` lists (its bases' too)."""
+    return frozenset(options.__annotations__)
+
+
+#: The keywords of the calls that :func:`check` them.
+CONNECTION: Final = keys(ConnectionOptions)
+MESSAGE: Final = keys(MessageOptions)
+REQUEST: Final = keys(RequestOptions)
+SUBSCRIBE: Final = keys(SubscribeOptions)
+ONE_SHOT: Final = keys(OneShotOptions)
+
+
+def unexpected(call: str, name: str, known: Collection[str]) -> TypeError:
+    """The :class:`TypeError` a Python function raises for the keyword ``name`` it does
+    not take, ``call`` named as the user wrote it, with the nearest of ``known`` when one
+    is close (as Python 3.13's own message has)."""
+    message = f"{call}() got an unexpected keyword argument {name!r}"
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    if near:
+        message += f". Did you mean {near[0]!r}?"
+    return TypeError(message)
+
+
+def check(options: Mapping[str, object], known: frozenset[str], call: str) -> None:
+    """Refuse ``options`` (a call's ``**options``) if one of them is not in ``known``,
+    with :func:`unexpected`'s :class:`TypeError` naming the first; ``call`` is the public
+    call's name (``"Connection.subscribe"``)."""
+    if not known.issuperset(options):
+        name = next(name for name in options if name not in known)
+        raise unexpected(call, name, known)
+
+
+def one_shot(
+    options: OneShotOptions, call: str = "send"
+) -> tuple[ConnectionOptions, MessageOptions]:
     """A one-shot send's keywords split: the connection's, and the message's (its
-    ``headers`` and ``content_type``; a one-shot send always asks for a receipt)."""
+    ``headers`` and ``content_type``; a one-shot send always asks for a receipt).
+    Raises :func:`check`'s :class:`TypeError` for a keyword a one-shot send does not take
+    (``call`` is its name)."""
+    check(options, ONE_SHOT, call)
     message: MessageOptions = {
         "headers": options.get("headers"),
         "content_type": options.get("content_type"),

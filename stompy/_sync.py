@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from typing_extensions import Unpack
 
@@ -85,6 +85,7 @@ class Message(MessageBase):
         ``correlation-id`` (see :meth:`Connection.request`); otherwise as
         :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
         sent) when the message has no ``reply-to``."""
+        kw.check(options, kw.MESSAGE, "Message.reply")
         io = self._owner
         call = traced(Call(io.session, time.monotonic()), io.telemetry)
         io.run(call.reply(self, body, options))
@@ -266,11 +267,24 @@ class Transaction(TransactionBase):
         self._conn = conn
 
     def send(
-        self, destination: str, body: bytes | str = b"", **options: Unpack[kw.MessageOptions]
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        *,
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        receipt: bool = False,
     ) -> None:
         """Send in the transaction (see :meth:`Connection.send`): delivered at ``commit()``."""
         self._check()
-        self._conn.send(destination, body, transaction=self.id, **options)
+        self._conn.send(
+            destination,
+            body,
+            headers=headers,
+            content_type=content_type,
+            receipt=receipt,
+            transaction=self.id,
+        )
 
     def ack(self, message: Message) -> None:
         """Acknowledge ``message`` in the transaction (see :meth:`Message.ack`); a
@@ -386,7 +400,11 @@ class Connection(ConnectionBase[Message]):
         self,
         destination: str,
         body: bytes | str = b"",
-        **options: Unpack[kw.SendOptions[Transaction]],
+        *,
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        receipt: bool = False,
+        transaction: Transaction | str | None = None,
     ) -> None:
         """Send a message to ``destination``.
 
@@ -408,12 +426,8 @@ class Connection(ConnectionBase[Message]):
         receipt: while the send waited for room in the outgoing buffer); a broker that
         takes nothing for ``receipt_timeout`` ends the connection so.
         """
-        headers = options.get("headers")
-        content_type = options.get("content_type")
-        receipt = options.get("receipt", False)
-        given = options.get("transaction")
         telemetry = self._telemetry
-        if given is None and not receipt and telemetry is None:
+        if transaction is None and not receipt and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
             session = self._session
@@ -425,11 +439,15 @@ class Connection(ConnectionBase[Message]):
                         io.queue_output()
                     return
         call = traced(Call(self._session, time.monotonic()), telemetry)
-        transaction = transaction_id(given)
-        self._io.run(call.send(destination, body, headers, content_type, transaction, receipt))
+        tx = transaction_id(transaction)
+        self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     def send_many(
-        self, messages: Iterable[Outgoing], **options: Unpack[kw.BatchOptions[Transaction]]
+        self,
+        messages: Iterable[Outgoing],
+        *,
+        receipt: bool = False,
+        transaction: Transaction | str | None = None,
     ) -> int:
         """Send ``messages`` in order, as :meth:`send` would one by one, for less work.
 
@@ -440,12 +458,11 @@ class Connection(ConnectionBase[Message]):
         confirms every message before it. Returns how many were sent. What was
         sent before an error stays sent; the error is :meth:`send`'s.
         """
-        receipt = options.get("receipt", False)
-        transaction = transaction_id(options.get("transaction"))
+        tx = transaction_id(transaction)
         count = 0
         for work in split_for_sending(messages):
             call = traced(Call(self._session, time.monotonic()), self._telemetry)
-            count += self._io.run(call.send_some(work, receipt, transaction))
+            count += self._io.run(call.send_some(work, receipt, tx))
         return count
 
     def request(
@@ -461,6 +478,7 @@ class Connection(ConnectionBase[Message]):
         seconds (30 by default; a later reply is dropped), and
         :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
         """
+        kw.check(options, kw.REQUEST, "Connection.request")
         call = traced(Call(self._session, time.monotonic()), self._telemetry)
         return self._io.run(call.request(destination, body, options))
 
@@ -478,6 +496,7 @@ class Connection(ConnectionBase[Message]):
         raises goes to the ``on_callback_error`` hook, or is printed to stderr (see
         ``docs/acks.md``), and the next message comes.
         """
+        kw.check(options, kw.SUBSCRIBE, "Connection.subscribe")
         io = self._io
         with io.cond:
             call = Call(self._session, time.monotonic())
@@ -512,6 +531,6 @@ def send(
 
     Returns only once the broker confirmed it has the message; raises otherwise.
     """
-    connection, message = kw.one_shot(options)
+    connection, message = kw.one_shot(options, "send")
     with Connection(url, **connection) as conn:
         conn.send(destination, body, **message)

@@ -36,21 +36,26 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
+from stompy._keywords import check, keys
 from stompy._signal import Signal
 from stompy.errors import StompError
-from stompy.testing._broker import BrokerConfig, BrokerCore, SessionState
+from stompy.testing._broker import BrokerConfig, BrokerCore, BrokerOptions, SessionState
 from stompy.testing._shared import CHUNK, STREAM_ERRORS, peer_name, serving_task_group, wait_until
 
 if TYPE_CHECKING:
     from stompy._websocket import WebSocketStream
-    from stompy.testing._broker import BrokerOptions, BrokerStats, ConnectionInfo, ServerSession
+    from stompy.testing._broker import BrokerStats, ConnectionInfo, ServerSession
 
-__all__ = ("LINGER", "AsyncBroker", "serve", "tls_context")
+__all__ = ("BROKER_OPTIONS", "LINGER", "AsyncBroker", "serve", "tls_context")
 
 logger = logging.getLogger("stompy.testing")
 
 #: Seconds a closing connection gets to flush its last frame and see the client's EOF.
 LINGER: Final = 2.0
+
+#: The keywords :func:`serve` and :func:`~stompy.testing.run_broker` pass on to
+#: :class:`BrokerConfig`; any other is refused with a ``TypeError`` naming the call.
+BROKER_OPTIONS: Final = keys(BrokerOptions)
 
 
 class _Connection:
@@ -403,6 +408,7 @@ async def serve(
     is no :class:`ssl.SSLContext`, :class:`ImportError` for ``websocket`` without
     wsproto and :class:`OSError` when an address cannot be bound.
     """
+    check(options, BROKER_OPTIONS, "serve")
     context = tls_context(ssl, ssl_context)
     core = BrokerCore(BrokerConfig(**options))
     if websocket:

@@ -12,7 +12,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Concatenate, Final, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
@@ -20,6 +20,8 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.from_thread import BlockingPortal
 from typing_extensions import Self
+
+from stompy._keywords import check
 
 __all__ = (
     "CHUNK",
@@ -97,7 +99,10 @@ class Counters:
     """
 
     def snapshot(self, **changes: int) -> Self:
-        """A copy, with the fields named in ``changes`` set to their values."""
+        """A copy, with the fields named in ``changes`` set to their values.
+
+        Raises :class:`TypeError` for a name that is not a field."""
+        check(changes, frozenset(f.name for f in fields(self)), f"{type(self).__name__}.snapshot")
         return replace(self, **changes)
 
 

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from typing_extensions import Unpack
 
+from stompy._keywords import check
 from stompy.testing._broker import BrokerConfig, BrokerOptions, BrokerStats, ConnectionInfo
-from stompy.testing._server import AsyncBroker, serve, tls_context
+from stompy.testing._server import BROKER_OPTIONS, AsyncBroker, serve, tls_context
 from stompy.testing._shared import InThread
 
 __all__ = ("Broker", "run_broker")
@@ -91,7 +92,9 @@ def run_broker(
     Returns once the broker listens; on exit every connection is cut and the thread
     is joined. Raises what :func:`~stompy.testing.serve` raises.
     """
-    context = tls_context(ssl, ssl_context)  # fail here, before a thread starts
+    # Fail here, before a thread starts.
+    check(options, BROKER_OPTIONS, "run_broker")
+    context = tls_context(ssl, ssl_context)
     with (
         start_blocking_portal(backend) as portal,
         portal.wrap_async_context_manager(
