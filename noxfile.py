@@ -84,6 +84,9 @@ WHEEL_TESTS = (
     "tests/test_sync_client.py",
     "tests/test_async_client.py",
     "tests/test_compiled.py",
+    # The front door walked with the core compiled: refusals the same as in pure Python.
+    "tests/test_keywords.py",
+    "tests/test_front_door_api.py",
     # The test broker's core is compiled too: its tests, the conformance suite (whose
     # reference it is), and the test that it behaves as its Python source does.
     "tests/test_broker_core.py",

@@ -61,6 +61,7 @@ from stompy.testing._shared import (
     STREAM_ERRORS,
     Counters,
     InThread,
+    check_listener,
     in_loop,
     peer_name,
     serving_task_group,
@@ -668,6 +669,7 @@ async def fault_proxy(
     :class:`~stompy.errors.ConfigurationError` for a bad URL or option and
     :class:`OSError` when the address cannot be bound.
     """
+    check_listener("fault_proxy", host, port=port)
     endpoint, url = _target(target)
     connect_timeout = _seconds("connect_timeout", connect_timeout)
     if not connect_timeout:
@@ -730,7 +732,9 @@ def run_fault_proxy(
     Returns once the proxy listens; on exit every connection is closed and the thread
     is joined. Raises what :func:`fault_proxy` raises.
     """
-    _target(target)  # fail here, before a thread starts
+    # Fail here, before a thread starts.
+    check_listener("run_fault_proxy", host, backend, port=port)
+    _target(target)
     with (
         start_blocking_portal(backend) as portal,
         portal.wrap_async_context_manager(

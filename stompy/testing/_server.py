@@ -40,7 +40,14 @@ from stompy._keywords import check, keys
 from stompy._signal import Signal
 from stompy.errors import StompError
 from stompy.testing._broker import BrokerConfig, BrokerCore, BrokerOptions, SessionState
-from stompy.testing._shared import CHUNK, STREAM_ERRORS, peer_name, serving_task_group, wait_until
+from stompy.testing._shared import (
+    CHUNK,
+    STREAM_ERRORS,
+    check_listener,
+    peer_name,
+    serving_task_group,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from stompy._websocket import WebSocketStream
@@ -409,6 +416,7 @@ async def serve(
     wsproto and :class:`OSError` when an address cannot be bound.
     """
     check(options, BROKER_OPTIONS, "serve")
+    check_listener("serve", host, port=port, websocket_port=websocket_port)
     context = tls_context(ssl, ssl_context)
     core = BrokerCore(BrokerConfig(**options))
     if websocket:

@@ -30,6 +30,7 @@ __all__ = (
     "InThread",
     "Inspected",
     "Listening",
+    "check_listener",
     "in_loop",
     "peer_name",
     "serving_task_group",
@@ -53,6 +54,19 @@ STREAM_ERRORS: Final = (
     anyio.ClosedResourceError,
     OSError,
 )
+
+
+def check_listener(call: str, host: object, backend: object = "asyncio", **ports: object) -> None:
+    """The types of what a server listens on (``host``, its ports) and of the thread's
+    ``backend``, checked as ``call`` starts: a :class:`TypeError` naming the argument,
+    not the resolver's error (or anyio's) from inside."""
+    if not isinstance(host, str):
+        raise TypeError(f"{call}(): host must be a str, not {type(host).__name__}")
+    if not isinstance(backend, str):
+        raise TypeError(f"{call}(): backend must be a str, not {type(backend).__name__}")
+    for name, port in ports.items():
+        if not isinstance(port, int) or isinstance(port, bool):
+            raise TypeError(f"{call}(): {name} must be an int, not {type(port).__name__}")
 
 
 def peer_name(stream: anyio.TypedAttributeProvider) -> str:

@@ -12,7 +12,7 @@ from typing_extensions import Unpack
 from stompy._keywords import check
 from stompy.testing._broker import BrokerConfig, BrokerOptions, BrokerStats, ConnectionInfo
 from stompy.testing._server import BROKER_OPTIONS, AsyncBroker, serve, tls_context
-from stompy.testing._shared import InThread
+from stompy.testing._shared import InThread, check_listener
 
 __all__ = ("Broker", "run_broker")
 
@@ -94,6 +94,7 @@ def run_broker(
     """
     # Fail here, before a thread starts.
     check(options, BROKER_OPTIONS, "run_broker")
+    check_listener("run_broker", host, backend, port=port, websocket_port=websocket_port)
     context = tls_context(ssl, ssl_context)
     with (
         start_blocking_portal(backend) as portal,
