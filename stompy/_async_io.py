@@ -43,7 +43,7 @@ import anyio.lowlevel
 from stompy._calls import Call, Running, Steps, Wait, Waiting
 from stompy._connecting import Attempts, Handshake
 from stompy._message import MessageBase
-from stompy._session import Session, failure_reason
+from stompy._session import Session, failure_reason, transport_failed, while_writing
 from stompy._signal import Signal
 from stompy._state import CLOSED, CLOSING, NEW, RECONNECTING, Status
 from stompy._sync_io import bytes_waiting
@@ -59,6 +59,9 @@ M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
 _RECV_SIZE: Final = 256 * 1024
+#: How long a failed write waits for the reader to read what the broker said before
+#: it closed (its ERROR) and end the connection with that.
+_LAST_WORDS_WAIT: Final = 0.5
 
 NETWORK_ERRORS: Final = (
     OSError,
@@ -135,6 +138,8 @@ class TaskIO(Generic[M]):
         self._rearm = anyio.Event()  # the timer's deadline may have come nearer
         self.yield_at = 0.0  # when a get() with a message at hand next lets tasks run
         self._write_lock = anyio.Lock()
+        #: The size of the write under way (what a failure leaves unsent, at most).
+        self._writing = 0
         self._task_group: anyio.abc.TaskGroup | None = None
         #: The cancel scope of each task spawned, with the id of the task running in it
         #: (``None`` until it started); a task's entry goes as it ends.
@@ -516,14 +521,16 @@ class TaskIO(Generic[M]):
                 if failure is not None or not data:
                     # After EOF there is nothing more to read: end here rather than
                     # spin on EndOfStream (after a DISCONNECT receipt, failure is None).
+                    if isinstance(failure, ConnectionLost):
+                        failure = while_writing(failure, self._writing + len(session.outgoing))
                     self._end_epoch(scope, failure)
                     return
         except NETWORK_ERRORS as exc:
             self._end_epoch(scope, self._failed(exc))
 
     def _failed(self, exc: BaseException) -> ConnectionLost:
-        reason = failure_reason(exc)
-        return ConnectionLost(f"connection to {self.session.endpoint} failed: {reason}")
+        session = self.session
+        return transport_failed(session.endpoint, exc, self._writing + len(session.outgoing))
 
     async def _writer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         session = self.session
@@ -545,13 +552,21 @@ class TaskIO(Generic[M]):
                             out.clear()
                             if data:
                                 session.wrote(anyio.current_time())
+                                self._writing = len(data)
                                 await stream.send(data)
+                                self._writing = 0
                     self._drained.pulse()
                 if session.status is CLOSED:
                     return
         except TimeoutError:
             self._end_epoch(scope, session.stopped_reading())
         except NETWORK_ERRORS as exc:
+            # A broker that refuses a frame (one too large, say) sends an ERROR and
+            # closes while the frame is still being written: the write fails first. The
+            # reader gets a moment to read the ERROR, which says why, and end the epoch
+            # with it (cancelling this wait); else the failure is the write's.
+            with anyio.move_on_after(_LAST_WORDS_WAIT):
+                await anyio.sleep_forever()
             self._end_epoch(scope, self._failed(exc))
 
     async def _timer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:

@@ -238,6 +238,9 @@ class Call(Sends[M]):
                 raise _again(session.failure) from session.failure
             if session.epoch != epoch or session.ending is not None:
                 cause = session.ending
+                if isinstance(cause, MessageTooLarge):
+                    # The broker refused what was being written: say that, not "lost".
+                    raise _again(cause) from cause
                 why = f": {cause}" if cause is not None else ""
                 raise ConnectionLost(f"the connection was lost before the frames went out{why}")
             if self.now >= deadline:

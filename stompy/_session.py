@@ -176,6 +176,32 @@ def failure_reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+#: Unsent bytes past which a failed write is said to look like a frame refused for its
+#: size: a broker that closes on a frame over its limit may send no ERROR first.
+LARGE_UNSENT: Final = 1024 * 1024
+
+
+def transport_failed(endpoint: object, exc: BaseException, unsent: int) -> ConnectionLost:
+    """The error of a connection whose socket failed with ``exc`` while ``unsent`` bytes
+    were still to go (see :func:`while_writing`)."""
+    lost = ConnectionLost(f"connection to {endpoint} failed: {failure_reason(exc)}")
+    return while_writing(lost, unsent)
+
+
+def while_writing(lost: ConnectionLost, unsent: int) -> ConnectionLost:
+    """``lost``, the error of a connection that ended while ``unsent`` bytes were still
+    to be written; with many, it names the likely cause: a broker that refuses a frame
+    too large closes the connection while the frame is still being written, and may
+    say nothing first."""
+    if unsent < LARGE_UNSENT or type(lost) is not ConnectionLost:
+        return lost
+    return ConnectionLost(
+        f"{lost} ({unsent} bytes were still to be written: a broker closes the connection "
+        "like this when a frame is over its size limit, e.g. ActiveMQ's "
+        "transport.maxDataLength)"
+    )
+
+
 class Subscribed(Generic[M]):
     """What :meth:`Session.subscribe` made: the inbox, and the receipt id to wait for."""
 

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from stompy._calls import Call, Running, Steps
 from stompy._connecting import Attempts, Handshake
 from stompy._message import MessageBase
-from stompy._session import MAX_OUTGOING, Session, failure_reason, log
+from stompy._session import (
+    MAX_OUTGOING,
+    Session,
+    failure_reason,
+    log,
+    transport_failed,
+    while_writing,
+)
 from stompy._state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
@@ -47,6 +54,8 @@ M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
 _RECV_SIZE: Final = 256 * 1024
+#: At most this much is read after a failed write, for the ERROR that says why.
+_LAST_WORDS: Final = 1024 * 1024
 _SEND_CHUNK: Final = 1024 * 1024
 _TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
 
@@ -364,11 +373,16 @@ class IOThread(Generic[M]):
                 if ready & selectors.EVENT_WRITE:
                     self._send(sock)
             except (OSError, _ssl.SSLError) as exc:
+                # A broker that refuses a frame (one too large, say) sends an ERROR and
+                # closes while the frame is still being written: the write fails first,
+                # and the ERROR, which says why, is still to be read.
+                last_words = (data or b"") + self._last_words(sock)  # data: read just now
                 with self.cond:
                     if session.status in (CLOSING, CLOSED):
                         return None
-                    reason = failure_reason(exc)
-                    error = ConnectionLost(f"connection to {session.endpoint} failed: {reason}")
+                    error = self._heard(last_words) or transport_failed(
+                        session.endpoint, exc, len(session.outgoing)
+                    )
                     session.saw_end(error)
                     return error
             now = time.monotonic()
@@ -394,8 +408,42 @@ class IOThread(Generic[M]):
                 if failure is not None:
                     if session.status is CLOSING:
                         return None
+                    if isinstance(failure, ConnectionLost):
+                        failure = while_writing(failure, len(session.outgoing))
                     session.saw_end(failure)
                     return failure
+
+    @staticmethod
+    def _last_words(sock: socket.socket) -> bytes:
+        """What the peer sent before the connection failed, read without waiting (the
+        socket is non-blocking), at most ``_LAST_WORDS`` bytes."""
+        chunks: list[bytes] = []
+        size = 0
+        with contextlib.suppress(OSError, _ssl.SSLError):
+            while size < _LAST_WORDS:
+                chunk = sock.recv(_RECV_SIZE)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        return b"".join(chunks)
+
+    def _heard(self, data: bytes) -> StompError | None:
+        """The failure the frames in ``data`` stand for (a broker's ERROR), if any; the
+        frames before it are routed as usual. Under the lock."""
+        if not data:
+            return None
+        session = self.session
+        now = time.monotonic()
+        try:
+            session.receive(data, now)
+            pumped = session.pump(now)
+        except StompError as exc:  # what came was no frame: the failure stays the write's
+            log.debug("after a failed write, the peer's last bytes were unusable: %s", exc)
+            return None
+        if pumped.woke:
+            self.cond.notify_all()
+        return pumped.failure
 
     def _recv(self, sock: socket.socket) -> bytes | None:
         try:
