@@ -31,7 +31,7 @@ from stompy._base import (
 )
 from stompy._callbacks import report_callback_error
 from stompy._calls import Call, Steps
-from stompy._checks import check_timeout
+from stompy._checks import check_timeout, wrong_type
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
@@ -451,9 +451,12 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         coroutine function, awaited) is called for each message, one at a time, in a
         task of the connection's task group, until the subscription ends; what it
         raises goes to the ``on_callback_error`` hook, or is printed to stderr (see
-        ``docs/acks.md``), and the next message comes.
+        ``docs/acks.md``), and the next message comes. An ``on_message`` that is not
+        callable is a :class:`TypeError`, and nothing is subscribed.
         """
         kw.check(options, kw.SUBSCRIBE, "AsyncConnection.subscribe")
+        if on_message is not None and not callable(on_message):
+            raise wrong_type("on_message", "a callable or None", on_message)
         return _Opening(self._open(lambda call: call.subscribe(destination, options), on_message))
 
     async def _open(

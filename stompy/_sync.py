@@ -33,7 +33,7 @@ from stompy._base import (
 )
 from stompy._callbacks import report_callback_error
 from stompy._calls import Call
-from stompy._checks import check_timeout
+from stompy._checks import check_timeout, wrong_type
 from stompy._inbox import Inbox
 from stompy._message import MessageBase
 from stompy._options import Outgoing, log, split_for_sending
@@ -494,9 +494,12 @@ class Connection(ConnectionBase[Message]):
         With ``on_message``, that function is called for each message in a thread of
         the subscription's own (so a slow callback never delays heart-beats); what it
         raises goes to the ``on_callback_error`` hook, or is printed to stderr (see
-        ``docs/acks.md``), and the next message comes.
+        ``docs/acks.md``), and the next message comes. An ``on_message`` that is not
+        callable is a :class:`TypeError`, and nothing is subscribed.
         """
         kw.check(options, kw.SUBSCRIBE, "Connection.subscribe")
+        if on_message is not None and not callable(on_message):
+            raise wrong_type("on_message", "a callable or None", on_message)
         io = self._io
         with io.cond:
             call = Call(self._session, time.monotonic())

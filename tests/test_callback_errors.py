@@ -245,3 +245,41 @@ async def test_an_async_hook_is_awaited_and_can_nack_the_message() -> None:
                 await conn.send(dest, "work", receipt=True)
                 await again.wait()
     assert seen == [("work", False), ("work", True)]
+
+
+# -- an on_message that cannot be called -----------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_an_on_message_that_is_not_callable_is_refused_and_nothing_is_subscribed(
+    flavour: str,
+) -> None:
+    """``on_message=5`` (or a message handler's result, ``on_message=handle(m)``) was taken:
+    the SUBSCRIBE went out, and each message then failed in the callback ("'int' object is
+    not callable"), lost with ``ack="auto"``. It is a TypeError naming it, as the
+    connection's hooks are, and the messages stay queued."""
+    dest = f"/queue/{uuid.uuid4().hex}"
+    expected = r"^on_message: expected a callable or None, got 5 \(int\)$"
+    if flavour == "blocking":
+        with run_broker() as broker, stompy.Connection(broker.url) as conn:
+            conn.send(dest, "kept", receipt=True)
+            with pytest.raises(TypeError, match=expected):
+                conn.subscribe(dest, on_message=5)  # type: ignore[arg-type]
+            (info,) = broker.connections
+            assert info.subscriptions == ()
+            conn.send(dest, "kept too", receipt=True)
+            assert broker.queue_depth(dest) == 2
+        return
+
+    async def main() -> None:
+        with anyio.fail_after(20):
+            async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+                await conn.send(dest, "kept", receipt=True)
+                with pytest.raises(TypeError, match=expected):
+                    await conn.subscribe(dest, on_message=5)  # type: ignore[arg-type]
+                (info,) = broker.connections
+                assert info.subscriptions == ()
+                await conn.send(dest, "kept too", receipt=True)
+                assert broker.queue_depth(dest) == 2
+
+    anyio.run(main, backend=flavour)
