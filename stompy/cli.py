@@ -36,6 +36,7 @@ import contextlib
 import errno
 import functools
 import getpass
+import importlib
 import io
 import json
 import logging
@@ -219,9 +220,14 @@ class _Parser(_OneLineParser):
             return super().parse_known_args(args, namespace)
         self._nested = True
         try:
-            return self.parse_known_intermixed_args(args, namespace)
+            parsed, extras = self.parse_known_intermixed_args(args, namespace)
         finally:
             self._nested = False
+        if extras:
+            # Said here, by the command's own parser, not by the top one's: "stompy send:
+            # ... (see 'stompy send --help')" names the command whose options to read.
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def _add_header_option(
@@ -1036,6 +1042,15 @@ def _serve_until_stopped(
     its exit status. ``usage`` are the errors that mean the arguments were wrong."""
     import anyio
 
+    if args.backend == "trio":
+        try:
+            importlib.import_module("trio")
+        except ImportError:
+            print(
+                f"stompy {name}: --backend trio needs trio: pip install 'stompy-client[trio]'",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",

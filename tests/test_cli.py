@@ -282,6 +282,10 @@ USAGE_ERRORS = [
     (["broker", "--max-redeliveries", "-1"], "--max-redeliveries"),
     (["proxy", "--target", "stomp://h", "--port", "-1"], "--port"),
     (["bogus"], "COMMAND"),
+    # An option the command does not take is the command's error, pointing to its own
+    # --help (it was "stompy: error: ... (see 'stompy --help')").
+    (["send", "stomp://h", "/q", "x", "--receipt-timeout", "1"], "--receipt-timeout"),
+    (["subscribe", "stomp://h", "/q", "--cout", "3"], "--cout"),
 ]
 
 
@@ -305,6 +309,35 @@ def test_usage_errors_of_the_issue_exit_2() -> None:
         assert got.returncode == 2
         line = one_error_line(got, argv[0])
         assert "argument DESTINATION" in line or "argument --port" in line
+
+
+def test_an_unknown_option_points_to_the_commands_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["send", "stomp://h", "/q", "x", "--receipt-timeout", "1"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (
+        "stompy send: error: unrecognized arguments: --receipt-timeout 1 "
+        "(see 'stompy send --help')\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["broker"], ["proxy", "--target", "stomp://127.0.0.1:1"]])
+def test_backend_trio_without_trio_is_one_line_and_exit_2(command: list[str]) -> None:
+    """Without the trio extra, --backend trio was anyio's LookupError and its traceback,
+    exit 1; it is a usage error that says what to install."""
+    code = (
+        "import sys; sys.modules['trio'] = None; from stompy import cli; "
+        f"sys.exit(cli.main({[*command, '--port', '0', '--backend', 'trio']!r}))"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=TIMEOUT, check=False
+    )
+    assert got.returncode == 2
+    assert one_error_line(got, command[0]) == (
+        f"stompy {command[0]}: --backend trio needs trio: pip install 'stompy-client[trio]'\n"
+    )
 
 
 def test_reserved_header_is_refused_cleanly(url: str, queue: str) -> None:
