@@ -364,12 +364,15 @@ class Connection(ConnectionBase[Message]):
         """Connect to the first address that answers (with retries if ``reconnect`` is set).
 
         Raises :class:`ConnectFailed` when no address can be reached,
-        :class:`ServerError` when the broker refuses (for example a wrong passcode).
+        :class:`ServerError` when the broker refuses (for example a wrong passcode), and
+        :class:`LocalProtocolError` on a connection opened before (also one that was
+        closed since: make a new one).
         """
         with self._io.cond:
             if self._session.status is not NEW:
                 raise LocalProtocolError(
-                    f"connect() on a connection that is {self._session.status}"
+                    f"connect() on a connection that is {self._session.status}: "
+                    "a Connection is opened once; make a new one"
                 )
         self._io.telemetry = self._instrument()
         self._io.connect()

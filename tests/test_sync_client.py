@@ -442,7 +442,7 @@ def test_misuse_raises_local_errors(broker: Broker) -> None:
     with pytest.raises(LocalProtocolError):
         conn.send("/queue/a", "x")
     conn.connect()
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(LocalProtocolError, match=r"is connected: .* opened once; make a new one"):
         conn.connect()
     sub = conn.subscribe(queue())
     with pytest.raises(LocalProtocolError, match="in use"):
@@ -451,6 +451,9 @@ def test_misuse_raises_local_errors(broker: Broker) -> None:
     conn.close()  # twice is fine
     with pytest.raises(LocalProtocolError):
         conn.send("/queue/a", "x")
+    # It said only "connect() on a connection that is closed", not what to do.
+    with pytest.raises(LocalProtocolError, match=r"is closed: .* opened once; make a new one"):
+        conn.connect()
 
 
 def test_no_thread_outlives_its_connection(broker: Broker) -> None:
