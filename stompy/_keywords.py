@@ -200,6 +200,12 @@ def one_shot(
     ``headers`` and ``content_type``; a one-shot send always asks for a receipt).
     Raises :func:`check`'s :class:`TypeError` for a keyword a one-shot send does not take
     (``call`` is its name)."""
+    if "receipt" in options:
+        # Not "did you mean 'receipt_timeout'?": whoever wrote it wanted the receipt.
+        raise TypeError(
+            f"{call}() got an unexpected keyword argument 'receipt': a one-shot send "
+            "always waits for the broker's receipt"
+        )
     check(options, ONE_SHOT, call)
     message: MessageOptions = {
         "headers": options.get("headers"),

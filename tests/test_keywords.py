@@ -91,6 +91,31 @@ def test_the_one_shot_sends_refuse_an_unknown_keyword(stomp_broker: Broker) -> N
     assert stomp_broker.queue_depth("/queue/kw-one") == 0
 
 
+@pytest.mark.parametrize("receipt", [True, False])
+def test_a_one_shot_sends_receipt_keyword_says_it_always_waits(
+    stomp_broker: Broker, receipt: bool
+) -> None:
+    """``stompy.send(..., receipt=True)``, as ``conn.send`` takes it, was answered "Did
+    you mean 'receipt_timeout'?"; the one-shot sends always wait for the receipt."""
+    send: Any = stompy.send
+    send_async: Any = stompy.send_async
+    said = "a one-shot send always waits for the broker's receipt"
+    error = refused(
+        lambda: send(stomp_broker.url, "/queue/kw-r1", "x", receipt=receipt), "receipt", "send"
+    )
+    assert str(error).endswith(said)
+    error = refused(
+        lambda: anyio.run(
+            lambda: send_async(stomp_broker.url, "/queue/kw-r1", "x", receipt=receipt)
+        ),
+        "receipt",
+        "send_async",
+    )
+    assert str(error).endswith(said)
+    assert "receipt_timeout" not in str(error)
+    assert stomp_broker.queue_depth("/queue/kw-r1") == 0
+
+
 def test_the_test_brokers_name_their_call_for_an_unknown_keyword() -> None:
     loose_run: Any = run_broker
     loose_serve: Any = serve
