@@ -184,10 +184,19 @@ class Outgoing:
 
 def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] | Outgoing]:
     """``send_many``'s order of work: chunks of at most :data:`SEND_CHUNK` messages to
-    queue at once, then the last message alone, since it may carry the receipt."""
+    queue at once, then the last message alone, since it may carry the receipt.
+
+    A message that is not an :class:`Outgoing` (a body, a ``(destination, body)``
+    tuple) is a :class:`TypeError` naming it, raised before its chunk is sent.
+    """
     chunk: list[Outgoing] = []
     held: Outgoing | None = None
     for message in messages:
+        if not isinstance(message, Outgoing):
+            raise TypeError(
+                f"send_many() takes stompy.Outgoing(destination, body, ...) messages, "
+                f"got {type(message).__name__}"
+            )
         if held is not None:
             chunk.append(held)
             if len(chunk) == SEND_CHUNK:

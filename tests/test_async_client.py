@@ -6,6 +6,7 @@ import contextlib
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -87,6 +88,18 @@ async def test_a_received_message_is_the_cores_event_and_compares_by_identity() 
                 await first.ack()
                 await second.ack(receipt=True)
             assert broker.unacked_count(dest) == 0
+
+
+async def test_send_many_refuses_what_is_not_an_outgoing() -> None:
+    dest = queue()
+    with anyio.fail_after(20):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            for bad in ("a body", ("/queue/a", "a body")):
+                messages: list[Any] = [stompy.Outgoing(dest, "before"), bad]
+                with pytest.raises(TypeError, match=r"^send_many\(\) takes stompy\.Outgoing\("):
+                    await conn.send_many(messages, receipt=True)
+            await conn.send(dest, "after", receipt=True)
+            assert broker.queue_depth(dest) == 1
 
 
 async def test_get_batch_takes_what_arrived_up_to_its_limit() -> None:

@@ -12,6 +12,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,18 @@ def test_a_body_neither_bytes_nor_str_is_refused_and_nothing_is_sent(
             assert msg is not None
             assert msg.body == b"after"
             assert sub.get(timeout=0.2) is None
+
+
+@pytest.mark.parametrize("messages", [["a body"], [("/queue/a", "a body")], [b"x", b"y"]])
+def test_send_many_refuses_what_is_not_an_outgoing(broker: Broker, messages: list[Any]) -> None:
+    """A str was iterated as characters, a tuple as its items: an AttributeError ("'str'
+    object has no attribute 'destination'") from inside, which did not say what to pass."""
+    dest = queue()
+    with stompy.Connection(url(broker), receipt_timeout=5) as conn:
+        with pytest.raises(TypeError, match=r"^send_many\(\) takes stompy\.Outgoing\("):
+            conn.send_many([stompy.Outgoing(dest, "before"), *messages], receipt=True)
+        conn.send(dest, "after", receipt=True)  # the connection goes on
+    assert broker.queue_depth(dest) == 1  # the chunk with the bad message was not sent
 
 
 def test_unicode_headers_with_colons_and_newlines(broker: Broker) -> None:
