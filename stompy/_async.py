@@ -68,6 +68,15 @@ class _Opening(Generic[_T]):
         assert self._value is not None
         await self._value.__aexit__(*exc_info)
 
+    def __getattr__(self, name: str) -> NoReturn:
+        # Called only for a name it lacks: the caller forgot the `await` (sub.get(),
+        # tx.send()); say so rather than name this private class.
+        raise AttributeError(
+            f"no attribute {name!r} before it is awaited: "
+            "`sub = await conn.subscribe(...)`, `tx = await conn.transaction()` "
+            "(or `async with` either)"
+        )
+
 
 class AsyncMessage(MessageBase):
     """A received message; ``await msg.ack()`` / ``await msg.nack()`` answer it.

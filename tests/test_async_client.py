@@ -90,6 +90,32 @@ async def test_a_received_message_is_the_cores_event_and_compares_by_identity() 
             assert broker.unacked_count(dest) == 0
 
 
+async def test_a_subscribe_or_transaction_not_awaited_says_to_await_it() -> None:
+    """``sub = conn.subscribe(...)`` without ``await``, then ``sub.get()``, said "'_Opening'
+    object has no attribute 'get'": a private class, and not what to do."""
+    dest = queue()
+    with anyio.fail_after(20):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            opening: Any = conn.subscribe(dest)
+            with pytest.raises(
+                AttributeError,
+                match=r"^no attribute 'get' before it is awaited: `sub = await conn\.subscribe",
+            ):
+                _ = opening.get
+            began: Any = conn.transaction()
+            with pytest.raises(
+                AttributeError,
+                match=r"'send' before it is awaited: .*`tx = await conn\.transaction\(\)`",
+            ):
+                _ = began.send
+            sub = await opening  # awaited after all, both work as usual
+            async with await began as tx:
+                await tx.send(dest, "in the transaction")
+            message = await sub.get(timeout=5)
+            assert message is not None
+            assert message.text == "in the transaction"
+
+
 async def test_send_many_refuses_what_is_not_an_outgoing() -> None:
     dest = queue()
     with anyio.fail_after(20):
