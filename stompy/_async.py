@@ -515,14 +515,15 @@ async def _outcome(
     around: contextlib.AbstractContextManager[None] = _UNTRACED,
 ) -> None:
     """Call the user's function (awaiting a coroutine function's result), inside
-    ``around``; log what it raises: it must not end the connection's task group."""
+    ``around``; report what it raises as an ``on_message`` callback's (logged, and
+    printed to stderr): it must not end the connection's task group."""
     try:
         with around:
             result = call(argument)
             if inspect.isawaitable(result):
                 await result
-    except Exception:
-        log.exception("%s failed", what)
+    except Exception as exc:
+        report_callback_error(exc, what, argument)
 
 
 async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], object]) -> None:

@@ -8,7 +8,8 @@ turns it into a warning, an application may install its own). Every client flavo
 reports a failed callback there, and logs it at ERROR on the ``stompy`` logger too, so
 that a program which never configured logging still sees it. An application that
 handles failures itself sets the ``on_callback_error`` hook, which then replaces this
-report (and is reported the same way if it raises itself).
+report (and is reported the same way if it raises itself). A lifecycle hook that raises
+(``on_connected``...) is reported the same way too.
 
 Nothing here answers the message: see "A failing callback" in ``docs/acks.md``.
 """

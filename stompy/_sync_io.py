@@ -30,6 +30,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
+from stompy._callbacks import report_callback_error
 from stompy._calls import Call, Running, Steps
 from stompy._connecting import Attempts, Handshake
 from stompy._message import MessageBase
@@ -206,8 +207,8 @@ class IOThread(Generic[M]):
                     log.warning(
                         "%s is a coroutine function: Connection calls plain ones", notice.what
                     )
-            except Exception:
-                log.exception("the %s hook failed", notice.what)
+            except Exception as exc:  # logged and printed to stderr, as on_message's
+                report_callback_error(exc, f"the {notice.what} hook", notice.argument)
 
     def _release(self) -> None:
         """Close the socket and the wake-up pair (under the lock)."""

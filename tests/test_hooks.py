@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import anyio
 import pytest
@@ -234,8 +235,9 @@ def test_blocking_hooks(broker: Broker) -> None:
 
 
 def test_blocking_hooks_run_in_a_thread_of_their_own_and_may_fail(
-    broker: Broker, caplog: pytest.LogCaptureFixture
+    broker: Broker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(sys, "unraisablehook", lambda report: None)  # printed, else
     threads: list[str] = []
 
     def connected(endpoint: Endpoint) -> None:
@@ -248,6 +250,48 @@ def test_blocking_hooks_run_in_a_thread_of_their_own_and_may_fail(
     assert len(threads) == 1
     assert threads[0].startswith("stompy-hooks-")
     assert any("on_connected hook failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_hook_is_printed_to_stderr_without_logging(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With logging not configured (the NullHandler on ``stompy``), a raising hook was
+    silent; it is reported as an ``on_message`` callback's: to :func:`sys.unraisablehook`,
+    whose default prints it to stderr."""
+    reports: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reports.append)
+
+    def connected(endpoint: Endpoint) -> None:
+        raise RuntimeError("a broken hook")
+
+    with stompy.Connection(broker.url, on_connected=connected) as conn:
+        conn.send(f"/queue/{uuid.uuid4().hex}", "x", receipt=True)
+    check_one_hook_report(reports, broker.port)
+
+
+@pytest.mark.anyio
+async def test_a_failing_async_hook_is_printed_to_stderr_without_logging(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reports.append)
+
+    async def connected(endpoint: Endpoint) -> None:
+        raise RuntimeError("a broken hook")
+
+    with anyio.fail_after(20):
+        async with stompy.AsyncConnection(broker.url, on_connected=connected) as conn:
+            await conn.send(f"/queue/{uuid.uuid4().hex}", "x", receipt=True)
+    check_one_hook_report(reports, broker.port)
+
+
+def check_one_hook_report(reports: list[Any], port: int) -> None:
+    (report,) = reports
+    assert report.exc_type is RuntimeError
+    assert str(report.exc_value) == "a broken hook"
+    assert report.err_msg == "Exception ignored in the on_connected hook, called with"
+    assert isinstance(report.object, Endpoint)
+    assert report.object.port == port
 
 
 @pytest.mark.anyio
