@@ -14,11 +14,13 @@ blocked call and iterator wakes up and raises (``ConnectionLost``,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Final
 
 from typing_extensions import Unpack
 
@@ -337,6 +339,9 @@ class Connection(ConnectionBase[Message]):
         return Message
 
     def _setup(self) -> None:
+        options = self._options
+        for name in _HOOK_NAMES:
+            _check_plain(name, getattr(options, name))
         self._io = io = IOThread(self._session)
         self._subs: dict[str, Subscription] = {}
         # What answers its messages; it must not hold the Connection: see __del__.
@@ -503,6 +508,7 @@ class Connection(ConnectionBase[Message]):
         kw.check(options, kw.SUBSCRIBE, "Connection.subscribe")
         if on_message is not None and not callable(on_message):
             raise wrong_type("on_message", "a callable or None", on_message)
+        _check_plain("on_message", on_message)
         io = self._io
         with io.cond:
             call = Call(self._session, time.monotonic())
@@ -525,6 +531,29 @@ class Connection(ConnectionBase[Message]):
     def _end(self, tx: Transaction, command: str, receipt: bool) -> None:
         call = Call(self._session, time.monotonic())
         self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
+
+
+#: The connection's hooks, each called as a plain function (in the hooks' thread, or the
+#: callback's for ``on_callback_error``).
+_HOOK_NAMES: Final = (
+    "on_connected",
+    "on_reconnected",
+    "on_disconnected",
+    "on_error",
+    "on_unrouted",
+    "on_callback_error",
+)
+
+
+def _check_plain(name: str, function: object) -> None:
+    """Refuse an ``async def`` function where the blocking client calls one: calling it
+    only makes a coroutine that nobody awaits, so it would never run (and the message
+    handed to an ``on_message`` one would be lost, with ``ack="auto"``)."""
+    if inspect.iscoroutinefunction(function):
+        raise TypeError(
+            f"{name}: Connection calls plain functions, got the coroutine function "
+            f"{getattr(function, '__qualname__', function)!s}(): use def, or AsyncConnection"
+        )
 
 
 def send(

@@ -283,3 +283,28 @@ def test_an_on_message_that_is_not_callable_is_refused_and_nothing_is_subscribed
                 assert broker.queue_depth(dest) == 2
 
     anyio.run(main, backend=flavour)
+
+
+def test_the_blocking_client_refuses_a_coroutine_function_where_it_calls_one() -> None:
+    """``async def`` on a blocking Connection only made a coroutine nobody awaited: an
+    ``on_message`` one never ran and, with ack=auto, its message was gone (a
+    RuntimeWarning at most); an ``on_connected`` one was dropped with a WARNING that a
+    program without logging never saw. Each is a TypeError naming it, before anything is
+    opened or subscribed."""
+
+    async def handle(message: Any) -> None:
+        raise AssertionError("never called")
+
+    expected = r"^{}: Connection calls plain functions, got the coroutine function .*handle\(\)"
+    for hook in ("on_connected", "on_disconnected", "on_error", "on_callback_error"):
+        with pytest.raises(TypeError, match=expected.format(hook)):
+            options: dict[str, Any] = {hook: handle}
+            stompy.Connection("stomp://127.0.0.1:1", **options)
+    dest = f"/queue/{uuid.uuid4().hex}"
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        conn.send(dest, "kept", receipt=True)
+        with pytest.raises(TypeError, match=expected.format("on_message")):
+            conn.subscribe(dest, on_message=handle)
+        (info,) = broker.connections
+        assert info.subscriptions == ()
+        assert broker.queue_depth(dest) == 1
