@@ -259,8 +259,8 @@ def _client_options(frame: str, header_example: str) -> _Parser:
     common.add_argument(
         "url",
         metavar="URL",
-        help="broker address, stomp://[login[:passcode]@]host[:port][/vhost] or "
-        "stomp+ssl://...; several separated by commas are tried in turn",
+        help="broker address, stomp://[login[:passcode]@]host[:port][/vhost], or "
+        "stomp+ssl://, ws:// or wss://...; several separated by commas are tried in turn",
     )
     common.add_argument(
         "destination", metavar="DESTINATION", type=_destination, help="e.g. /queue/orders"
