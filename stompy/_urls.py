@@ -125,7 +125,10 @@ def parse_url(url: str) -> Endpoint:
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError:
-        raise ConfigurationError(f"URL {_place(parts)!r} has an invalid port") from None
+        raise ConfigurationError(
+            f"URL {_place(parts)!r} has an invalid port: want a number from 0 to 65535 "
+            "after the host, as in stomp://login:passcode@host:61613"
+        ) from None
     login = unquote(parts.username) if parts.username is not None else None
     passcode = unquote(parts.password) if parts.password is not None else None
     if scheme in ("ws", "wss"):

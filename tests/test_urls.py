@@ -6,6 +6,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import stompy
 from stompy import cli
 from stompy._urls import Endpoint, parse_url, parse_urls
 
@@ -168,6 +169,17 @@ def test_the_error_says_what_is_wrong_and_where(url: str, what: str) -> None:
         parse_url(url)
     assert "Secret9" not in str(info.value)
     assert "ret9" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["stomp://localhost:6161x", "stomp://localhost:70000"])
+def test_an_invalid_port_says_what_a_port_is(url: str) -> None:
+    # It said "URL 'stomp://localhost:...' has an invalid port", and no more.
+    with pytest.raises(stompy.ConfigurationError) as info:
+        stompy.Connection(url)
+    assert str(info.value) == (
+        "URL 'stomp://localhost:...' has an invalid port: want a number from 0 to 65535 "
+        "after the host, as in stomp://login:passcode@host:61613"
+    )
 
 
 def test_an_encoded_delimiter_in_a_passcode_is_fine() -> None:
