@@ -563,6 +563,13 @@ class _MaskingFormatter(logging.Formatter):
         return mask_passcodes(super().format(record))
 
 
+def _errors_and_failed_attempts(record: logging.LogRecord) -> bool:
+    """What the CLI logs by default with ``--reconnect``: the errors, and each failed
+    attempt to connect (retried without end, the first connection too: without a line
+    per attempt, a mistyped address would wait without a word)."""
+    return record.levelno >= logging.ERROR or record.msg == "could not connect to %s: %s"
+
+
 def _connection(args: argparse.Namespace) -> Connection:
     """The connection the arguments describe (not connected yet)."""
     from stompy._options import Reconnect
@@ -1132,6 +1139,9 @@ def _run_client_command(args: argparse.Namespace) -> int:
     saved = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(level)
+    if level > logging.INFO and args.reconnect:
+        handler.addFilter(_errors_and_failed_attempts)
+        logger.setLevel(logging.INFO)
     logger.propagate = False  # one line per event on stderr, whatever the root logger does
     try:
         with _SIGNALS.installed():

@@ -340,6 +340,38 @@ def test_backend_trio_without_trio_is_one_line_and_exit_2(command: list[str]) ->
     )
 
 
+def test_reconnect_shows_each_failed_attempt_to_connect() -> None:
+    """--reconnect retries the first connection without end: a mistyped port waited
+    without a word (the attempts were logged at INFO, shown only with -v)."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # nobody listens there once it is closed
+    command = [sys.executable, "-m", "stompy", "subscribe", f"stomp://127.0.0.1:{port}"]
+    command += ["/queue/x", "--reconnect"]
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stderr.readline()))  # type: ignore[union-attr]
+    try:
+        reader.start()
+        reader.join(TIMEOUT)
+    finally:
+        proc.kill()
+        proc.wait(TIMEOUT)
+        reader.join(TIMEOUT)
+        proc.stderr.close()  # type: ignore[union-attr]
+    assert lines, "no line on stderr"
+    assert (
+        lines[0]
+        .decode()
+        .startswith(f"stompy subscribe: could not connect to stomp://127.0.0.1:{port}: ")
+    )
+
+
 def test_reserved_header_is_refused_cleanly(url: str, queue: str) -> None:
     got = stompy("send", url, queue, "-H", "destination:/queue/elsewhere", "x")
     assert got.returncode == 1
