@@ -415,7 +415,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             if len(session.outgoing) > MAX_OUTGOING:
                 await io.run(Call(session, anyio.current_time()).flush())
             return
-        tx = transaction_id(transaction)
+        tx = transaction_id(transaction, session)
         call = traced(Call(session, anyio.current_time()), telemetry)
         await self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
@@ -427,7 +427,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         transaction: AsyncTransaction | str | None = None,
     ) -> int:
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
-        tx = transaction_id(transaction)
+        tx = transaction_id(transaction, self._session)
         count = 0
         for work in split_for_sending(messages):
             call = traced(Call(self._session, anyio.current_time()), self._telemetry)
@@ -499,7 +499,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         transaction: AsyncTransaction | str | None,
         receipt: bool,
     ) -> None:
-        tx = transaction_id(transaction)
+        tx = transaction_id(transaction, self._session)
         call = Call(self._session, anyio.current_time())
         await self._io.run(call.acknowledge(command, message, message._epoch, tx, receipt))
 

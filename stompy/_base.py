@@ -232,6 +232,7 @@ class TransactionBase:
         self.id = id
         self._epoch = epoch
         self._done = False
+        self._session = session
         self._stale = session.is_stale
 
     def __repr__(self) -> str:
@@ -254,12 +255,20 @@ class TransactionBase:
         return not self._stale(self._epoch)
 
 
-def transaction_id(transaction: TransactionBase | str | None) -> str | None:
-    """The id to send for ``transaction``; raises if that transaction cannot take more,
-    and :class:`TypeError` for a value neither a transaction, an id nor ``None``."""
+def transaction_id(transaction: TransactionBase | str | None, session: Session[Any]) -> str | None:
+    """The id to send for ``transaction`` on ``session``'s connection; raises if that
+    transaction cannot take more, :class:`LocalProtocolError` for a transaction of
+    another connection (its id may name one of this connection's: the frame would go
+    into that one), and :class:`TypeError` for a value neither a transaction, an id
+    nor ``None``."""
     if transaction is None or type(transaction) is str:
         return transaction
     if isinstance(transaction, TransactionBase):
+        if transaction._session is not session:
+            raise LocalProtocolError(
+                f"transaction {transaction.id!r} belongs to another connection: use it "
+                "on the connection that began it"
+            )
         transaction._check()
         return transaction.id
     if isinstance(transaction, str):

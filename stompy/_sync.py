@@ -93,8 +93,8 @@ class Message(MessageBase):
         io.run(call.reply(self, body, options))
 
     def _answer(self, command: str, transaction: Transaction | str | None, receipt: bool) -> None:
-        tx = transaction_id(transaction)
         io = self._owner
+        tx = transaction_id(transaction, io.session)
         call = Call(io.session, time.monotonic())
         io.run(call.acknowledge(command, self, self._epoch, tx, receipt))
 
@@ -447,7 +447,7 @@ class Connection(ConnectionBase[Message]):
                         io.queue_output()
                     return
         call = traced(Call(self._session, time.monotonic()), telemetry)
-        tx = transaction_id(transaction)
+        tx = transaction_id(transaction, self._session)
         self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     def send_many(
@@ -466,7 +466,7 @@ class Connection(ConnectionBase[Message]):
         confirms every message before it. Returns how many were sent. What was
         sent before an error stays sent; the error is :meth:`send`'s.
         """
-        tx = transaction_id(transaction)
+        tx = transaction_id(transaction, self._session)
         count = 0
         for work in split_for_sending(messages):
             call = traced(Call(self._session, time.monotonic()), self._telemetry)

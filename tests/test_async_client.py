@@ -116,6 +116,31 @@ async def test_a_subscribe_or_transaction_not_awaited_says_to_await_it() -> None
             assert message.text == "in the transaction"
 
 
+async def test_a_transaction_of_another_connection_is_refused() -> None:
+    dest = queue()
+    said = r"^transaction 'tx-\d+' belongs to another connection: use it on the connection"
+    with anyio.fail_after(20):
+        async with (
+            serve() as broker,
+            stompy.AsyncConnection(broker.url) as a,
+            stompy.AsyncConnection(broker.url) as c,
+        ):
+            mine, theirs = await a.transaction(), await c.transaction()
+            assert mine.id == theirs.id
+            sub = await a.subscribe(dest, ack="client-individual")
+            with pytest.raises(LocalProtocolError, match=said):
+                await a.send(dest, "in whose transaction?", transaction=theirs)
+            await a.send(dest, "to ack", receipt=True)
+            message = await sub.get(timeout=5)
+            assert message is not None
+            with pytest.raises(LocalProtocolError, match=said):
+                await theirs.ack(message)
+            await mine.commit()
+            await theirs.commit()
+            assert broker.queue_depth(dest) == 0
+            assert broker.unacked_count(dest) == 1
+
+
 async def test_send_many_refuses_what_is_not_an_outgoing() -> None:
     dest = queue()
     with anyio.fail_after(20):

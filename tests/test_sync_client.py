@@ -150,6 +150,34 @@ def test_send_many_refuses_what_is_not_an_outgoing(broker: Broker, messages: lis
     assert broker.queue_depth(dest) == 1  # the chunk with the bad message was not sent
 
 
+def test_a_transaction_of_another_connection_is_refused(broker: Broker) -> None:
+    """Both connections' first transaction is 'tx-1': a send or an ack given the other
+    connection's transaction went, by that id, into this connection's own, committed or
+    aborted with it, whatever became of the one the caller named."""
+    dest = queue()
+    with stompy.Connection(url(broker)) as a, stompy.Connection(url(broker)) as c:
+        mine, theirs = a.transaction(), c.transaction()
+        assert mine.id == theirs.id
+        sub = a.subscribe(dest, ack="client-individual")
+        said = r"^transaction 'tx-\d+' belongs to another connection: use it on the connection"
+        with pytest.raises(LocalProtocolError, match=said):
+            a.send(dest, "in whose transaction?", transaction=theirs)
+        with pytest.raises(LocalProtocolError, match=said):
+            a.send_many([stompy.Outgoing(dest, "x")], transaction=theirs)
+        a.send(dest, "to ack", receipt=True)
+        message = sub.get(timeout=5)
+        assert message is not None
+        with pytest.raises(LocalProtocolError, match=said):
+            message.ack(theirs)
+        with pytest.raises(LocalProtocolError, match=said):
+            theirs.ack(message)
+        mine.commit()
+        theirs.commit()
+        assert broker.queue_depth(dest) == 0  # nothing went in with either
+        assert broker.unacked_count(dest) == 1
+        message.ack(receipt=True)  # the message is still the caller's to answer
+
+
 def test_unicode_headers_with_colons_and_newlines(broker: Broker) -> None:
     dest = queue()
     weird = {"key:with:colons": "value:\nwith\\newline\r", "ünï": "cødé"}
