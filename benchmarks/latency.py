@@ -9,6 +9,13 @@ plus the broker twice; the first ``warmup`` round trips are not counted. The
 ``request()`` contenders use stompy's request/reply API instead: a temporary reply
 queue of the connection and stompy's correlation ids, as an application would.
 
+``receipt``: one ``send(receipt=True)`` at a time to a topic nobody subscribes to
+(stomp.py: a ``receipt`` header and a listener's event), timed until the RECEIPT is in
+the caller's hands: the library once each way plus the broker once.
+
+The ``bare socket (ceiling)`` rows are the floor of both: a socket that writes a
+pre-encoded frame and reads until the answer's NUL, which no client can beat.
+
 Brokers: stompy's own test broker (:mod:`stompy.testing`, run as ``python -m stompy
 broker`` in a child process so that it does not share the client's GIL), and
 RabbitMQ when it answers. Lower is better.
@@ -35,19 +42,23 @@ from benchmarks._core import (
     STOMPY_TRIO,
     Row,
     Settings,
+    Target,
     alternate_calls,
     failure_rows,
     log,
     register,
 )
 from benchmarks.brokers import RABBITMQ, unique_queue, unreachable
-from benchmarks.clients import STOMPMAN, STOMPPY, Job, _has, _stompman_client
-from benchmarks.rawstomp import Child, Server, responder_command
+from benchmarks.clients import CEILING, STOMPMAN, STOMPPY, Job, _has, _stompman_client
+from benchmarks.rawstomp import Child, RawConnection, Server, frame, responder_command
 
 GROUP: Final = "latency"
 #: One requester run: (job whose destination is the request queue, reply queue,
-#: round trips, warm-up round trips) -> the counted round trips' seconds.
+#: round trips, warm-up round trips) -> the counted round trips' seconds. A receipt
+#: sender is one too: its destination is the topic, and it has no reply queue.
 Requester = Callable[[Job, str, int, int], list[float]]
+#: What the receipt senders send to: a topic, so that nothing piles up in the broker.
+RECEIPT_TOPIC: Final = "/topic/stompy-bench-receipts"
 #: stompy's own request/reply API (issue 19) beside the same exchange done by hand.
 STOMPY_REQUEST: Final = "stompy request()"
 STOMPY_ASYNC_REQUEST: Final = "stompy (asyncio) request()"
@@ -256,6 +267,172 @@ def stompman_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[
     return asyncio.run(asyncio.wait_for(main(), job.limit))
 
 
+# -- the floor: a bare socket --------------------------------------------------------------
+
+
+def bare_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    """The floor of a round trip: pre-encoded SENDs written to a socket, each answer
+    read up to its NUL and its ``correlation-id`` found in its bytes."""
+    deadline = job.deadline()
+    frames = [
+        frame(
+            "SEND",
+            {
+                "destination": job.destination,
+                **_request_headers(reply_to, i),
+                "content-length": str(len(workload.body(i))),
+            },
+            workload.body(i),
+        )
+        for i in range(warmup + count)
+    ]
+    times: list[float] = []
+    with RawConnection(job.server, deadline) as conn:
+        subscribe = {"id": "replies", "destination": reply_to, "ack": "auto", "receipt": "s"}
+        conn.sendall(frame("SUBSCRIBE", subscribe))
+        conn.wait_receipt("s")
+        sock = conn.sock
+        sock.settimeout(deadline.left())
+        for i, request in enumerate(frames):
+            want = b"\ncorrelation-id:%d\n" % i
+            start = time.perf_counter()
+            sock.sendall(request)
+            reply = conn.next_frame()
+            elapsed = time.perf_counter() - start
+            if want not in reply or not reply.startswith(b"MESSAGE"):
+                raise AssertionError(f"bare socket: {reply[:200]!r} is no reply to request {i}")
+            if i >= warmup:
+                times.append(elapsed)
+    return times
+
+
+# -- send(receipt=True) ----------------------------------------------------------------------
+
+
+def stompy_sync_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    times: list[float] = []
+    with stompy.Connection(job.server.url, **_options(job)) as conn:
+        for i in range(warmup + count):
+            start = time.perf_counter()
+            conn.send(job.destination, workload.body(i), receipt=True)
+            elapsed = time.perf_counter() - start
+            if i >= warmup:
+                times.append(elapsed)
+    return times
+
+
+def stompy_async_receipts(
+    job: Job, reply_to: str, count: int, warmup: int, backend: str = "asyncio"
+) -> list[float]:
+    import anyio
+
+    async def main() -> list[float]:
+        times: list[float] = []
+        with anyio.fail_after(job.limit):
+            async with stompy.AsyncConnection(job.server.url, **_options(job)) as conn:
+                for i in range(warmup + count):
+                    start = time.perf_counter()
+                    await conn.send(job.destination, workload.body(i), receipt=True)
+                    elapsed = time.perf_counter() - start
+                    if i >= warmup:
+                        times.append(elapsed)
+        return times
+
+    return anyio.run(main, backend=backend)
+
+
+def stomppy_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    """stomp.py has no wait for a receipt: a ``receipt`` header, and a listener's event
+    set by ``on_receipt``, as its documentation shows."""
+    import stomp
+
+    class Listener(stomp.ConnectionListener):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.connected = threading.Event()
+            self.received = threading.Event()
+            self.receipt: str | None = None
+
+        def on_connected(self, frame: Any) -> None:
+            self.connected.set()
+
+        def on_receipt(self, frame: Any) -> None:
+            self.receipt = frame.headers.get("receipt-id")
+            self.received.set()
+
+    deadline = job.deadline()
+    conn = stomp.Connection12(
+        [job.server.address], heartbeats=(0, 0), reconnect_attempts_max=1, vhost=job.server.vhost
+    )
+    listener = Listener()
+    conn.set_listener("bench", listener)
+    conn.connect(job.server.login, job.server.passcode, wait=False)
+    times: list[float] = []
+    try:
+        if not listener.connected.wait(deadline.left()):
+            raise TimeoutError("stomp.py did not connect")
+        for i in range(warmup + count):
+            listener.received.clear()
+            rid = f"r-{i}"
+            start = time.perf_counter()
+            conn.send(job.destination, workload.body(i), headers={"receipt": rid})
+            if not listener.received.wait(deadline.left()):
+                raise TimeoutError(f"stomp.py: no receipt for send {i}")
+            elapsed = time.perf_counter() - start
+            if listener.receipt != rid:
+                raise AssertionError(f"stomp.py: receipt {listener.receipt!r} for {rid!r}")
+            if i >= warmup:
+                times.append(elapsed)
+    finally:
+        conn.disconnect()
+    return times
+
+
+def bare_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    """The floor of a send with a receipt: pre-encoded SENDs, each RECEIPT read up to
+    its NUL and its ``receipt-id`` found in its bytes."""
+    deadline = job.deadline()
+    frames = [
+        frame(
+            "SEND",
+            {
+                "destination": job.destination,
+                "receipt": f"r-{i}",
+                "content-length": str(len(workload.body(i))),
+            },
+            workload.body(i),
+        )
+        for i in range(warmup + count)
+    ]
+    times: list[float] = []
+    with RawConnection(job.server, deadline) as conn:
+        sock = conn.sock
+        sock.settimeout(deadline.left())
+        for i, send in enumerate(frames):
+            want = b"\nreceipt-id:r-%d\n" % i
+            start = time.perf_counter()
+            sock.sendall(send)
+            answer = conn.next_frame()
+            elapsed = time.perf_counter() - start
+            if not answer.startswith(b"RECEIPT") or want not in answer + b"\n":
+                raise AssertionError(f"bare socket: {answer[:200]!r} is no receipt for {i}")
+            if i >= warmup:
+                times.append(elapsed)
+    return times
+
+
+def receipt_senders(settings: Settings) -> list[tuple[str, Requester]]:
+    found: list[tuple[str, Requester]] = [
+        (STOMPY, stompy_sync_receipts),
+        (STOMPY_ASYNCIO, stompy_async_receipts),
+    ]
+    if _has("trio"):
+        found.append((STOMPY_TRIO, functools.partial(stompy_async_receipts, backend="trio")))
+    if _has("stomp"):
+        found.append((STOMPPY, stomppy_receipts))
+    found.append((CEILING, bare_receipts))
+    return [(who, sender) for who, sender in found if settings.wants(who)]
+
+
 def requesters(settings: Settings) -> list[tuple[str, Requester]]:
     found: list[tuple[str, Requester]] = [
         (STOMPY, stompy_sync_requests),
@@ -269,6 +446,7 @@ def requesters(settings: Settings) -> list[tuple[str, Requester]]:
         found.append((STOMPPY, stomppy_requests))
     if _has("stompman"):
         found.append((STOMPMAN, stompman_requests))
+    found.append((CEILING, bare_requests))
     return [(who, requester) for who, requester in found if settings.wants(who)]
 
 
@@ -301,13 +479,28 @@ def describe(settings: Settings) -> dict[str, Any]:
         "warmup": _warmup(count),
         "rounds": _rounds(settings),
         "responder": "bare socket in a child process (benchmarks.rawstomp respond)",
+        "receipts": f"send(receipt=True) to {RECEIPT_TOPIC}, nobody subscribed",
+        "floor": "bare socket: pre-encoded frames, read up to the answer's NUL",
         "brokers": ["stompy.testing (python -m stompy broker, child process)", "rabbitmq"],
         "figure": "median over rounds of each round's p50 / p99, milliseconds",
     }
 
 
+#: The targets of issue 36: a round trip's p50 at most 0.8x stomp.py's (a ratio of
+#: 1.25 as :func:`ratio` takes it), its p99 at most stomp.py's, in each client.
+TARGETS: Final = tuple(
+    Target(f"stompy.testing {what}{suffix}", STOMPPY, need, ours=who)
+    for who in (STOMPY, STOMPY_ASYNCIO, STOMPY_TRIO)
+    for what in ("", "receipt ")
+    for suffix, need in (("p50", 1.25), ("p99", 1.0))
+)
+
+
 @register(
-    GROUP, "request/reply round trip through a broker (ms, lower is better)", describe=describe
+    GROUP,
+    "request/reply and send(receipt=True) round trips through a broker (ms, lower is better)",
+    describe=describe,
+    targets=TARGETS,
 )
 def run(settings: Settings) -> list[Row]:
     count = _count(settings)
@@ -324,24 +517,32 @@ def run(settings: Settings) -> list[Row]:
         servers.append(("rabbitmq", functools.partial(_existing, RABBITMQ)))
     for name, start in servers:
         try:
-            results, failed = _measure(settings, start, count, warmup, limit, rounds, name)
+            measured = _measure(settings, start, count, warmup, limit, rounds, name)
         except (OSError, RuntimeError, TimeoutError) as exc:
             # The broker went away (or its responder could not start): say so, go on.
             log(settings, f"latency {name}: FAILED: {exc!r}")
-            results, failed = {}, {"all": f"failed: {exc!r}"[:200]}
-        for suffix, fraction in (("p50", 0.50), ("p99", 0.99)):
-            label = f"{name} {suffix}"
-            for who, per_round in results.items():
-                figures = tuple(percentile(times, fraction) * 1000 for times in per_round)
-                rows.append(
-                    Row(GROUP, label, who, statistics.median(figures), "ms", False, figures)
-                )
-            rows += failure_rows(GROUP, label, failed, "ms")
+            failed = {"all": f"failed: {exc!r}"[:200]}
+            measured = {"": ({}, failed), "receipt ": ({}, failed)}
+        for what, (results, failed) in measured.items():
+            for suffix, fraction in (("p50", 0.50), ("p99", 0.99)):
+                label = f"{name} {what}{suffix}"
+                for who, per_round in results.items():
+                    figures = tuple(percentile(times, fraction) * 1000 for times in per_round)
+                    rows.append(
+                        Row(GROUP, label, who, statistics.median(figures), "ms", False, figures)
+                    )
+                rows += failure_rows(GROUP, label, failed, "ms")
     if why is not None:
         log(settings, f"latency rabbitmq: {why}")
-        for suffix in ("p50", "p99"):
-            rows.append(Row(GROUP, f"rabbitmq {suffix}", "all", float("nan"), "ms", note=why))
+        for what in ("", "receipt "):
+            for suffix in ("p50", "p99"):
+                rows.append(
+                    Row(GROUP, f"rabbitmq {what}{suffix}", "all", float("nan"), "ms", note=why)
+                )
     return rows
+
+
+Measured = tuple[dict[str, list[list[float]]], dict[str, str]]
 
 
 def _measure(
@@ -352,11 +553,12 @@ def _measure(
     limit: float,
     rounds: int,
     name: str,
-) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
-    """Every requester's rounds against one broker, with its responder running."""
+) -> dict[str, Measured]:
+    """Every requester's and receipt sender's rounds against one broker, with its
+    responder running; by benchmark (``""``: request/reply, ``"receipt "``)."""
     with start() as server:
         queue = unique_queue("requests")
-        responder = responder_command(server, queue, limit * rounds * 10)
+        responder = responder_command(server, queue, limit * rounds * 20)
         with Child(responder, ready="READY"):
             log(settings, f"latency {name}: {count:,} round trips (+{warmup}), {rounds} rounds")
             job = Job(server, count, limit, destination=queue)
@@ -364,7 +566,14 @@ def _measure(
                 (who, functools.partial(_one_run, requester, job, count, warmup))
                 for who, requester in requesters(settings)
             ]
-            return alternate_calls(runs, rounds, settings, name, _show)
+            replies = alternate_calls(runs, rounds, settings, name, _show)
+            job = Job(server, count, limit, destination=RECEIPT_TOPIC)
+            runs = [
+                (who, functools.partial(_one_run, sender, job, count, warmup))
+                for who, sender in receipt_senders(settings)
+            ]
+            receipts = alternate_calls(runs, rounds, settings, f"{name} receipt", _show)
+            return {"": replies, "receipt ": receipts}
 
 
 @contextmanager
