@@ -159,6 +159,7 @@ class Subscription(SubscriptionBase[Message]):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
+                io.push(waiting=True)  # what this thread sent goes out before it sleeps
                 io.cond.wait(remaining)
         if self._session.backlog:
             self._made_room()
@@ -441,8 +442,8 @@ class Connection(ConnectionBase[Message]):
             session = self._session
             with io.lock:
                 if session.send_now(destination, body, headers, content_type, time.monotonic):
-                    # Mostly the I/O thread was woken already and the buffer has room:
-                    # nothing to do (queue_output's checks, without the call).
+                    # In a burst the I/O thread was woken already and the buffer has
+                    # room: nothing to do (queue_output's checks, without the call).
                     if not io.wake_sent or len(session.outgoing) > MAX_OUTGOING:
                         io.queue_output()
                     return

@@ -252,7 +252,9 @@ def test_blocking_sends_wait_for_room_even_while_a_wake_up_is_pending(broker: Br
     """A send that finds the I/O thread already woken still waits once the outgoing
     buffer is past its bound. Holding the connection's lock (what the I/O thread
     takes at the top of each turn) keeps the first wake-up pending; the waiting
-    send lets go of it, and with the broker not reading the send fails."""
+    send lets go of it, and with the broker not reading the send fails. (The first
+    send, on a connection at rest, may write through to the socket itself: then
+    nothing of it is left to wake the I/O thread for.)"""
     with stompy.Connection(broker.url, receipt_timeout=1.0) as conn:
         broker.pause()
         io = conn._io
@@ -260,7 +262,7 @@ def test_blocking_sends_wait_for_room_even_while_a_wake_up_is_pending(broker: Br
             with io.lock, pytest.raises(ConnectionLost, match="stopped reading"):
                 for _ in range(CHUNKS):
                     conn.send("/queue/stuck", CHUNK)
-                    assert io.wake_sent
+                    assert io.wake_sent or not conn._session.outgoing
                     assert len(conn._session.outgoing) <= MAX_OUTGOING + 2 * len(CHUNK)
         finally:
             broker.resume()
