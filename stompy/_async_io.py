@@ -12,9 +12,13 @@ end), and leaves the task group, empty, to the end of the block.
 For each established connection (an *epoch*; a reconnect starts a new one) it runs
 three tasks: a reader that feeds received bytes to the session engine, a writer that
 sends what the session has to send, and a timer that wakes at the core's heart-beat
-deadline. User calls never write to the stream themselves: they run their steps on
-the session synchronously (:meth:`TaskIO.run`), so nothing can interleave, and wake the
-writer. Cancelling a call therefore never leaves half a frame on the wire.
+deadline. User calls run their steps on the session synchronously (:meth:`TaskIO.run`),
+which queues their frames in the session's one outgoing buffer, so nothing can
+interleave. A call that waits next (a receipt, a reply) writes that buffer from its
+own task when the stream is free (:meth:`TaskIO.push`), saving the hand-off to the
+writer; otherwise, and for a send that waits for nothing, it wakes the writer. Every
+write takes the whole buffer under the write lock and is shielded: cancelling a call
+never leaves half a frame on the wire.
 
 While the session keeps a backlog (a subscription's inbox is full) the reader stops
 reading: TCP pushes back on the broker and memory stays flat. It reads again once a
@@ -189,6 +193,49 @@ class TaskIO(Generic[M]):
             self.write_due = True
             self._out_ready.set()
 
+    async def push(self) -> bool:
+        """Before a call waits: write what is queued from the calling task when the
+        stream is free (the write-through), else start the writer; whether it wrote
+        (it then let the other tasks run).
+
+        Free: the writer was not started for it (it would write it next) and nobody
+        holds the write lock, so the frames keep their order. The write is shielded,
+        as the writer's is (a cancelled call never leaves half a frame on the wire),
+        and bounded by ``receipt_timeout``; a failure ends the connection as the
+        writer's would, for the reader and the supervisor to judge. It saves the
+        hand-off to the writer task, one task switch per round trip."""
+        session = self.session
+        out = session.outgoing
+        if not out:
+            return False
+        stream = self.stream
+        lock = self._write_lock
+        scope = self._epoch_scope
+        if stream is None or scope is None or self.write_due or lock.locked():
+            self.kick()
+            return False
+        lock.acquire_nowait()
+        failure: StompError | None = None
+        try:
+            data = bytes(out)
+            out.clear()
+            now = anyio.current_time()
+            session.wrote(now)
+            timeout = session.options.receipt_timeout
+            with anyio.CancelScope(shield=True, deadline=now + timeout) as writing:
+                try:
+                    await stream.send(data)
+                except NETWORK_ERRORS as exc:
+                    failure = self._failed(exc)
+            if writing.cancelled_caught:
+                failure = session.stopped_reading()
+        finally:
+            lock.release()
+        if failure is not None:
+            self._end_epoch(scope, failure)
+        self.kick()  # what was queued while it wrote
+        return True
+
     # -- running calls ---------------------------------------------------------------------
 
     async def run(self, steps: Steps[T]) -> T:
@@ -201,7 +248,11 @@ class TaskIO(Generic[M]):
         receipts, replies = self._receipts, self._replies
         try:
             while wait is not None:
-                self.kick()
+                if await self.push():
+                    # It wrote from here, and let the other tasks run meanwhile: what
+                    # the call waits for may have come. It checks again before waiting.
+                    wait = running.resume(anyio.current_time())
+                    continue
                 rid, cid = wait.receipt, wait.correlation_id
                 event: anyio.Event | Signal
                 if rid is not None:
