@@ -269,14 +269,16 @@ def chart(
     _targets_panel(axes[0][0], verdicts)
     _brokers_panel(axes[0][1], rows.get("brokers", []))
 
-    def panel(ax: Any, group: str, names: list[str], title: str, unit: str) -> None:
+    def panel(
+        ax: Any, group: str, names: list[str], title: str, unit: str, floor: bool = False
+    ) -> None:
         got = rows.get(group, [])
         present = [n for n in names if any(r.name == n and not r.note for r in got)]
         if not present:
             ax.set_axis_off()
             ax.set_title(f"{title.splitlines()[0]}: not run", fontsize=10)
             return
-        _bars(ax, present, _series(got, present), unit)
+        _bars(ax, present, _series(got, present, skip_ceiling=not floor), unit)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
 
@@ -297,7 +299,15 @@ def chart(
         for n in dict.fromkeys(r.name for r in latency)
         if not all(r.note for r in latency if r.name == n)
     ]
-    panel(axes[2][0], "latency", names, "Request/reply round trip (lower is better)", "ms")
+    panel(
+        axes[2][0],
+        "latency",
+        names,
+        "Request/reply and send(receipt=True) round trips (lower is better)\n"
+        "bare socket: the floor, a pre-encoded frame and a read up to the answer's NUL",
+        "ms",
+        floor=True,
+    )
     memory = rows.get("memory", [])
     mem_names = [n for n in dict.fromkeys(r.name for r in memory) if "peak RSS" in n]
     growth = [r for r in memory if "growth" in r.name and not r.note]
