@@ -560,6 +560,7 @@ async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], o
 async def _run_hooks(io: TaskIO[AsyncMessage]) -> None:
     """The lifecycle hooks' task: the session's hook calls in order, until it is over."""
     session = io.session
+    io.hooks_task = anyio.get_current_task().id
     try:
         while True:
             await io.noticed.take()

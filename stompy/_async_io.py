@@ -155,6 +155,8 @@ class TaskIO(Generic[M]):
         self.noticed = Signal()
         #: Set by the hooks task once it made the last call (``None``: no such task).
         self.hooks_done: anyio.Event | None = None
+        #: The id of the task that runs the lifecycle hooks (``None``: none yet).
+        self.hooks_task: int | None = None
 
     # -- waking waits ----------------------------------------------------------------------
 
@@ -361,7 +363,9 @@ class TaskIO(Generic[M]):
         running.close()
         session.closed()
         self.status_changed()
-        if self.hooks_done is not None:  # on_disconnected, and what came before it
+        if self.hooks_done is not None and anyio.get_current_task().id != self.hooks_task:
+            # on_disconnected, and what came before it; not when close() came from a
+            # hook, whose task would wait for itself.
             with anyio.move_on_after(session.options.receipt_timeout, shield=True):
                 await self.hooks_done.wait()
 
