@@ -361,6 +361,17 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             exc = exc_info[1]
             await self._io.leave(exc if isinstance(exc, BaseException) else None)
 
+    def __enter__(self) -> NoReturn:
+        # Only for the message: without it, `with` says the class does not support the
+        # context manager protocol, with no word of `async with`.
+        raise TypeError(
+            "an AsyncConnection is opened with `async with AsyncConnection(...) as conn:`, "
+            "not `with` (the blocking client is stompy.Connection)"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - never entered
+        pass
+
     def connect(self) -> NoReturn:
         """Refused: open the connection with ``async with AsyncConnection(...) as conn:``.
 

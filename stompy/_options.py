@@ -152,6 +152,11 @@ class Reconnect:
             check_integer("max_attempts", self.max_attempts, 1)
         check_seconds("initial_delay", self.initial_delay)
         check_seconds("max_delay", self.max_delay)
+        if self.max_delay < self.initial_delay:
+            raise ConfigurationError(
+                f"max_delay: must be at least initial_delay ({self.initial_delay!r}), "
+                f"got {self.max_delay!r}"
+            )
         check_number("multiplier", self.multiplier, 1.0)
         check_number("jitter", self.jitter, 0.0, 1.0)
         check_seconds("send_timeout", self.send_timeout)

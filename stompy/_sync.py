@@ -20,7 +20,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Final
+from typing import Final, NoReturn
 
 from typing_extensions import Unpack
 
@@ -365,6 +365,16 @@ class Connection(ConnectionBase[Message]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> NoReturn:
+        # Only for the message (see AsyncConnection.__enter__).
+        raise TypeError(
+            "a Connection is opened with `with Connection(...) as conn:`, not `async with` "
+            "(the async client is stompy.AsyncConnection)"
+        )
+
+    async def __aexit__(self, *exc_info: object) -> None:  # pragma: no cover - never entered
+        pass
 
     def connect(self) -> None:
         """Connect to the first address that answers (with retries if ``reconnect`` is set).
