@@ -31,7 +31,9 @@ __all__ = (
     "check_seconds",
     "check_timeout",
     "check_type",
+    "check_version",
     "check_versions",
+    "refuse_time",
     "wrong_type",
 )
 
@@ -159,3 +161,21 @@ def check_versions(name: str, value: object, known: tuple[str, ...]) -> tuple[st
     if not versions or any(v not in known for v in versions):
         raise bad_value(name, f"must be a non-empty sequence of versions among {listed}", value)
     return versions
+
+
+def check_version(name: str, value: object, known: tuple[str, ...]) -> str:
+    """``value``, one of the STOMP versions ``known`` (a str)."""
+    if isinstance(value, str) and value in known:
+        return value
+    listed = ", ".join(repr(v) for v in known)
+    if not isinstance(value, str):
+        raise wrong_type(name, f"a STOMP version among {listed}", value)
+    raise bad_value(name, f"must be a STOMP version among {listed}", value)
+
+
+def refuse_time(name: str, value: object) -> None:
+    """Raise :func:`wrong_type` unless ``value`` is a time in seconds (an int or a float,
+    as a compiled ``float`` parameter takes): for the sans-IO cores' ``now``, checked
+    only off their busy paths (a ``type(now) is float`` there is the usual case)."""
+    if not isinstance(value, (int, float)):
+        raise wrong_type(name, "a time in seconds (a float)", value)

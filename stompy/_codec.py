@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from stompy._checks import bad_value, check_integer
+from stompy._checks import bad_value, check_integer, check_type, check_version, wrong_type
 from stompy._frames import (
     BODY_COMMANDS,
     COMMANDS,
@@ -180,6 +180,7 @@ class FrameParser:
 
     @limits.setter
     def limits(self, limits: FrameLimits) -> None:
+        check_type("limits", limits, FrameLimits, "a FrameLimits")
         self._limits = limits
         self._max_body = limits.max_body
         # A header block no longer than this is within every limit, whatever it holds.
@@ -194,7 +195,7 @@ class FrameParser:
     @version.setter
     def version(self, version: str) -> None:
         if version not in VERSIONS:
-            raise ValueError(f"unknown STOMP version {version!r}")
+            check_version("version", version, VERSIONS)  # TypeError or ConfigurationError
         self._version = version
 
     @property
@@ -614,14 +615,18 @@ def encode(frame: Frame, version: str = V12) -> bytes:
     whenever there is a body, so the body may hold NUL octets.
 
     Raises :class:`ValueError`, before anything is produced, for what cannot be
-    written safely: an unknown version or command, a body on a frame that may not
+    written safely: an unknown version (a :class:`~stompy.errors.ConfigurationError`
+    naming it; a :class:`TypeError` for what is no str) or command, a body on a frame that may not
     have one, an empty header name, text that is not encodable as UTF-8 (a lone
     surrogate), and wherever no escaping exists (STOMP 1.0, and CONNECT / CONNECTED
     in every version) a line break in a header or a colon in a name: a header value
     must never be able to inject a header or a frame. A name or value that is not a
     ``str`` is a :class:`TypeError`.
     """
-    headers = frame._headers  # a received frame's pairs are made when first read
+    try:
+        headers = frame._headers  # a received frame's pairs are made when first read
+    except AttributeError:  # no Frame (compiled, refused before): costs nothing till then
+        raise wrong_type("frame", "a Frame", frame) from None
     return encode_frame(
         frame.command, frame.headers if headers is None else headers, frame.body, version
     )
@@ -640,7 +645,7 @@ def encode_frame(
     """
     if version != V12 and version not in VERSIONS:
         # An unknown version would escape nothing and let a newline through.
-        raise ValueError(f"unknown STOMP version {version!r}")
+        check_version("version", version, VERSIONS)  # TypeError or ConfigurationError
     if command not in COMMANDS:
         raise ValueError(f"unknown STOMP command {command!r}")
     if body and command not in BODY_COMMANDS:

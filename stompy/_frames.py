@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import ClassVar, Final, Literal
 
+from stompy._checks import check_type, wrong_type
 from stompy.errors import RemoteProtocolError
 
 Version = Literal["1.0", "1.1", "1.2"]
@@ -62,6 +63,10 @@ class Frame:
     __match_args__: ClassVar[tuple[str, ...]] = ("command", "headers", "body")
 
     def __init__(self, command: str, headers: Headers = (), body: bytes = b"") -> None:
+        if type(command) is not str or type(headers) is not tuple or type(body) is not bytes:
+            # A subclass or a bytearray body is taken, as mypyc's build takes them (there
+            # a wrong type never gets here: its TypeError comes first).
+            _check_frame(command, headers, body)
         self.command = command
         self._headers: Headers | None = headers
         self.body = body
@@ -97,12 +102,17 @@ class Frame:
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Return the value of the first header entry called ``name``."""
+        if default is not None and not isinstance(default, str):
+            raise wrong_type("default", "a str or None", default)
         block = self._block
         if block:
             # The first line that starts with the name as sent, and a colon, is the
             # name's first entry: a line holds one colon (and a name no colon, no LF,
             # no CR), and an escaped name has one spelling only.
-            sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
+            try:
+                sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
+            except (AttributeError, TypeError):  # no str: costs nothing until raised
+                raise wrong_type("name", "a str", name) from None
             at = block.find(f"\n{sent}:")
             if at < 0:
                 return default
@@ -115,6 +125,8 @@ class Frame:
         for key, value in self.headers:
             if key == name:
                 return value
+        if not isinstance(name, str):  # no pair matched it: looked at only now
+            raise wrong_type("name", "a str", name)
         return default
 
     def __contains__(self, name: object) -> bool:
@@ -147,6 +159,13 @@ class Frame:
         shown = tuple((k, "********") if k == "passcode" else (k, v) for k, v in self.headers)
         body = self.body if len(self.body) <= 64 else self.body[:64] + b"..."
         return f"Frame(command={self.command!r}, headers={shown!r}, body={body!r})"
+
+
+def _check_frame(command: object, headers: object, body: object) -> None:
+    """A :class:`TypeError` naming the argument of a wrong type, if one is."""
+    check_type("command", command, str, "a str")
+    check_type("headers", headers, tuple, "a tuple of (name, value) pairs of str")
+    check_type("body", body, (bytes, bytearray), "bytes")
 
 
 class ReceivedFrame(Frame):
@@ -191,16 +210,28 @@ _PLAIN_NAMES: Final = frozenset(
 def make_headers(
     headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
 ) -> Headers:
-    """Normalise a mapping or a sequence of pairs into the frame's header tuple."""
+    """Normalise a mapping or a sequence of pairs into the frame's header tuple.
+
+    Raises :class:`TypeError` for anything else (a str is no sequence of pairs here),
+    and for a name or value that is not a str.
+    """
     if headers is None:
         return ()
+    given: object = headers  # what the caller passed, whatever its annotation says
+    if isinstance(given, (str, bytes)):
+        raise wrong_type("headers", _HEADER_INPUT, headers)
     items = headers.items() if isinstance(headers, Mapping) else headers
-    result: list[tuple[str, str]] = []
-    for key, value in items:
+    try:
+        pairs = tuple([(key, value) for key, value in items])
+    except (TypeError, ValueError):  # not iterable, or an item that is no pair
+        raise wrong_type("headers", _HEADER_INPUT, headers) from None
+    for key, value in pairs:
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
-        result.append((key, value))
-    return tuple(result)
+    return pairs
+
+
+_HEADER_INPUT: Final = "a mapping of str to str or (name, value) pairs of str"
 
 
 # -- escaping --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from stompy._checks import check_heartbeats
 from stompy.errors import RemoteProtocolError
 
 __all__ = (
@@ -54,11 +55,14 @@ def parse_heartbeat(value: str | None) -> tuple[int, int]:
 
 
 def format_heartbeat(beats: tuple[int, int]) -> str:
-    """The ``heart-beat`` header value for ``(can send, want to receive)`` in ms."""
-    send, receive = beats
-    if send < 0 or receive < 0:
-        raise ValueError(f"heart-beat intervals must not be negative: {beats!r}")
-    return f"{int(send)},{int(receive)}"
+    """The ``heart-beat`` header value for ``(can send, want to receive)`` in ms.
+
+    Raises :class:`~stompy.errors.ConfigurationError` (a :class:`ValueError`) naming
+    ``heartbeats`` for an interval below 0, above :data:`MAX_INTERVAL` or not whole,
+    and a :class:`TypeError` for what is no pair of numbers.
+    """
+    send, receive = check_heartbeats("heartbeats", beats, MAX_INTERVAL)
+    return f"{send},{receive}"
 
 
 def negotiate(mine: tuple[int, int], theirs: tuple[int, int]) -> tuple[int, int]:

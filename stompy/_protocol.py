@@ -44,6 +44,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from stompy._checks import (
+    check_heartbeats,
+    check_number,
+    check_type,
+    check_versions,
+    refuse_time,
+)
 from stompy._codec import (
     DEFAULT_LIMITS,
     FrameLimits,
@@ -65,6 +72,7 @@ from stompy._events import (
 )
 from stompy._frames import V10, V11, V12, VERSIONS, Frame, make_headers, unescape
 from stompy._heartbeat import (
+    MAX_INTERVAL,
     Heartbeat,
     format_heartbeat,
     negotiate,
@@ -192,15 +200,12 @@ class ClientProtocol:
         limits: FrameLimits = DEFAULT_LIMITS,
         strict: bool = True,
     ) -> None:
-        offered = tuple(sorted(set(versions)))
-        if not offered or any(v not in VERSIONS for v in offered):
-            raise ValueError(f"versions must be a non-empty subset of {VERSIONS}, got {offered}")
-        format_heartbeat(heartbeats)  # validates
-        if heartbeat_tolerance < 1.0:
-            raise ValueError("heartbeat_tolerance must be at least 1.0")
+        # The clients' checks (ClientOptions), here too: the core is public.
+        offered = tuple(sorted(set(check_versions("versions", versions, VERSIONS))))
         self.versions: tuple[str, ...] = offered
-        self.heartbeats = (int(heartbeats[0]), int(heartbeats[1]))
-        self.heartbeat_tolerance = heartbeat_tolerance
+        self.heartbeats = check_heartbeats("heartbeats", heartbeats, MAX_INTERVAL)
+        self.heartbeat_tolerance = check_number("heartbeat_tolerance", heartbeat_tolerance, 1.0)
+        check_type("limits", limits, FrameLimits, "a FrameLimits")
         #: "Receiving is strict by default": with ``strict=False`` undefined escapes are
         #: kept literally and a body on a bodiless frame is accepted.
         self.strict = strict
@@ -267,11 +272,17 @@ class ClientProtocol:
         what decides when an outgoing heart-beat is due.
         """
         if not self._out:
+            if now is not None and type(now) is not float:
+                refuse_time("now", now)
             return b""
         data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
         self._out.clear()
-        if now is not None and self._heartbeat is not None:
-            self._heartbeat.sent(now)
+        if now is not None:
+            # Checked only here, with heart-beats on: a send without them passes None.
+            if type(now) is not float:
+                refuse_time("now", now)
+            if self._heartbeat is not None:
+                self._heartbeat.sent(now)
         return data
 
     def frames_to_send(self, now: float | None = None) -> list[bytes]:
@@ -279,6 +290,8 @@ class ClientProtocol:
 
         For framings that carry one STOMP frame per message, such as WebSocket.
         """
+        if now is not None and type(now) is not float:
+            refuse_time("now", now)
         if not self._out:
             return []
         frames = list(self._out)
@@ -718,10 +731,18 @@ class ClientProtocol:
         """Buffer bytes from the peer; ``now`` is when they arrived (any byte is life)."""
         if self.state is _CLOSED or self._eof:
             return  # after an ERROR, our close or the EOF, what follows is noise
+        if now is not None and type(now) is not float:  # once a read, not a frame
+            refuse_time("now", now)
         if data:
-            self._parser.feed(data)
+            try:
+                self._parser.feed(data)
+            except TypeError:  # costs nothing until raised
+                check_type("data", data, (bytes, bytearray, memoryview), "bytes")
+                raise
             if now is not None and self._heartbeat is not None:
                 self._heartbeat.received(now, only_heartbeats(data))
+        else:
+            check_type("data", data, (bytes, bytearray, memoryview), "bytes")
 
     def receive_eof(self) -> None:
         """The peer closed the transport.
@@ -908,6 +929,8 @@ class ClientProtocol:
 
         It is separate from the CONNECTED frame because the protocol has no clock.
         """
+        if type(now) is not float:
+            refuse_time("now", now)
         out_ms, in_ms = self.negotiated_heartbeats
         if out_ms or in_ms:
             self._heartbeat = Heartbeat(out_ms, in_ms, self.heartbeat_tolerance, now)
@@ -919,6 +942,8 @@ class ClientProtocol:
         consumer) but can see that bytes are waiting: a paused reader must not be
         mistaken for a silent peer.
         """
+        if type(now) is not float:
+            refuse_time("now", now)
         if self._heartbeat is not None:
             self._heartbeat.received(now)
 
@@ -934,6 +959,8 @@ class ClientProtocol:
         A dead peer (nothing received for the incoming interval times the tolerance)
         yields a :class:`HeartbeatTimedOut` event and closes the state.
         """
+        if type(now) is not float:  # once a turn of the transport's loop, not a frame
+            refuse_time("now", now)
         beat = self._heartbeat
         if beat is None or self.state in (_CLOSED, _IDLE):
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import example, given
@@ -17,7 +18,7 @@ from stompy._heartbeat import (
     parse_heartbeat,
 )
 from stompy._protocol import ClientProtocol, State
-from stompy.errors import RemoteProtocolError
+from stompy.errors import ConfigurationError, RemoteProtocolError
 from tests.test_protocol import connected, events, server_bytes
 
 # -- the header ----------------------------------------------------------------------
@@ -49,10 +50,13 @@ def test_parse_heartbeat_refuses_garbage(value: str) -> None:
 def test_format_heartbeat() -> None:
     assert format_heartbeat((0, 0)) == "0,0"
     assert format_heartbeat((4000, 250)) == "4000,250"
-    with pytest.raises(ValueError, match="negative"):
-        format_heartbeat((-1, 0))
-    with pytest.raises(ValueError, match="negative"):
-        format_heartbeat((0, -1))
+    beats: Any
+    for beats in ((-1, 0), (0, -1), (0.5, 0), (0, 2**31)):
+        with pytest.raises(ConfigurationError, match=r"^heartbeats: each interval .* got \("):
+            format_heartbeat(beats)
+    for beats in ("10,10", None, (1,), (1, "2")):
+        with pytest.raises((TypeError, ConfigurationError), match=r"^heartbeats: "):
+            format_heartbeat(beats)
 
 
 @pytest.mark.parametrize(
