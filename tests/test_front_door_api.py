@@ -644,63 +644,6 @@ DEFECTS: list[tuple[str, bool, tuple[str, ...]]] = [
         True,
         ("Reconnect.delays:uniform",),
     ),
-    (
-        f"stompy.testing ({UNOWNED}): a session id that is not a str is a KeyError; "
-        "serve_stream() of what is no stream an AttributeError; on trio, wait_until() "
-        "takes timeout=None; a dead_letter_queue of any type is a ValueError without "
-        "max_redeliveries",
-        True,
-        (
-            "Broker.pause:session",
-            "Broker.resume:session",
-            "Broker.send_raw:session",
-            "AsyncBroker.pause:session",
-            "AsyncBroker.resume:session",
-            "AsyncBroker.send_raw:session",
-            "AsyncBroker.serve_stream:stream",
-            "trio/AsyncBroker.wait_until:timeout",
-            "trio/AsyncFaultProxy.wait_until:timeout",
-            "BrokerConfig:dead_letter_queue",
-        ),
-    ),
-    (
-        f"stompy.testing, pure Python ({UNOWNED}): the broker's core takes any type where "
-        "mypyc's build raises TypeError (queue_depth(Unusual()) is 0, send_raw(-5) a "
-        "ValueError, BrokerConfig's numbers compared to 1 give ValueError)",
-        PURE,
-        (
-            "Broker.queue_depth:destination",
-            "Broker.unacked_count:destination",
-            "AsyncBroker.queue_depth:destination",
-            "AsyncBroker.unacked_count:destination",
-            "AsyncBroker.serve_stream:peer",
-            "BrokerCore:config",
-            "BrokerCore.open_session:now",
-            "BrokerCore.open_session:peer",
-            "BrokerCore.queue_depth:destination",
-            "BrokerCore.unacked_count:destination",
-            "ServerSession.close:reason",
-            "ServerSession.data_to_send:now",
-            "ServerSession.receive_data:data",
-            "ServerSession.receive_data:now",
-            "ServerSession.resume:now",
-            "ServerSession.send_raw:data",
-            "AsyncBroker.send_raw:data",
-            "BrokerConfig:limits",
-            "BrokerConfig:max_queue",
-            "BrokerConfig:max_queue_depth",
-            "BrokerConfig:max_subscriptions",
-            "BrokerConfig:prefetch",
-            "BrokerConfig:server_name",
-            "BrokerConfig:versions",
-        ),
-    ),
-    (
-        f"stompy.testing, compiled ({UNOWNED}): BrokerConfig converts users, virtual_hosts "
-        "and max_redeliveries and fails with ValueError",
-        not PURE,
-        ("BrokerConfig:users", "BrokerConfig:virtual_hosts", "BrokerConfig:max_redeliveries"),
-    ),
 ]
 
 KNOWN: dict[str, tuple[str, bool]] = {

@@ -12,11 +12,16 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import anyio
 import pytest
 
 import stompy
 from stompy import ClientProtocol, ConfigurationError, Frame, FrameParser, StompError, encode
 from stompy._heartbeat import format_heartbeat
+from stompy.testing import Broker, BrokerConfig, BrokerCore, serve
+
+#: Every wait of these tests is bounded by this many seconds.
+LIMIT = 10.0
 
 
 def wrong_type(call: Callable[[], object], name: str) -> TypeError:
@@ -106,3 +111,73 @@ def test_client_protocol_refuses_a_wrong_time_or_data() -> None:
     wrong_type(lambda: proto.connect("localhost", headers="client-id"), "headers")
     proto.receive_data(b"", 1)  # an int is a time, as mypyc's float takes it
     assert proto.data_to_send(0) == b""
+
+
+# -- stompy.testing --------------------------------------------------------------------------
+
+
+def test_broker_config_names_the_field() -> None:
+    make: Any = BrokerConfig
+    shown = "got dead_letter_queue='/queue/dlq' and max_redeliveries=None"
+    bad_value(lambda: BrokerConfig(dead_letter_queue="/queue/dlq"), "dead_letter_queue", shown)
+    bad_value(lambda: BrokerConfig(prefetch=0), "prefetch", "0")
+    bad_value(lambda: BrokerConfig(versions=("2.0",)), "versions", "('2.0',)")
+    bad_value(lambda: BrokerConfig(heartbeats=(-1, 0)), "heartbeats", "(-1, 0)")
+    bad_value(lambda: BrokerConfig(virtual_hosts="localhost"), "virtual_hosts", "'localhost'")
+    bad_value(lambda: BrokerConfig(server_name="a\nb"), "server_name", "'a\\nb'")
+    wrong_type(lambda: make(dead_letter_queue=7, max_redeliveries=1), "dead_letter_queue")
+    wrong_type(lambda: make(max_redeliveries=1.5), "max_redeliveries")
+    wrong_type(lambda: make(prefetch=2.5), "prefetch")
+    wrong_type(lambda: make(limits={}), "limits")
+    wrong_type(lambda: make(virtual_hosts=[1]), "virtual_hosts")
+    caught = wrong_type(lambda: make(users={"guest": 1234}), "users")
+    assert "1234" not in str(caught)  # a passcode is not shown
+    wrong_type(lambda: make(users=["guest"]), "users")
+
+
+def test_broker_core_refuses_wrong_types() -> None:
+    loose: Any = BrokerCore
+    wrong_type(lambda: loose({"prefetch": 1}), "config")
+    core: Any = BrokerCore()
+    wrong_type(lambda: core.open_session("now"), "now")
+    wrong_type(lambda: core.open_session(0.0, 7), "peer")
+    wrong_type(lambda: core.queue_depth(7), "destination")
+    wrong_type(lambda: core.unacked_count(7), "destination")
+    session = core.open_session(0.0)
+    wrong_type(lambda: session.receive_data(b"", "now"), "now")
+    wrong_type(lambda: session.receive_data(None, 0.0), "data")
+    wrong_type(lambda: session.data_to_send("now"), "now")
+    wrong_type(lambda: session.resume("now"), "now")
+    wrong_type(lambda: session.close(7), "reason")
+    wrong_type(lambda: session.send_raw(5), "data")  # bytes(5) was five NULs
+    assert session.data_to_send(0.0) == b""
+
+
+def test_a_broker_refuses_a_session_id_of_a_wrong_type(stomp_broker: Broker) -> None:
+    loose: Any = stomp_broker
+    with stompy.Connection(stomp_broker.url) as conn:
+        session = conn.session
+        assert session is not None
+        for call in (loose.pause, loose.resume):
+            wrong_type(partial(call, session=7), "session")
+        wrong_type(lambda: loose.send_raw(None, b"x"), "session")
+        wrong_type(lambda: loose.send_raw(session, 5), "data")
+        with pytest.raises(KeyError):  # an unknown id of the right type: as documented
+            stomp_broker.pause("no-such-session")
+        conn.send("/queue/type-checks", b"x", receipt=True)  # the connection lives on
+    wrong_type(lambda: loose.queue_depth(7), "destination")
+    wrong_type(lambda: loose.wait_until(lambda: True, timeout=None), "timeout")
+
+
+@pytest.mark.anyio
+async def test_an_async_broker_refuses_wrong_types() -> None:
+    with anyio.fail_after(LIMIT):
+        async with serve() as broker:
+            loose: Any = broker
+            with pytest.raises(TypeError, match="stream"):
+                await loose.serve_stream(object())
+            with pytest.raises(TypeError, match="timeout"):
+                await loose.wait_until(lambda: True, timeout=None)  # trio's: no limit
+            with pytest.raises(ConfigurationError, match="timeout"):
+                await broker.wait_until(lambda: True, timeout=-1)
+            assert broker.stats.connections_opened == 0

@@ -59,10 +59,22 @@ from dataclasses import InitVar, dataclass, field, replace
 from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Final, TypedDict, get_args
 
+from stompy._checks import (
+    bad_value,
+    check_heartbeats,
+    check_integer,
+    check_number,
+    check_seconds,
+    check_type,
+    check_versions,
+    refuse_time,
+    wrong_type,
+)
 from stompy._codec import FrameLimits, FrameParser, encode
 from stompy._events import AckMode
 from stompy._frames import V10, V11, V12, VERSIONS, Frame, Headers, _split_header_text, escape
 from stompy._heartbeat import (
+    MAX_INTERVAL,
     Heartbeat,
     format_heartbeat,
     negotiate,
@@ -70,7 +82,7 @@ from stompy._heartbeat import (
     parse_heartbeat,
 )
 from stompy._protocol import MAX_BODY_HEADER
-from stompy.errors import FrameTooLarge, ProtocolError
+from stompy.errors import ConfigurationError, FrameTooLarge, ProtocolError
 
 __all__ = (
     "BrokerConfig",
@@ -118,7 +130,8 @@ _COMPILED: Final = __file__.endswith(tuple(EXTENSION_SUFFIXES))
 class BrokerConfig:
     """What a broker accepts and how much it holds. Every bound has a default.
 
-    Raises :class:`ValueError` for unusable values.
+    Raises :class:`~stompy.errors.ConfigurationError` (a :class:`ValueError`) for an
+    unusable value and :class:`TypeError` for one of a wrong type, naming the field.
     """
 
     #: ``login -> passcode``; ``None`` accepts every client, with or without a login.
@@ -169,6 +182,7 @@ class BrokerConfig:
 
     def __post_init__(self, max_queue_depth: int | None) -> None:
         if max_queue_depth is not None:
+            check_integer("max_queue_depth", max_queue_depth, 1)
             # The caller of BrokerConfig(), above the __init__ that dataclasses wrote;
             # compiled, this method is no frame of the stack.
             warnings.warn(
@@ -177,41 +191,64 @@ class BrokerConfig:
                 stacklevel=2 if _COMPILED else 3,
             )
             object.__setattr__(self, "max_queue", max_queue_depth)
-        versions = tuple(v for v in VERSIONS if v in set(self.versions))
-        if not versions or len(versions) != len(set(self.versions)):
-            raise ValueError(f"versions must be a non-empty subset of {VERSIONS}")
-        object.__setattr__(self, "versions", versions)
-        format_heartbeat(self.heartbeats)
-        object.__setattr__(self, "heartbeats", (int(self.heartbeats[0]), int(self.heartbeats[1])))
+        # A wrong type is a TypeError, an unusable value a ConfigurationError (also a
+        # ValueError), each naming the field, as the clients' options (stompy._checks).
+        given = check_versions("versions", self.versions, VERSIONS)
+        object.__setattr__(self, "versions", tuple(v for v in VERSIONS if v in given))
+        heartbeats = check_heartbeats("heartbeats", self.heartbeats, MAX_INTERVAL)
+        object.__setattr__(self, "heartbeats", heartbeats)
         if self.users is not None:
-            object.__setattr__(self, "users", dict(self.users))
+            object.__setattr__(self, "users", _users(self.users))
         if self.virtual_hosts is not None:
-            object.__setattr__(self, "virtual_hosts", frozenset(self.virtual_hosts))
-        if self.heartbeat_tolerance < 1.0:
-            raise ValueError("heartbeat_tolerance must be at least 1.0")
-        for name in (
-            "prefetch",
-            "max_queue",
-            "max_stored_bytes",
-            "write_buffer",
-            "max_subscriptions",
-            "max_transactions",
-            "max_transaction_frames",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        if self.connect_timeout <= 0:
-            raise ValueError("connect_timeout must be positive")
-        if self.max_redeliveries is not None and self.max_redeliveries < 0:
-            raise ValueError("max_redeliveries must be at least 0 (or None: no limit)")
-        if self.dead_letter_queue is not None:
-            if self.max_redeliveries is None:
-                raise ValueError("dead_letter_queue needs max_redeliveries (the limit)")
-            dlq = self.dead_letter_queue
-            if not dlq or "\n" in dlq or "\r" in dlq or dlq.startswith(_PRIVATE_PREFIXES):
-                raise ValueError(f"dead_letter_queue {dlq!r} is not a destination for it")
+            object.__setattr__(self, "virtual_hosts", _virtual_hosts(self.virtual_hosts))
+        check_number("heartbeat_tolerance", self.heartbeat_tolerance, 1.0)
+        check_type("limits", self.limits, FrameLimits, "a FrameLimits")
+        check_integer("prefetch", self.prefetch, 1)
+        check_integer("max_queue", self.max_queue, 1)
+        check_integer("max_stored_bytes", self.max_stored_bytes, 1)
+        check_integer("write_buffer", self.write_buffer, 1)
+        check_integer("max_subscriptions", self.max_subscriptions, 1)
+        check_integer("max_transactions", self.max_transactions, 1)
+        check_integer("max_transaction_frames", self.max_transaction_frames, 1)
+        check_seconds("connect_timeout", self.connect_timeout, positive=True)
+        check_type("server_name", self.server_name, str, "a str")
         if "\n" in self.server_name or "\r" in self.server_name:
-            raise ValueError("server_name must be one line")
+            raise bad_value("server_name", "must be one line", self.server_name)
+        if self.max_redeliveries is not None:
+            check_integer("max_redeliveries", self.max_redeliveries, 0)
+        dlq = self.dead_letter_queue
+        if dlq is not None:
+            check_type("dead_letter_queue", dlq, str, "a destination (a str) or None")
+            if self.max_redeliveries is None:
+                raise ConfigurationError(
+                    "dead_letter_queue needs max_redeliveries (the limit), "
+                    f"got dead_letter_queue={dlq!r} and max_redeliveries=None"
+                )
+            if not dlq or "\n" in dlq or "\r" in dlq or dlq.startswith(_PRIVATE_PREFIXES):
+                raise bad_value("dead_letter_queue", "must be a destination for it", dlq)
+
+
+def _users(users: object) -> dict[str, str]:
+    """BrokerConfig's ``users``, a copy: a mapping of logins to passcodes, all str."""
+    if not isinstance(users, Mapping):
+        raise wrong_type("users", "a mapping of logins to passcodes (str) or None", users)
+    copied = dict(users)
+    for login, passcode in copied.items():
+        if not isinstance(login, str) or not isinstance(passcode, str):
+            # The passcode is not shown: only its type.
+            shown = f"{login!r}: {type(passcode).__name__}"
+            raise TypeError(f"users: expected a mapping of logins to passcodes (str), got {shown}")
+    return copied
+
+
+def _virtual_hosts(hosts: object) -> frozenset[str]:
+    """BrokerConfig's ``virtual_hosts``: host names (str), as a frozenset."""
+    if isinstance(hosts, str):
+        # A str is a collection of one-character strings: every letter a host.
+        raise bad_value("virtual_hosts", "must be a collection of host names like ('h',)", hosts)
+    if not isinstance(hosts, Collection) or not all(isinstance(h, str) for h in hosts):
+        raise wrong_type("virtual_hosts", "a collection of host names (str) or None", hosts)
+    return frozenset(hosts)
 
 
 class BrokerOptions(TypedDict, total=False):
@@ -508,6 +545,8 @@ class BrokerCore:
     """The shared state of one broker and the factory of its sessions."""
 
     def __init__(self, config: BrokerConfig | None = None) -> None:
+        if config is not None:
+            check_type("config", config, BrokerConfig, "a BrokerConfig or None")
         self.config = config if config is not None else BrokerConfig()
         #: Open sessions by id, CLOSING ones included.
         self.sessions: dict[str, ServerSession] = {}
@@ -528,6 +567,8 @@ class BrokerCore:
 
     def open_session(self, now: float, peer: str = "") -> ServerSession:
         """Start serving a new connection; ``peer`` only labels it."""
+        refuse_time("now", now)
+        check_type("peer", peer, str, "a str")
         self._next_session += 1
         session = ServerSession(self, f"session-{self._token}-{self._next_session}", now, peer)
         self.sessions[session.id] = session
@@ -564,6 +605,7 @@ class BrokerCore:
 
     def queue_depth(self, destination: str) -> int:
         """Messages waiting in a queue; for a topic, in its subscriptions' backlogs."""
+        check_type("destination", destination, str, "a str")
         dest = self._destinations.get(destination)
         if dest is None:
             return 0
@@ -573,6 +615,8 @@ class BrokerCore:
 
     def unacked_count(self, destination: str | None = None) -> int:
         """Messages delivered and not acknowledged, for one destination or all."""
+        if destination is not None:
+            check_type("destination", destination, str, "a str or None")
         total = 0
         for session in self.sessions.values():
             for sub in session._subscriptions.values():
@@ -947,6 +991,8 @@ class ServerSession:
         Taking the output makes room, so waiting messages are delivered right after:
         the next call may return more.
         """
+        if now is not None and type(now) is not float:  # once a write, not a frame
+            refuse_time("now", now)
         self.core._ready.pop(self.id, None)
         if not self._out:
             return b""
@@ -962,6 +1008,8 @@ class ServerSession:
 
     def send_raw(self, data: bytes) -> None:
         """Queue bytes exactly as given, to test how clients take broken input."""
+        # bytes() would take a count, and a str with an encoding: not what is meant.
+        check_type("data", data, (bytes, bytearray, memoryview), "bytes")
         if self.state is not _CLOSED:
             self._queue(bytes(data))
 
@@ -1050,10 +1098,13 @@ class ServerSession:
 
         Never raises for bad input: it queues an ERROR and moves to CLOSING.
         """
+        if type(now) is not float:  # once a read, not a frame
+            refuse_time("now", now)
+        if not data:
+            check_type("data", data, (bytes, bytearray, memoryview), "bytes")
+            return
         if self.state not in _READING:
             return  # after ERROR or DISCONNECT, what follows is discarded
-        if not data:
-            return
         if self._heartbeat is not None:
             self._heartbeat.received(now, only_heartbeats(data))
         parser = self._parser
@@ -1084,6 +1135,7 @@ class ServerSession:
         Unacknowledged queue messages go back to their queues (``redelivered:true``),
         open transactions are aborted. Output not yet taken can still be drained.
         """
+        check_type("reason", reason, str, "a str")
         if self.state is _CLOSED:
             return
         if self.close_reason is None:
@@ -1524,6 +1576,7 @@ class ServerSession:
 
     def resume(self, now: float) -> None:
         """Undo :meth:`pause`; the heart-beat clocks restart at ``now``."""
+        refuse_time("now", now)
         if not self.paused:
             return
         self.paused = False

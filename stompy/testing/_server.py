@@ -36,6 +36,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
+from stompy._checks import check_type, wrong_type
 from stompy._keywords import check, keys
 from stompy._signal import Signal
 from stompy.errors import StompError
@@ -63,6 +64,8 @@ LINGER: Final = 2.0
 #: The keywords :func:`serve` and :func:`~stompy.testing.run_broker` pass on to
 #: :class:`BrokerConfig`; any other is refused with a ``TypeError`` naming the call.
 BROKER_OPTIONS: Final = keys(BrokerOptions)
+#: What :meth:`AsyncBroker.serve_stream` calls on its stream.
+_STREAM_METHODS: Final = ("receive", "send", "aclose")
 
 
 class _Connection:
@@ -294,6 +297,7 @@ class AsyncBroker:
     def _select(self, session: str | None) -> list[_Connection]:
         if session is None:
             return list(self._connections.values())
+        check_type("session", session, str, "a session id (a str) or None")
         connection = self._connections.get(session)
         if connection is None:
             raise KeyError(f"no open connection with session id {session!r}")
@@ -319,7 +323,11 @@ class AsyncBroker:
         self._wake()
 
     def send_raw(self, session: str, data: bytes) -> None:
-        """Write ``data`` to a client exactly as given (after what is already queued)."""
+        """Write ``data`` to a client exactly as given (after what is already queued).
+
+        Raises :class:`KeyError` for an unknown session id.
+        """
+        check_type("session", session, str, "a session id (a str)")
         (connection,) = self._select(session)
         connection.session.send_raw(data)
         self._wake()
@@ -336,8 +344,12 @@ class AsyncBroker:
         """Serve one client over ``stream`` until it ends; closes the stream.
 
         Never raises, except for cancellation: a bug while serving is logged, counted
-        in :attr:`stats` and ends only this connection.
+        in :attr:`stats` and ends only this connection. A ``stream`` without anyio's
+        byte stream methods (``receive``, ``send``, ``aclose``) or a ``peer`` that is no
+        str is a :class:`TypeError`, before anything is served.
         """
+        if not all(callable(getattr(stream, name, None)) for name in _STREAM_METHODS):
+            raise wrong_type("stream", "an anyio byte stream", stream)
         session = self._core.open_session(anyio.current_time(), peer)
         connection = _Connection(self, stream, session)
         self._connections[session.id] = connection

@@ -21,6 +21,7 @@ from anyio.abc import SocketAttribute
 from anyio.from_thread import BlockingPortal
 from typing_extensions import Self
 
+from stompy._checks import check_seconds
 from stompy._keywords import check
 
 __all__ = (
@@ -82,7 +83,12 @@ def peer_name(stream: anyio.TypedAttributeProvider) -> str:
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
-    """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""
+    """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``.
+
+    A ``timeout`` that is no number of seconds >= 0 is a :class:`TypeError` or a
+    :class:`~stompy.errors.ConfigurationError` (``None`` too: trio's would wait forever).
+    """
+    timeout = check_seconds("timeout", timeout)
     with anyio.fail_after(timeout):
         while not predicate():
             await anyio.sleep(0.005)
@@ -183,7 +189,7 @@ class InThread(Generic[S, C]):
 
         Raises :class:`TimeoutError` after ``timeout`` seconds.
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + check_seconds("timeout", timeout)
         while not predicate():
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"condition not met within {timeout} s")
