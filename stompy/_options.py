@@ -163,7 +163,16 @@ class Reconnect:
 
     def delays(self, uniform: Callable[[float, float], float] = random.uniform) -> Iterator[float]:
         """The delay before each attempt: 0 for the first, then growing with jitter
-        (``uniform(a, b)``, a random number between ``a`` and ``b``)."""
+        (``uniform(a, b)``, a random number between ``a`` and ``b``).
+
+        A ``uniform`` that is not callable is a :class:`TypeError` here, not at the
+        second attempt.
+        """
+        if not callable(uniform):
+            raise wrong_type("uniform", "a function uniform(a, b) -> float", uniform)
+        return self._delays(uniform)
+
+    def _delays(self, uniform: Callable[[float, float], float]) -> Iterator[float]:
         delay = self.initial_delay
         attempt = 0
         while self.max_attempts is None or attempt < self.max_attempts:
@@ -197,11 +206,8 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
     chunk: list[Outgoing] = []
     held: Outgoing | None = None
     for message in messages:
-        if not isinstance(message, Outgoing):
-            raise TypeError(
-                f"send_many() takes stompy.Outgoing(destination, body, ...) messages, "
-                f"got {type(message).__name__}"
-            )
+        if type(message) is not Outgoing and not isinstance(message, Outgoing):
+            raise _not_outgoing(message)
         if held is not None:
             chunk.append(held)
             if len(chunk) == SEND_CHUNK:
@@ -212,6 +218,14 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
         yield chunk
     if held is not None:
         yield held
+
+
+def _not_outgoing(item: object) -> TypeError:
+    shown = repr(item) if len(repr(item)) <= 80 else repr(item)[:80] + "..."
+    return TypeError(
+        "send_many(): each message must be a stompy.Outgoing(destination, body, "
+        f"headers=..., content_type=...), got {shown} ({type(item).__name__})"
+    )
 
 
 SslArg = bool | _ssl.SSLContext | None

@@ -82,7 +82,6 @@ from stompy._state import (
 )
 from stompy._urls import Endpoint
 from stompy.errors import (
-    ConfigurationError,
     ConnectionLost,
     LocalProtocolError,
     ProtocolError,
@@ -469,12 +468,11 @@ class Session(Generic[M]):
 
         ``max_pending`` and ``overflow`` default to the connection's; in the client ack
         modes the SUBSCRIBE asks for a prefetch of ``max_pending``
-        (:func:`subscribe_headers`).
+        (:func:`subscribe_headers`). The caller checked ``max_pending`` (``Call.subscribe``,
+        as ``ClientOptions`` the connection's).
         """
         options = self.options
         pending = max_pending if max_pending is not None else options.max_pending
-        if pending < 1:
-            raise ConfigurationError(f"max_pending must be at least 1, got {pending}")
         if overflow is not None:
             check_overflow(overflow)
         proto = self.ready()

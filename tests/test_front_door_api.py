@@ -15,7 +15,12 @@ dataclass or an exception keeps what it is given; the call that takes one checks
 and of what the library hands out (:data:`HANDED_OUT`). A class with methods needs a way
 to make one in :data:`CORE_OBJECTS` or a world's ``instance()``, and a required parameter
 a valid value in :data:`VALID`: the walk fails, saying which, when one is missing.
-Defects not fixed yet are strict xfails (:data:`DEFECTS`).
+Defects not fixed yet are strict xfails (:data:`DEFECTS`); none is left.
+
+A parameter that takes a container (``Iterable[Outgoing]``, ``str | Sequence[str]``, a
+``Mapping``'s values, a fixed ``tuple[int, int]``) is walked a second time with a
+container of the right type holding an item of a wrong one (:func:`items_of`): a plain
+tuple in ``send_many``, ``None`` among the URLs. The same answer is asked of it.
 """
 
 from __future__ import annotations
@@ -356,6 +361,66 @@ def is_wrong(value: Any, parameter: inspect.Parameter) -> bool:
     return not isinstance(value, accepted)
 
 
+def _split_top(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` outside brackets (``A | B[C | D]``: two parts)."""
+    parts: list[str] = []
+    depth = start = 0
+    for at, char in enumerate(text):
+        depth += char == "["
+        depth -= char == "]"
+        if depth == 0 and text.startswith(separator, at):
+            parts.append(text[start:at].strip())
+            start = at + len(separator)
+    return [*parts, text[start:].strip()]
+
+
+_CONTAINER = re.compile(r"(Iterable|Sequence|Collection|list|tuple|Mapping|dict)\[(.*)\]")
+
+
+@dataclass(frozen=True)
+class Items:
+    """A container a parameter takes, for the item walk: ``kind`` (``list``, ``tuple``
+    or ``dict``), how many items a fixed tuple holds (else 1) and the annotation of an
+    item (of a value, in a mapping)."""
+
+    kind: type
+    count: int
+    item: str
+
+    def wrong(self, item: Any) -> bool:
+        """Whether ``item`` is of a type the container's items may not be."""
+        names = re.findall(r"[A-Za-z_][A-Za-z_0-9]*", self.item)
+        if set(names) & UNWALKED or ("Callable" in names and callable(item)):
+            return False
+        accepted = tuple(t for name in names for t in ACCEPTS.get(name, ()))
+        return not isinstance(item, accepted)
+
+    def holding(self, item: Any) -> Any:
+        """The container with ``item`` in it (in each place of a fixed tuple)."""
+        if self.kind is dict:
+            return {"key": item}
+        return self.kind([item] * self.count)
+
+
+def items_of(parameter: inspect.Parameter) -> Items | None:
+    """The container among what ``parameter`` takes (``Iterable[Outgoing]``,
+    ``str | Sequence[str]``...), if any: a right container of wrong items is walked too
+    (``send_many([("/queue/a", "x")])``, ``Connection([None])``)."""
+    for member in _split_top(str(parameter.annotation), " | "):
+        match = _CONTAINER.fullmatch(member)
+        if match is None:
+            continue
+        container, inner = match.groups()
+        args = _split_top(inner, ",")
+        if container in ("Mapping", "dict"):
+            return Items(dict, 1, args[-1])
+        if container == "tuple":
+            fixed = args[-1] != "..."
+            return Items(tuple, len(args) if fixed else 1, args[0])
+        return Items(list, 1, inner)
+    return None
+
+
 # -- the worlds: where the objects come from and how a call is run -----------------------------
 
 
@@ -631,20 +696,11 @@ def trio_world() -> Iterator[World]:
 
 # -- the walks ---------------------------------------------------------------------------------
 
-PURE = not stompy.COMPILED
-
-UNOWNED = "not assigned in issue 34"
-
-#: Defects the walk finds that are not fixed yet, each an ``xfail(strict=True)`` (the fix
+#: Defects the walk finds that other work owns, each an ``xfail(strict=True)`` (the fix
 #: shows): why, whether it shows in this build, and the cases (``name:parameter``, or
-#: ``flavour/name:parameter`` where one flavour only).
-DEFECTS: list[tuple[str, bool, tuple[str, ...]]] = [
-    (
-        f"{UNOWNED}: Reconnect.delays() takes any uniform (refused at the second attempt, if ever)",
-        True,
-        ("Reconnect.delays:uniform",),
-    ),
-]
+#: ``flavour/name:parameter`` where one flavour only). None is left: a defect found
+#: later goes here with its owner until it is fixed.
+DEFECTS: list[tuple[str, bool, tuple[str, ...]]] = []
 
 KNOWN: dict[str, tuple[str, bool]] = {
     case: (reason, shows) for reason, shows, cases in DEFECTS for case in cases
@@ -733,6 +789,42 @@ def test_an_argument_of_a_wrong_type_is_refused(
     )
 
 
+ITEM_CASES = [
+    f"{f}/{t.name}:{p.name}"
+    for t in TARGETS
+    for p in walked_parameters(t)
+    if items_of(p) is not None
+    for f in _flavours(t)
+]
+
+
+@pytest.mark.parametrize("case", [_marked(c) for c in ITEM_CASES])
+@settings(WALK)
+@given(data=st.data())
+def test_an_item_of_a_wrong_type_is_refused(
+    case: str, request: pytest.FixtureRequest, data: st.DataObject
+) -> None:
+    """A container of the right type holding an item of a wrong one: a TypeError or a
+    StompError too (the item's own AttributeError from deep inside, before)."""
+    target, world = world_for(case, request)
+    name = case.rpartition(":")[2]
+    parameters = target.parameters()
+    (parameter,) = [p for p in parameters if p.name == name]
+    items = items_of(parameter)
+    assert items is not None
+    item = data.draw(ANY_VALUE.filter(items.wrong), label=f"an item of {name}")
+    value = items.holding(item)
+    args, kwargs = world.arguments(target, skip=name)
+    if parameter.kind is parameter.POSITIONAL_ONLY:
+        args.insert(parameters.index(parameter), value)
+    else:
+        kwargs[name] = value
+    outcome = world.call(target, args, kwargs)
+    assert isinstance(outcome, (TypeError, StompError)), (
+        f"{target.name}({name}={value!r}) gave {outcome!r}"
+    )
+
+
 def test_the_walk_covers_the_clients_and_the_test_brokers() -> None:
     """The listing finds what users call, in both clients and stompy.testing."""
     for expected in (
@@ -757,6 +849,14 @@ def test_the_walk_covers_the_clients_and_the_test_brokers() -> None:
         assert expected in TARGETS_BY_NAME
     assert "blocking/Connection.send:destination" in WRONG_TYPE_CASES
     assert "trio/AsyncConnection.send:headers" in WRONG_TYPE_CASES
+    for items in (
+        "blocking/Connection.send_many:messages",
+        "asyncio/AsyncConnection.send_many:messages",
+        "blocking/Connection:url_or_urls",
+        "blocking/BrokerConfig:virtual_hosts",
+        "blocking/ClientProtocol:versions",
+    ):
+        assert items in ITEM_CASES
 
 
 def test_a_transaction_of_a_wrong_type_is_refused_before_anything_is_sent(

@@ -181,3 +181,34 @@ async def test_an_async_broker_refuses_wrong_types() -> None:
             with pytest.raises(ConfigurationError, match="timeout"):
                 await broker.wait_until(lambda: True, timeout=-1)
             assert broker.stats.connections_opened == 0
+
+
+# -- the client's options --------------------------------------------------------------------
+
+
+def test_reconnect_delays_refuses_what_is_not_callable_at_once() -> None:
+    loose: Any = stompy.Reconnect()
+    with pytest.raises(TypeError, match="uniform"):
+        loose.delays(uniform=0.5)  # was refused at the second attempt, if ever
+
+
+def test_send_many_refuses_a_tuple_naming_outgoing(stomp_broker: Broker) -> None:
+    """Nothing of the chunk that holds it is sent."""
+    with stompy.Connection(stomp_broker.url) as conn:
+        loose: Any = conn
+        messages = [stompy.Outgoing("/queue/type-checks-many", b"1"), ("/queue/a", "x")]
+        with pytest.raises(TypeError, match=r"stompy\.Outgoing.*\('/queue/a', 'x'\) \(tuple\)"):
+            loose.send_many(messages, receipt=True)
+        conn.send("/queue/type-checks-many-done", b"x", receipt=True)
+    assert stomp_broker.queue_depth("/queue/type-checks-many") == 0
+
+
+@pytest.mark.anyio
+async def test_async_send_many_refuses_a_tuple_naming_outgoing() -> None:
+    with anyio.fail_after(LIMIT):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            loose: Any = conn
+            with pytest.raises(TypeError, match=r"stompy\.Outgoing"):
+                await loose.send_many([("/queue/a", "x")])
+            await conn.send("/queue/type-checks-done", b"x", receipt=True)
+            assert broker.queue_depth("/queue/a") == 0
