@@ -616,8 +616,8 @@ def encode(frame: Frame, version: str = V12) -> bytes:
 
     Raises :class:`ValueError`, before anything is produced, for what cannot be
     written safely: an unknown version (a :class:`~stompy.errors.ConfigurationError`
-    naming it; a :class:`TypeError` for what is no str) or command, a body on a frame that may not
-    have one, an empty header name, text that is not encodable as UTF-8 (a lone
+    naming it; a :class:`TypeError` for what is no str) or command, a body on a frame
+    that may not have one, an empty header name, text that is not encodable as UTF-8 (a lone
     surrogate), and wherever no escaping exists (STOMP 1.0, and CONNECT / CONNECTED
     in every version) a line break in a header or a colon in a name: a header value
     must never be able to inject a header or a frame. A name or value that is not a

@@ -64,8 +64,8 @@ class Frame:
 
     def __init__(self, command: str, headers: Headers = (), body: bytes = b"") -> None:
         if type(command) is not str or type(headers) is not tuple or type(body) is not bytes:
-            # A subclass or a bytearray body is taken, as mypyc's build takes them (there
-            # a wrong type never gets here: its TypeError comes first).
+            # A subclass is taken, as mypyc's build takes it (there a wrong type never
+            # gets here: its TypeError comes first).
             _check_frame(command, headers, body)
         self.command = command
         self._headers: Headers | None = headers
@@ -165,7 +165,7 @@ def _check_frame(command: object, headers: object, body: object) -> None:
     """A :class:`TypeError` naming the argument of a wrong type, if one is."""
     check_type("command", command, str, "a str")
     check_type("headers", headers, tuple, "a tuple of (name, value) pairs of str")
-    check_type("body", body, (bytes, bytearray), "bytes")
+    check_type("body", body, bytes, "bytes")
 
 
 class ReceivedFrame(Frame):

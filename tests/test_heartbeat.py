@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+import stompy
 from stompy._events import HeartbeatTimedOut
 from stompy._heartbeat import (
     Heartbeat,
@@ -51,12 +52,14 @@ def test_format_heartbeat() -> None:
     assert format_heartbeat((0, 0)) == "0,0"
     assert format_heartbeat((4000, 250)) == "4000,250"
     beats: Any
-    for beats in ((-1, 0), (0, -1), (0.5, 0), (0, 2**31)):
+    for beats in ((-1, 0), (0, -1), (0, 2**31)):
         with pytest.raises(ConfigurationError, match=r"^heartbeats: each interval .* got \("):
             format_heartbeat(beats)
-    for beats in ("10,10", None, (1,), (1, "2")):
-        with pytest.raises((TypeError, ConfigurationError), match=r"^heartbeats: "):
+    # No tuple[int, int]: compiled, mypyc's own TypeError comes first, worded its way.
+    for beats in ("10,10", None, (1,), (1, "2"), (0.5, 0)):
+        with pytest.raises((TypeError, ConfigurationError)) as caught:
             format_heartbeat(beats)
+        assert stompy.COMPILED or str(caught.value).startswith("heartbeats: ")
 
 
 @pytest.mark.parametrize(

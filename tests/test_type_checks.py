@@ -53,9 +53,9 @@ def test_a_frame_of_wrong_types_is_refused() -> None:
     wrong_type(lambda: loose(7), "command")
     wrong_type(lambda: loose("SEND", [("a", "b")]), "headers")
     wrong_type(lambda: loose("SEND", (), "text"), "body")
-    # What mypyc's build takes, the pure core takes too: a bytearray body, subclasses.
-    body: Any = bytearray(b"x")
-    assert Frame("SEND", (), body).body == b"x"
+    wrong_type(lambda: loose("SEND", (), bytearray(b"x")), "body")  # as mypyc's build
+    # What mypyc's build takes, the pure core takes too: subclasses.
+    assert Frame(type("Command", (str,), {})("SEND")).command == "SEND"
 
 
 def test_a_header_lookup_of_a_wrong_type_is_refused() -> None:
