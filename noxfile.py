@@ -87,6 +87,9 @@ WHEEL_TESTS = (
     # The front door walked with the core compiled: refusals the same as in pure Python.
     "tests/test_keywords.py",
     "tests/test_front_door_api.py",
+    "tests/test_type_checks.py",
+    "tests/test_front_door_misuse.py",
+    "tests/test_last_words.py",
     # The test broker's core is compiled too: its tests, the conformance suite (whose
     # reference it is), and the test that it behaves as its Python source does.
     "tests/test_broker_core.py",

@@ -147,7 +147,9 @@ async def test_send_many_refuses_what_is_not_an_outgoing() -> None:
         async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
             for bad in ("a body", ("/queue/a", "a body")):
                 messages: list[Any] = [stompy.Outgoing(dest, "before"), bad]
-                with pytest.raises(TypeError, match=r"^send_many\(\): each message must be a stompy\.Outgoing\("):
+                with pytest.raises(
+                    TypeError, match=r"^send_many\(\): each message must be a stompy\.Outgoing\("
+                ):
                     await conn.send_many(messages, receipt=True)
             await conn.send(dest, "after", receipt=True)
             assert broker.queue_depth(dest) == 1

@@ -144,7 +144,9 @@ def test_send_many_refuses_what_is_not_an_outgoing(broker: Broker, messages: lis
     object has no attribute 'destination'") from inside, which did not say what to pass."""
     dest = queue()
     with stompy.Connection(url(broker), receipt_timeout=5) as conn:
-        with pytest.raises(TypeError, match=r"^send_many\(\): each message must be a stompy\.Outgoing\("):
+        with pytest.raises(
+            TypeError, match=r"^send_many\(\): each message must be a stompy\.Outgoing\("
+        ):
             conn.send_many([stompy.Outgoing(dest, "before"), *messages], receipt=True)
         conn.send(dest, "after", receipt=True)  # the connection goes on
     assert broker.queue_depth(dest) == 1  # the chunk with the bad message was not sent
