@@ -1,5 +1,5 @@
 """The wheel's build hook: stompy's sans-IO core compiled with mypyc whenever it can be,
-and the codec's hot loops (``stompy/_cscan.pyx``: the parser's header-block check, the
+and the codec's hot loops (``stompy/_core/cscan.pyx``: the parser's header-block check, the
 encoder) built with Cython.
 
 The way aiohttp, yarl and multidict ship their C cores: a wheel built with a C compiler
@@ -14,7 +14,7 @@ is pure Python (``py3-none-any``), with a warning in the build log and no error,
 * the compile fails: no C compiler, no Python headers, or mypyc rejects the code.
 
 The accelerator is built the same way, independently: with Cython importable and a C
-compiler, ``stompy/_cscan.*.so`` goes into the wheel (``stompy._compiled.ACCELERATED``);
+compiler, ``stompy/_core/cscan.*.so`` goes into the wheel (``stompy._compiled.ACCELERATED``);
 without, a warning, and the codec does the same work in Python (or mypyc's C). Cython
 is a build requirement only: nothing imports it at run time.
 
@@ -22,11 +22,11 @@ Editable installs (``pip install -e .``) are always pure Python.
 
 mypyc compiles a copy of the package in a temporary directory and the extension modules
 are taken into the wheel from there; nothing is written into the source tree. (In place,
-as hatch-mypyc builds, a ``_codec.*.so`` left beside ``_codec.py`` would shadow every
+as hatch-mypyc builds, a ``codec.*.so`` left beside ``codec.py`` would shadow every
 later edit of the ``.py``: the import system prefers extension modules.) In that copy
 ``stompy/__init__.py`` (and ``stompy/testing/__init__.py``) is empty, so mypy follows
 only the core's own imports: the core compiles on its own, whatever the transports
-import. The test broker's sans-IO core (``stompy/testing/_broker.py``) is compiled with
+import. The test broker's sans-IO core (``stompy/testing/_core/broker.py``) is compiled with
 it: a broker run from the wheel (``stompy broker``, ``stompy.testing.serve``) takes a
 SEND in a little over half the instructions.
 """
@@ -64,13 +64,13 @@ setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
 #: import anyio, which the build environment does not hold).
 PACKAGES = ("stompy", "stompy/testing")
 
-#: The Cython accelerator, as its own extension module ``stompy._cscan``.
-ACCELERATOR = "stompy/_cscan.pyx"
+#: The Cython accelerator, as its own extension module ``stompy._core.cscan``.
+ACCELERATOR = "stompy/_core/cscan.pyx"
 CYTHON_SETUP = """\
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-extension = Extension("stompy._cscan", [{path!r}])
+extension = Extension("stompy._core.cscan", [{path!r}])
 setup(name="stompy-cscan", ext_modules=cythonize([extension], language_level=3))
 """
 
@@ -167,10 +167,10 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         module as a force-include entry. Raises CompileFailed as :meth:`compile` does."""
         work = self.copy("cython")
         self.build(work, CYTHON_SETUP.format(path=ACCELERATOR))
-        name = Path(ACCELERATOR).stem
-        for path in extensions(work / "stompy"):
-            if path.name.split(".")[0] == name:
-                return {str(path): f"stompy/{path.name}"}
+        source = Path(ACCELERATOR)
+        for path in extensions(work / source.parent):
+            if path.name.split(".")[0] == source.stem:
+                return {str(path): (source.parent / path.name).as_posix()}
         raise CompileFailed(f"Cython built no extension module for {ACCELERATOR}")
 
     def copy(self, name: str) -> Path:

@@ -65,8 +65,8 @@ def _without_tracing_option() -> None:
     import stompy
     from benchmarks import clients
 
-    # The option came with stompy/_tracing.py.
-    if importlib.util.find_spec("stompy._tracing") is not None:
+    # The option came with stompy/_tracing.py, now stompy/_engine/tracing.py.
+    if any(importlib.util.find_spec(name) for name in ("stompy._tracing", "stompy._engine")):
         return
 
     def drop(factory: Callable[..., Any]) -> Callable[..., Any]:

@@ -26,7 +26,7 @@ benchmark builds before its timer starts) is built in both runs, so it is left o
 ``--flavour`` picks the stompy measured: one, several comma-separated, or ``all``:
 
 * ``pure``: the checkout's ``.py`` files (the default);
-* ``accelerated``: the same with the Cython accelerator (``stompy._cscan``) beside them;
+* ``accelerated``: the same with the Cython accelerator (``stompy._core.cscan``) beside them;
 * ``compiled``: the core compiled with mypyc, the accelerator off
   (``STOMPY_NO_EXTENSIONS=1`` at run time);
 * ``wheel``: what ``pip install .`` installs: the core compiled and the accelerator.
@@ -63,7 +63,7 @@ OTHER_PATHS: Final = ("broker-send",)
 def _broker_send(count: int) -> Callable[[], object]:
     """The broker's SEND ingest: a connected session and the chunks to feed it."""
     from benchmarks import codec, workload
-    from stompy._codec import encode_frame
+    from stompy._core.codec import encode_frame
     from stompy.testing import BrokerConfig, BrokerCore
 
     body = b"x" * 100

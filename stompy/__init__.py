@@ -10,22 +10,22 @@ from __future__ import annotations
 import logging
 
 from stompy import errors, events
-from stompy._async import (
+from stompy._client.asynchronous import (
     AsyncConnection,
     AsyncMessage,
     AsyncSubscription,
     AsyncTransaction,
     send_async,
 )
-from stompy._codec import FrameLimits, FrameParser, encode
+from stompy._client.blocking import Connection, Message, Subscription, Transaction, send
 from stompy._compiled import COMPILED
-from stompy._events import AckMode
-from stompy._frames import VERSIONS, Frame
-from stompy._keywords import ConnectionOptions
-from stompy._options import Outgoing, Overflow, Reconnect
-from stompy._protocol import ClientProtocol, State, SubscriptionInfo
-from stompy._sync import Connection, Message, Subscription, Transaction, send
-from stompy._urls import Endpoint, parse_url
+from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.events import AckMode
+from stompy._core.frames import VERSIONS, Frame
+from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo
+from stompy._engine.keywords import ConnectionOptions
+from stompy._engine.options import Outgoing, Overflow, Reconnect
+from stompy._engine.urls import Endpoint, parse_url
 from stompy._version import __version__ as __version__
 from stompy.errors import (
     AckLost,

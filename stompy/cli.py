@@ -58,8 +58,8 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO, Final, NoReturn, TextIO
 from stompy._version import __version__
 
 if TYPE_CHECKING:
-    from stompy._message import MessageBase
-    from stompy._sync import Connection
+    from stompy._client.blocking import Connection
+    from stompy._engine.message import MessageBase
 
 __all__ = (
     "Progress",
@@ -572,9 +572,9 @@ def _errors_and_failed_attempts(record: logging.LogRecord) -> bool:
 
 def _connection(args: argparse.Namespace) -> Connection:
     """The connection the arguments describe (not connected yet)."""
-    from stompy._options import Reconnect
-    from stompy._sync import Connection
-    from stompy._urls import parse_urls
+    from stompy._client.blocking import Connection
+    from stompy._engine.options import Reconnect
+    from stompy._engine.urls import parse_urls
 
     try:
         endpoints = parse_urls(args.url)
@@ -782,7 +782,7 @@ def message_json(message: MessageBase) -> dict[str, Any]:
 
 
 def _render(message: MessageBase, args: argparse.Namespace) -> bytes:
-    from stompy._frames import escape
+    from stompy._core.frames import escape
 
     if args.json:
         return json.dumps(message_json(message), ensure_ascii=False).encode() + b"\n"

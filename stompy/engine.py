@@ -10,15 +10,15 @@ shows how to write a third.
 
 from __future__ import annotations
 
-from stompy._calls import Call, Running, Steps, Wait, Waiting
-from stompy._connecting import Attempts, Handshake
-from stompy._inbox import Inbox
-from stompy._message import MessageBase
-from stompy._notices import Notice
-from stompy._options import ClientOptions
-from stompy._session import MAX_OUTGOING, Pumped
-from stompy._session import Session as ClientSession
-from stompy._state import ReceiptState, Status
+from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
+from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.inbox import Inbox
+from stompy._engine.message import MessageBase
+from stompy._engine.notices import Notice
+from stompy._engine.options import ClientOptions
+from stompy._engine.session import MAX_OUTGOING, Pumped
+from stompy._engine.session import Session as ClientSession
+from stompy._engine.state import ReceiptState, Status
 
 __all__ = (
     "MAX_OUTGOING",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-# The events are defined, and listed in __all__, once: in stompy._events.
-from stompy import _events
-from stompy._events import *  # noqa: F403
-from stompy._events import __all__ as __all__
+# The events are defined, and listed in __all__, once: in stompy._core.events.
+from stompy._core import events as _events
+from stompy._core.events import *  # noqa: F403
+from stompy._core.events import __all__ as __all__
 
 
 def __getattr__(name: str) -> object:

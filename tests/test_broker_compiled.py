@@ -1,6 +1,6 @@
 """The test broker's core compiled (mypyc, in a wheel) and as Python behave the same.
 
-A wheel compiles ``stompy/testing/_broker.py``; its ``.py`` is installed beside it. Here
+A wheel compiles ``stompy/testing/_core/broker.py``; its ``.py`` is installed beside it. Here
 that source is loaded a second time, as Python, and both cores are driven with the
 same frames from the same clients: every byte each session writes, the counters and
 what the broker says about its connections must agree. Run on the editable install
@@ -20,15 +20,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stompy._codec import encode
-from stompy._frames import VERSIONS, Frame
-from stompy.testing import _broker
+from stompy._core.codec import encode
+from stompy._core.frames import VERSIONS, Frame
+from stompy.testing._core import broker as _broker
 
 
 def _load_pure() -> ModuleType:
-    """``_broker.py`` loaded as Python under another name, whatever ``_broker`` is."""
+    """``broker.py`` loaded as Python under another name, whatever ``_broker`` is."""
     name = "stompy.testing._broker_as_python"
-    source = Path(_broker.__file__).with_name("_broker.py")
+    source = Path(_broker.__file__).with_name("broker.py")
     spec = importlib.util.spec_from_file_location(name, source)
     assert spec is not None
     assert spec.loader is not None

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._frames import V10, V11, V12, VERSIONS, Frame
+from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.frames import V10, V11, V12, VERSIONS, Frame
 from stompy.testing import BrokerConfig, BrokerCore, ServerSession, SessionState
 
 Headers = dict[str, str]

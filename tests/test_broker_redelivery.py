@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from stompy._frames import V11, V12, Frame
+from stompy._core.frames import V11, V12, Frame
 from stompy.testing import BrokerConfig, BrokerCore, BrokerStats, SessionState
 from tests.test_broker_core import Peer, ack_headers, bodies, connected, deliver, make
 

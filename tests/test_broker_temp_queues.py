@@ -7,7 +7,7 @@ requester on the implicit subscription ``/temp-queue/NAME``; it goes with the co
 
 from __future__ import annotations
 
-from stompy._frames import Frame
+from stompy._core.frames import Frame
 from stompy.testing import BrokerCore
 from tests.test_broker_core import Peer, connected, make
 

@@ -1,4 +1,4 @@
-"""The user's calls (stompy._calls) driven by hand with a fake clock, as a transport
+"""The user's calls (stompy._engine.calls) driven by hand with a fake clock, as a transport
 would drive them: every wait they ask for, how each ends, and when a send is repeated.
 
 Both clients run these same generators; what is shown here holds for the blocking,
@@ -13,9 +13,9 @@ from typing import TypeVar
 import pytest
 
 import stompy
-from stompy._calls import RESENT_HEADER, Call, Steps, Wait, Waiting
-from stompy._session import MAX_OUTGOING, Session
-from stompy._state import Status
+from stompy._engine.calls import RESENT_HEADER, Call, Steps, Wait, Waiting
+from stompy._engine.session import MAX_OUTGOING, Session
+from stompy._engine.state import Status
 from stompy.errors import AckLost, ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
 from tests.test_session import T0, Delivered, establish, make_session, message, receipt
 

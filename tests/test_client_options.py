@@ -8,10 +8,10 @@ import pytest
 
 import stompy
 from stompy import Frame, Reconnect
-from stompy._events import ConnectionClosed, Error, HeartbeatTimedOut, Receipt
-from stompy._message import MessageBase
-from stompy._options import ClientOptions, error_for_event
-from stompy._urls import parse_url
+from stompy._core.events import ConnectionClosed, Error, HeartbeatTimedOut, Receipt
+from stompy._engine.message import MessageBase
+from stompy._engine.options import ClientOptions, error_for_event
+from stompy._engine.urls import parse_url
 from stompy.errors import (
     ConfigurationError,
     ConnectionLost,

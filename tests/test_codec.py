@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode, encode_frame
-from stompy._frames import V12, Frame
+from stompy._core.codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode, encode_frame
+from stompy._core.frames import V12, Frame
 from stompy.errors import FrameTooLarge, RemoteProtocolError
 
 # -- helpers -------------------------------------------------------------------------

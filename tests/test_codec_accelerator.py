@@ -1,8 +1,8 @@
-"""The codec's optional Cython accelerator (``stompy/_cscan.pyx``) changes nothing but speed.
+"""The codec's optional Cython accelerator (``stompy/_core/cscan.pyx``) changes nothing but speed.
 
-``FrameParser`` checks each complete header block with ``_cscan.block_escaping`` when a
+``FrameParser`` checks each complete header block with ``cscan.block_escaping`` when a
 wheel built it, and in a few ``bytes``/``str`` passes otherwise; ``encode_frame`` has
-``_cscan.encode_frame`` write the frame, and joins and replaces ``str`` otherwise.
+``cscan.encode_frame`` write the frame, and joins and replaces ``str`` otherwise.
 Hypothesis compares:
 
 * the C function with a plain model of what it decides, on arbitrary blocks, when it
@@ -31,9 +31,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stompy import _codec, _compiled
-from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._frames import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from stompy import _compiled
+from stompy._core import codec as _codec
+from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.frames import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
 from stompy.errors import RemoteProtocolError
 from tests.test_codec_properties import SMALL_BLOCK, frames, mutated, split
 
@@ -44,7 +45,7 @@ Encode = Callable[..., "bytes | None"]
 
 def _built() -> tuple[Check, Blank, Encode] | None:
     try:
-        from stompy._cscan import blank_line, block_escaping, encode_frame
+        from stompy._core.cscan import blank_line, block_escaping, encode_frame
     except ImportError:
         return None
     return block_escaping, blank_line, encode_frame

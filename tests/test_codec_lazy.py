@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._codec import FrameParser, encode
-from stompy._frames import Frame, ReceivedFrame
+from stompy._core.codec import FrameParser, encode
+from stompy._core.frames import Frame, ReceivedFrame
 from stompy.errors import RemoteProtocolError
 from tests.test_codec_properties import frames, run, split, versions
 

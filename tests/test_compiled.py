@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import stompy
-import stompy._codec
+import stompy._core.codec
 from stompy import _compiled
 
 #: Where stompy was imported from, and the checkout it sits in if it is one.
@@ -23,7 +23,7 @@ CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "hatch_build.py").is_file() else 
 
 
 def test_compiled_says_whether_the_codec_is_an_extension_module() -> None:
-    loader = stompy._codec.__spec__.loader
+    loader = stompy._core.codec.__spec__.loader
     assert stompy.COMPILED is isinstance(loader, ExtensionFileLoader)
     assert isinstance(stompy.COMPILED, bool)
 
@@ -71,9 +71,9 @@ def test_a_checkout_holds_no_compiled_module() -> None:
 
 def test_accelerated_says_whether_the_parser_uses_the_cython_check() -> None:
     assert isinstance(_compiled.ACCELERATED, bool)
-    assert _compiled.ACCELERATED is (stompy._codec._block_escaping is not None)
+    assert _compiled.ACCELERATED is (stompy._core.codec._block_escaping is not None)
     if _compiled.ACCELERATED:
-        assert _compiled.is_compiled(importlib.import_module("stompy._cscan"))
+        assert _compiled.is_compiled(importlib.import_module("stompy._core.cscan"))
 
 
 def test_the_build_builds_the_accelerator_with_cython_at_build_time_only() -> None:
@@ -86,5 +86,5 @@ def test_the_build_builds_the_accelerator_with_cython_at_build_time_only() -> No
     assert any(r.lower().startswith("cython") for r in hook["requires"])
     assert not any("cython" in d.lower() for d in project["project"]["dependencies"])
     # The source goes into the sdist (and the wheel) beside the stub that types it.
-    assert (PACKAGE / "_cscan.pyx").is_file()
-    assert (PACKAGE / "_cscan.pyi").is_file()
+    assert (PACKAGE / "_core" / "cscan.pyx").is_file()
+    assert (PACKAGE / "_core" / "cscan.pyi").is_file()

@@ -9,9 +9,9 @@ import pytest
 
 import stompy
 from stompy import errors
-from stompy._codec import FrameLimits, FrameParser
-from stompy._frames import Frame
-from stompy._protocol import ClientProtocol, State
+from stompy._core.codec import FrameLimits, FrameParser
+from stompy._core.frames import Frame
+from stompy._core.protocol import ClientProtocol, State
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,

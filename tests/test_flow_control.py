@@ -17,9 +17,9 @@ import anyio
 import pytest
 
 import stompy
-from stompy._inbox import MAX_PREFETCH, PREFETCH_HEADERS, subscribe_headers
-from stompy._session import STALL_WARNING, Session
-from stompy._sync_io import bytes_waiting
+from stompy._engine.inbox import MAX_PREFETCH, PREFETCH_HEADERS, subscribe_headers
+from stompy._engine.session import STALL_WARNING, Session
+from stompy._transports.blocking import bytes_waiting
 from stompy.errors import (
     ConfigurationError,
     HeartbeatTimeout,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._frames import (
+from stompy._core.frames import (
     BODY_COMMANDS,
     CLIENT_COMMANDS,
     COMMANDS,

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stompy
-from stompy._codec import DEFAULT_LIMITS, FrameLimits, FrameParser
-from stompy._frames import COMMANDS, VERSIONS, Frame
-from stompy._message import MessageBase
+from stompy._core.codec import DEFAULT_LIMITS, FrameLimits, FrameParser
+from stompy._core.frames import COMMANDS, VERSIONS, Frame
+from stompy._engine.message import MessageBase
 from stompy.errors import BodyNotText, FrameTooLarge, RemoteProtocolError
 from tests.test_lenient import TIMEOUT, Peer, scripted
 

@@ -12,8 +12,8 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._codec import FrameParser, encode
-from stompy._frames import Frame, header_columns
+from stompy._core.codec import FrameParser, encode
+from stompy._core.frames import Frame, header_columns
 from tests.test_codec_properties import frames, run, versions
 
 

@@ -10,15 +10,15 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import stompy
-from stompy._events import HeartbeatTimedOut
-from stompy._heartbeat import (
+from stompy._core.events import HeartbeatTimedOut
+from stompy._core.heartbeat import (
     Heartbeat,
     format_heartbeat,
     negotiate,
     only_heartbeats,
     parse_heartbeat,
 )
-from stompy._protocol import ClientProtocol, State
+from stompy._core.protocol import ClientProtocol, State
 from stompy.errors import ConfigurationError, RemoteProtocolError
 from tests.test_protocol import connected, events, server_bytes
 

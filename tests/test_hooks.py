@@ -20,9 +20,9 @@ import pytest
 
 import stompy
 from stompy import Endpoint, Frame, encode
-from stompy._events import MessageReceived
-from stompy._notices import MAX_NOTICES
-from stompy._session import Session
+from stompy._core.events import MessageReceived
+from stompy._engine.notices import MAX_NOTICES
+from stompy._engine.session import Session
 from stompy.errors import ConnectionLost, ServerError, StompError
 from stompy.testing import Broker, run_broker
 from tests.test_session import T0, Delivered, connected, establish, make_session, message

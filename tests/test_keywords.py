@@ -3,7 +3,7 @@ done: a misspelled ``receipt`` must not send without one, a misspelled ``ack`` m
 subscribe with ``ack=auto``, a misspelled ``timeout`` must not wait the default 30 s.
 
 The sends name their keywords as parameters, the other calls check ``**options``
-against the ``TypedDict`` in ``stompy/_keywords.py``: the signatures are kept equal to
+against the ``TypedDict`` in ``stompy/_engine/keywords.py``: the signatures are kept equal to
 those lists here, in both clients.
 """
 
@@ -19,8 +19,8 @@ import anyio
 import pytest
 
 import stompy
-from stompy import _keywords as kw
-from stompy._options import ClientOptions
+from stompy._engine import keywords as kw
+from stompy._engine.options import ClientOptions
 from stompy.testing import AsyncBroker, Broker, BrokerConfig, ProxyStats, run_broker, serve
 
 

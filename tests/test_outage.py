@@ -20,7 +20,7 @@ import pytest
 
 import stompy
 from stompy import Frame, FrameParser, encode
-from stompy._session import MAX_OUTGOING
+from stompy._engine.session import MAX_OUTGOING
 from stompy.errors import AckLost, ConnectionLost, StompError
 from stompy.testing import Broker, run_broker
 from tests.test_session import T0, establish, make_session

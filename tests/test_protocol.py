@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._events import (
+from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.events import (
     Connected,
     ConnectionClosed,
     Error,
@@ -18,8 +18,8 @@ from stompy._events import (
     MessageReceived,
     Receipt,
 )
-from stompy._frames import Frame
-from stompy._protocol import _RESERVED_SEND, ClientProtocol, State, SubscriptionInfo
+from stompy._core.frames import Frame
+from stompy._core.protocol import _RESERVED_SEND, ClientProtocol, State, SubscriptionInfo
 from stompy.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 
 # -- helpers (also used by the other protocol test modules) ---------------------------

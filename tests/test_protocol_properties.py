@@ -27,8 +27,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from stompy._codec import FrameParser, encode
-from stompy._events import (
+from stompy._core.codec import FrameParser, encode
+from stompy._core.events import (
     AckMode,
     Connected,
     ConnectionClosed,
@@ -38,8 +38,8 @@ from stompy._events import (
     MessageReceived,
     Receipt,
 )
-from stompy._frames import VERSIONS, Frame
-from stompy._protocol import ClientProtocol, State
+from stompy._core.frames import VERSIONS, Frame
+from stompy._core.protocol import ClientProtocol, State
 from stompy.errors import LocalProtocolError, RemoteProtocolError
 from tests.test_protocol import snapshot
 

@@ -14,10 +14,10 @@ import pytest
 
 import stompy
 from stompy import Frame, encode
-from stompy._calls import REQUEST_TIMEOUT, Call, Running, Steps, Wait, Waiting
-from stompy._keywords import RequestOptions
-from stompy._requests import REPLY_QUEUE
-from stompy._session import Session
+from stompy._engine.calls import REQUEST_TIMEOUT, Call, Running, Steps, Wait, Waiting
+from stompy._engine.keywords import RequestOptions
+from stompy._engine.requests import REPLY_QUEUE
+from stompy._engine.session import Session
 from stompy.errors import (
     ConfigurationError,
     ConnectionLost,

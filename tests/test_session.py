@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 import stompy
 from stompy import Frame, encode
-from stompy._connecting import Handshake
-from stompy._events import Connected, MessageReceived
-from stompy._message import MessageBase
-from stompy._options import ClientOptions
-from stompy._session import Session
-from stompy._state import ReceiptState, Status
+from stompy._core.events import Connected, MessageReceived
+from stompy._engine.connecting import Handshake
+from stompy._engine.message import MessageBase
+from stompy._engine.options import ClientOptions
+from stompy._engine.session import Session
+from stompy._engine.state import ReceiptState, Status
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,

@@ -29,7 +29,7 @@ from opentelemetry.util._once import Once
 
 import stompy
 from stompy import Outgoing
-from stompy._tracing import MAX_TALLIES, Tally, trace_headers
+from stompy._engine.tracing import MAX_TALLIES, Tally, trace_headers
 from stompy.testing import Broker, run_broker, run_fault_proxy
 
 #: Every wait of these tests is bounded by this many seconds.

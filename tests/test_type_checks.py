@@ -17,7 +17,7 @@ import pytest
 
 import stompy
 from stompy import ClientProtocol, ConfigurationError, Frame, FrameParser, StompError, encode
-from stompy._heartbeat import format_heartbeat
+from stompy._core.heartbeat import format_heartbeat
 from stompy.testing import Broker, BrokerConfig, BrokerCore, serve
 
 #: Every wait of these tests is bounded by this many seconds.

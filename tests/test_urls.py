@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import stompy
 from stompy import cli
-from stompy._urls import Endpoint, parse_url, parse_urls
+from stompy._engine.urls import Endpoint, parse_url, parse_urls
 
 
 def test_full_stomp_url() -> None:

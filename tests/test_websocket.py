@@ -30,9 +30,9 @@ from wsproto.events import (
 )
 
 import stompy
-from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._frames import Frame
-from stompy._websocket import (
+from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.frames import Frame
+from stompy._engine.websocket import (
     Received,
     WebSocket,
     WebSocketClosed,

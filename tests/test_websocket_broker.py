@@ -31,8 +31,8 @@ from wsproto.events import (
 )
 
 import stompy
-from stompy._codec import FrameParser, encode
-from stompy._frames import Frame
+from stompy._core.codec import FrameParser, encode
+from stompy._core.frames import Frame
 from stompy.errors import ConnectFailed, ConnectionLost, ServerError
 from stompy.testing import Broker, run_broker, serve
 
@@ -377,7 +377,7 @@ def test_importing_stompy_does_not_import_wsproto() -> None:
 
 def test_a_websocket_url_without_wsproto_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wsproto", None)
-    monkeypatch.delitem(sys.modules, "stompy._websocket", raising=False)
+    monkeypatch.delitem(sys.modules, "stompy._engine.websocket", raising=False)
     with pytest.raises(ConnectFailed, match=r"stompy-client\[websocket\]"):
         stompy.Connection("ws://127.0.0.1:1/ws", connect_timeout=1).connect()
     with pytest.raises(ImportError, match=r"stompy-client\[websocket\]"):

@@ -3,7 +3,7 @@
 Spark hands a Python data source Arrow record batches and takes them back (PySpark
 4.0 and later), so per message there is no Python row object, no pickled tuple and
 no type conversion by Spark. The header entries of a whole batch are split out of
-the received header blocks at once (:func:`~stompy._frames.header_columns`), the
+the received header blocks at once (:func:`~stompy._core.frames.header_columns`), the
 columns taken from them are looked up in the map column by Arrow, and each column is
 copied into Arrow buffers in one call; the columns of a few headers are found among
 all the entries at once.
@@ -18,8 +18,8 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stompy._frames import header_columns
-from stompy._message import MessageBase
+from stompy._core.frames import header_columns
+from stompy._engine.message import MessageBase
 
 __all__ = (
     "READ_ARROW_SCHEMA",

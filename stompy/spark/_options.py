@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
 
 from stompy._checks import MAX_SECONDS
-from stompy._frames import VERSIONS
-from stompy._heartbeat import parse_heartbeat
-from stompy._keywords import ConnectionOptions
-from stompy._options import ClientOptions, Reconnect
-from stompy._sync import Connection
-from stompy._urls import parse_urls
+from stompy._client.blocking import Connection
+from stompy._core.frames import VERSIONS
+from stompy._core.heartbeat import parse_heartbeat
+from stompy._engine.keywords import ConnectionOptions
+from stompy._engine.options import ClientOptions, Reconnect
+from stompy._engine.urls import parse_urls
 from stompy.errors import ConfigurationError, ProtocolError, StompError
 
 __all__ = (

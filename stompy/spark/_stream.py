@@ -40,7 +40,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import pyarrow as pa
 
-from stompy._sync import Connection, Message, Subscription
+from stompy._client.blocking import Connection, Message, Subscription
 from stompy.errors import ConfigurationError, StompError, _again
 from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch, to_ipc
 from stompy.spark._options import ReadSettings

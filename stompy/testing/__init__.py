@@ -30,7 +30,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stompy.testing._broker import (
+    from stompy.testing._core.broker import (
         BrokerConfig,
         BrokerCore,
         BrokerOptions,
@@ -93,7 +93,7 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_HOMES.get(name, '_broker')}")
+    module = importlib.import_module(f"{__name__}.{_HOMES.get(name, '_core.broker')}")
     value = getattr(module, name)
     globals()[name] = value
     return value

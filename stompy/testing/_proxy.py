@@ -53,8 +53,8 @@ from anyio.abc import SocketAttribute
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from stompy._signal import Signal
-from stompy._urls import Endpoint, parse_urls
+from stompy._engine.urls import Endpoint, parse_urls
+from stompy._transports.signal import Signal
 from stompy.errors import ConfigurationError
 from stompy.testing._shared import (
     CHUNK,

@@ -1,6 +1,6 @@
 """The broker's anyio transport: it moves bytes and keeps time, and decides nothing.
 
-Every connection is one :class:`~stompy.testing._broker.ServerSession` served by three
+Every connection is one :class:`~stompy.testing._core.broker.ServerSession` served by three
 tasks in one task group:
 
 * the reader feeds received bytes to the session; it stops reading while the
@@ -16,7 +16,7 @@ tasks in one task group:
 Any anyio byte stream can be served (:meth:`AsyncBroker.serve_stream`), so another
 framing only needs to present itself as one: with ``serve(websocket=True)`` a second
 listener runs the WebSocket handshake and serves a
-:class:`~stompy._websocket.WebSocketStream` over the same core (same queues, same
+:class:`~stompy._engine.websocket.WebSocketStream` over the same core (same queues, same
 sessions), writing one STOMP frame per WebSocket message.
 """
 
@@ -37,10 +37,10 @@ from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
 from stompy._checks import check_type, wrong_type
-from stompy._keywords import check, keys
-from stompy._signal import Signal
+from stompy._engine.keywords import check, keys
+from stompy._transports.signal import Signal
 from stompy.errors import StompError
-from stompy.testing._broker import BrokerConfig, BrokerCore, BrokerOptions, SessionState
+from stompy.testing._core.broker import BrokerConfig, BrokerCore, BrokerOptions, SessionState
 from stompy.testing._shared import (
     CHUNK,
     STREAM_ERRORS,
@@ -51,8 +51,8 @@ from stompy.testing._shared import (
 )
 
 if TYPE_CHECKING:
-    from stompy._websocket import WebSocketStream
-    from stompy.testing._broker import BrokerStats, ConnectionInfo, ServerSession
+    from stompy._engine.websocket import WebSocketStream
+    from stompy.testing._core.broker import BrokerStats, ConnectionInfo, ServerSession
 
 __all__ = ("BROKER_OPTIONS", "LINGER", "AsyncBroker", "serve", "tls_context")
 
@@ -373,7 +373,7 @@ class AsyncBroker:
 
     async def _serve_websocket(self, stream: anyio.abc.ByteStream) -> None:
         """Run the WebSocket handshake (bounded by ``connect_timeout``), then serve."""
-        from stompy._websocket import WebSocketStream
+        from stompy._engine.websocket import WebSocketStream
 
         peer = peer_name(stream)
         try:
@@ -395,7 +395,7 @@ class AsyncBroker:
 
     @staticmethod
     def _websocket_stream(stream: anyio.abc.ByteStream) -> WebSocketStream | None:
-        module = sys.modules.get("stompy._websocket")
+        module = sys.modules.get("stompy._engine.websocket")
         if module is None:
             return None  # not imported, so no WebSocket: plain STOMP needs no wsproto
         cls: type[WebSocketStream] = module.WebSocketStream
@@ -432,7 +432,7 @@ async def serve(
     context = tls_context(ssl, ssl_context)
     core = BrokerCore(BrokerConfig(**options))
     if websocket:
-        import stompy._websocket  # noqa: F401  (fail now, with the extra named)
+        import stompy._engine.websocket  # noqa: F401  (fail now, with the extra named)
     listeners: list[anyio.abc.Listener[Any]] = []
     try:
         tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)

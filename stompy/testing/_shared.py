@@ -22,7 +22,7 @@ from anyio.from_thread import BlockingPortal
 from typing_extensions import Self
 
 from stompy._checks import check_seconds
-from stompy._keywords import check
+from stompy._engine.keywords import check
 
 __all__ = (
     "CHUNK",

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 import stompy
-from stompy._frames import VERSIONS
+from stompy._core.frames import VERSIONS
 from stompy.errors import ConnectionLost, StompError
 from tests.conformance._drivers import (
     DEFAULT_TIMEOUT,

@@ -28,7 +28,7 @@ from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
 from stompy import ClientProtocol, Outgoing
-from stompy._frames import VERSIONS
+from stompy._core.frames import VERSIONS
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,

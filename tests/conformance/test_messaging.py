@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stompy import Outgoing
-from stompy._frames import VERSIONS
+from stompy._core.frames import VERSIONS
 from tests.conformance._drivers import Driver
 from tests.conformance.conftest import Connect
 

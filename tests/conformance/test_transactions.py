@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stompy._frames import VERSIONS
+from stompy._core.frames import VERSIONS
 from tests.conformance.conftest import Connect
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._codec import FrameParser, encode
-from stompy._frames import Frame
-from stompy._message import MessageBase
+from stompy._core.codec import FrameParser, encode
+from stompy._core.frames import Frame
+from stompy._engine.message import MessageBase
 from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch
 
 names = st.sampled_from(["destination", "message-id", "redelivered", "content-type", "k", "a:b"])

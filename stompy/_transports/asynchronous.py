@@ -23,7 +23,7 @@ never leaves half a frame on the wire.
 While the session keeps a backlog (a subscription's inbox is full) the reader stops
 reading: TCP pushes back on the broker and memory stays flat. It reads again once a
 consumer has taken half an inbox. The timer looks into the socket before the engine
-judges the broker silent (:meth:`~stompy._session.Session.tick`): bytes waiting there
+judges the broker silent (:meth:`~stompy._engine.session.Session.tick`): bytes waiting there
 are a sign of life, so neither a slow consumer nor user code that blocked the event
 loop for a while is mistaken for a dead broker.
 The tasks catch their own errors and hand them to the session, so no ExceptionGroup
@@ -44,14 +44,14 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from stompy._calls import Call, Running, Steps, Wait, Waiting
-from stompy._connecting import Attempts, Handshake
-from stompy._message import MessageBase
-from stompy._session import Session, failure_reason, transport_failed, while_writing
-from stompy._signal import Signal
-from stompy._state import CLOSED, CLOSING, NEW, RECONNECTING, Status
-from stompy._sync_io import bytes_waiting
-from stompy._urls import Endpoint
+from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
+from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.message import MessageBase
+from stompy._engine.session import Session, failure_reason, transport_failed, while_writing
+from stompy._engine.state import CLOSED, CLOSING, NEW, RECONNECTING, Status
+from stompy._engine.urls import Endpoint
+from stompy._transports.blocking import bytes_waiting
+from stompy._transports.signal import Signal
 from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, StompError
 
 if sys.version_info < (3, 11):  # the backport, which anyio requires there

@@ -1,8 +1,8 @@
 """The blocking client: ``Connection``, ``Subscription``, ``Transaction``, ``Message``.
 
-Every call that may wait is one of the session engine's calls (:mod:`stompy._calls`),
+Every call that may wait is one of the session engine's calls (:mod:`stompy._engine.calls`),
 run by the I/O thread's driver under the connection's lock
-(:class:`~stompy._sync_io.IOThread`); only the common cases are written out here, for
+(:class:`~stompy._transports.blocking.IOThread`); only the common cases are written out here, for
 speed: a send with nothing to wait for, a message already received.
 
 Every wait has a bound: receipts (``receipt_timeout``), a full outgoing buffer, the
@@ -24,8 +24,8 @@ from typing import Final, NoReturn
 
 from typing_extensions import Unpack
 
-from stompy import _keywords as kw
-from stompy._base import (
+from stompy._checks import check_timeout, wrong_type
+from stompy._client.base import (
     ConnectionBase,
     SubscriptionBase,
     TransactionBase,
@@ -33,15 +33,15 @@ from stompy._base import (
     traced,
     transaction_id,
 )
-from stompy._callbacks import report_callback_error
-from stompy._calls import Call
-from stompy._checks import check_timeout, wrong_type
-from stompy._inbox import Inbox
-from stompy._message import MessageBase
-from stompy._options import Outgoing, log, split_for_sending
-from stompy._session import MAX_OUTGOING
-from stompy._state import CONNECTED, NEW, RECONNECTING
-from stompy._sync_io import IOThread
+from stompy._client.callbacks import report_callback_error
+from stompy._engine import keywords as kw
+from stompy._engine.calls import Call
+from stompy._engine.inbox import Inbox
+from stompy._engine.message import MessageBase
+from stompy._engine.options import Outgoing, log, split_for_sending
+from stompy._engine.session import MAX_OUTGOING
+from stompy._engine.state import CONNECTED, NEW, RECONNECTING
+from stompy._transports.blocking import IOThread
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("Connection", "Message", "Subscription", "Transaction", "send")

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from typing_extensions import Unpack
 
-from stompy._calls import Call
 from stompy._checks import check_integer, check_timeout
-from stompy._inbox import Inbox
-from stompy._keywords import CONNECTION, ConnectionOptions, check
-from stompy._message import MessageBase
-from stompy._options import ClientOptions
-from stompy._session import Session
-from stompy._state import CONNECTED
-from stompy._urls import Endpoint
+from stompy._engine.calls import Call
+from stompy._engine.inbox import Inbox
+from stompy._engine.keywords import CONNECTION, ConnectionOptions, check
+from stompy._engine.message import MessageBase
+from stompy._engine.options import ClientOptions
+from stompy._engine.session import Session
+from stompy._engine.state import CONNECTED
+from stompy._engine.urls import Endpoint
 from stompy.errors import (
     LocalProtocolError,
     StompError,
@@ -31,7 +31,7 @@ from stompy.errors import (
 )
 
 if TYPE_CHECKING:
-    from stompy._tracing import Telemetry, TracedCall
+    from stompy._engine.tracing import Telemetry, TracedCall
 
 __all__ = (
     "ConnectionBase",
@@ -58,7 +58,7 @@ def instrument(session: Session[Any]) -> Telemetry | None:
     if not session.options.tracing or _otel is False:
         return None
     try:
-        from stompy._tracing import instrument as decide
+        from stompy._engine.tracing import instrument as decide
     except ImportError:
         _otel = False
         return None

@@ -12,9 +12,9 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from stompy._events import Connected
-from stompy._options import ClientOptions, error_for_event, take_output
-from stompy._urls import Endpoint
+from stompy._core.events import Connected
+from stompy._engine.options import ClientOptions, error_for_event, take_output
+from stompy._engine.urls import Endpoint
 from stompy.errors import (
     ConnectFailed,
     ConnectionLost,
@@ -24,7 +24,7 @@ from stompy.errors import (
 )
 
 if TYPE_CHECKING:
-    from stompy._websocket import WebSocket
+    from stompy._engine.websocket import WebSocket
 
 __all__ = ("Attempts", "Handshake")
 

@@ -1,8 +1,8 @@
 """What a received message looks like to the user, in either client.
 
-:class:`MessageBase` is the core's :class:`~stompy._events.MessageReceived`, made by the
+:class:`MessageBase` is the core's :class:`~stompy._core.events.MessageReceived`, made by the
 core itself (:attr:`ClientProtocol.message_class
-<stompy._protocol.ClientProtocol.message_class>`): one object per received message, not
+<stompy._core.protocol.ClientProtocol.message_class>`): one object per received message, not
 an event and a wrapper around it. The session engine stamps it with the connection it
 came on (its *epoch*, for the ack rule) and the transport that answers it; the blocking
 ``Message`` and the ``AsyncMessage`` add only how they are answered.
@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from typing_extensions import Self
 
-from stompy._events import AckMode, MessageReceived
-from stompy._frames import Frame
+from stompy._core.events import AckMode, MessageReceived
+from stompy._core.frames import Frame
 from stompy.errors import BodyNotText
 
 __all__ = ("MessageBase",)
@@ -41,7 +41,7 @@ class MessageBase(MessageReceived):
     (:class:`~stompy.events.MessageReceived`).
 
     No ``__init__`` of its own: the core makes it as a ``MessageReceived`` (compiled,
-    natively), and :meth:`stompy._session.Session.pump` sets the three fields below
+    natively), and :meth:`stompy._engine.session.Session.pump` sets the three fields below
     before anyone sees it. Unlike the core's event it compares by identity and is
     hashable, as a message always was.
     """
@@ -53,7 +53,7 @@ class MessageBase(MessageReceived):
     #: Its delivery number on its connection (the order of a ``client`` ack's reach).
     _seq: int
     #: How it was answered (``"ACK"``, ``"NACK in transaction 'tx-1'"``); unset or
-    #: ``None`` while it was not (see :mod:`stompy._acks`).
+    #: ``None`` while it was not (see :mod:`stompy._engine.acks`).
     _answered: str | None
     #: ``headers``, made when first asked for.
     _headers: Mapping[str, str] | None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Generic, TypeVar
 
-from stompy._frames import Frame
+from stompy._core.frames import Frame
 from stompy.errors import ConfigurationError, NoReplyTo
 
 __all__ = (

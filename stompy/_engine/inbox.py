@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Final, Generic, TypeVar
 
-from stompy._events import AckMode
-from stompy._options import Overflow
+from stompy._core.events import AckMode
+from stompy._engine.options import Overflow
 from stompy.errors import StompError
 
 __all__ = ("MAX_PREFETCH", "PREFETCH_HEADERS", "Inbox", "subscribe_headers")

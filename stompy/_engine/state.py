@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from stompy._protocol import State
+from stompy._core.protocol import State
 
 
 class Status(enum.Enum):

@@ -18,7 +18,7 @@ While the session keeps a backlog (a subscription's inbox is full) the thread st
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
 still sends heart-beats, and bytes waiting in the socket count as a sign of life, so a
 slow consumer is not mistaken for a dead broker (:func:`bytes_waiting` looks, for the
-engine's :meth:`~stompy._session.Session.tick`). Every decision (reconnecting, routing,
+engine's :meth:`~stompy._engine.session.Session.tick`). Every decision (reconnecting, routing,
 receipts, the goodbye) is the engine's; this module moves bytes, waits and wakes.
 """
 
@@ -35,11 +35,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from stompy._callbacks import report_callback_error
-from stompy._calls import Call, Running, Steps
-from stompy._connecting import Attempts, Handshake
-from stompy._message import MessageBase
-from stompy._session import (
+from stompy._client.callbacks import report_callback_error
+from stompy._engine.calls import Call, Running, Steps
+from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.message import MessageBase
+from stompy._engine.session import (
     MAX_OUTGOING,
     Session,
     failure_reason,
@@ -47,12 +47,12 @@ from stompy._session import (
     transport_failed,
     while_writing,
 )
-from stompy._state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
-from stompy._urls import Endpoint
+from stompy._engine.state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
+from stompy._engine.urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
 
 if TYPE_CHECKING:
-    from stompy._tracing import Telemetry
+    from stompy._engine.tracing import Telemetry
 
 __all__ = ("IOThread", "bytes_waiting")
 

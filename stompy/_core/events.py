@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from stompy._frames import Frame
+from stompy._core.frames import Frame
 from stompy._mypyc import mypyc_attr
 
 __all__ = (

@@ -32,7 +32,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from stompy._frames import V10, V11, V12
+from stompy._core.frames import V10, V11, V12
 from stompy.errors import (
     ConnectFailed,
     RemoteProtocolError,

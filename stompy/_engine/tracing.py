@@ -9,7 +9,7 @@ imported only by a connection whose ``tracing`` option is on, and only if
 ``opentelemetry-api`` can be imported; the sans-IO core never imports it.
 
 With a tracer, every call that sends runs a :class:`TracedCall` around the session
-engine's steps (:mod:`stompy._calls`): a PRODUCER span starts as the call does, its
+engine's steps (:mod:`stompy._engine.calls`): a PRODUCER span starts as the call does, its
 context goes into the SEND's headers with the globally configured propagator (W3C
 ``traceparent`` and ``tracestate`` by default; a header the user set wins, and a
 ``traceparent`` of the user's is the message's creation context, linked, not replaced),
@@ -43,13 +43,13 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
-from stompy._calls import Call, Sends, Steps
-from stompy._frames import Frame
-from stompy._keywords import RequestOptions
-from stompy._message import MessageBase
-from stompy._options import ClientOptions, Outgoing
-from stompy._session import Session
-from stompy._urls import Endpoint
+from stompy._core.frames import Frame
+from stompy._engine.calls import Call, Sends, Steps
+from stompy._engine.keywords import RequestOptions
+from stompy._engine.message import MessageBase
+from stompy._engine.options import ClientOptions, Outgoing
+from stompy._engine.session import Session
+from stompy._engine.urls import Endpoint
 from stompy._version import __version__
 from stompy.errors import HeartbeatTimeout, StompError
 
@@ -578,7 +578,7 @@ def _in_spans(spans: Sequence[Span | None], steps: Steps[T]) -> Steps[T]:
 class TracedCall(Sends[M]):
     """A :class:`Call`'s sends (``send``, ``send_many``'s pieces, ``request``, ``reply``),
     each message in a PRODUCER span: what a connection that records telemetry runs
-    instead of the call's own (:func:`stompy._base.traced`)."""
+    instead of the call's own (:func:`stompy._client.base.traced`)."""
 
     __slots__ = ("call", "telemetry")
 

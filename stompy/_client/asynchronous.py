@@ -1,8 +1,8 @@
 """The anyio client: ``AsyncConnection`` and its objects, for asyncio and trio.
 
-The twin of :mod:`stompy._sync`: every call that may wait is one of the session
-engine's calls (:mod:`stompy._calls`), run by the tasks' driver
-(:class:`~stompy._async_io.TaskIO`); only the common cases are written out here, for
+The twin of :mod:`stompy._client.blocking`: every call that may wait is one of the session
+engine's calls (:mod:`stompy._engine.calls`), run by the tasks' driver
+(:class:`~stompy._transports.asynchronous.TaskIO`); only the common cases are written out here, for
 speed. Leaving ``async with`` disconnects gracefully and stops every task.
 """
 
@@ -19,9 +19,8 @@ import anyio
 import anyio.lowlevel
 from typing_extensions import Unpack
 
-from stompy import _keywords as kw
-from stompy._async_io import TaskIO
-from stompy._base import (
+from stompy._checks import check_timeout, wrong_type
+from stompy._client.base import (
     ConnectionBase,
     SubscriptionBase,
     TransactionBase,
@@ -29,14 +28,15 @@ from stompy._base import (
     traced,
     transaction_id,
 )
-from stompy._callbacks import report_callback_error
-from stompy._calls import Call, Steps
-from stompy._checks import check_timeout, wrong_type
-from stompy._inbox import Inbox
-from stompy._message import MessageBase
-from stompy._options import Outgoing, log, split_for_sending
-from stompy._session import MAX_OUTGOING
-from stompy._state import CLOSED, CONNECTED, NEW, RECONNECTING
+from stompy._client.callbacks import report_callback_error
+from stompy._engine import keywords as kw
+from stompy._engine.calls import Call, Steps
+from stompy._engine.inbox import Inbox
+from stompy._engine.message import MessageBase
+from stompy._engine.options import Outgoing, log, split_for_sending
+from stompy._engine.session import MAX_OUTGOING
+from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
+from stompy._transports.asynchronous import TaskIO
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")

@@ -27,12 +27,12 @@ from stompy._checks import (
     check_versions,
     wrong_type,
 )
-from stompy._codec import DEFAULT_LIMITS, FrameLimits
-from stompy._events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
-from stompy._frames import VERSIONS
-from stompy._heartbeat import MAX_INTERVAL
-from stompy._protocol import ClientProtocol
-from stompy._urls import Endpoint, parse_urls
+from stompy._core.codec import DEFAULT_LIMITS, FrameLimits
+from stompy._core.events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
+from stompy._core.frames import VERSIONS
+from stompy._core.heartbeat import MAX_INTERVAL
+from stompy._core.protocol import ClientProtocol
+from stompy._engine.urls import Endpoint, parse_urls
 from stompy.errors import (
     ConfigurationError,
     ConnectFailed,
@@ -43,7 +43,7 @@ from stompy.errors import (
 )
 
 if TYPE_CHECKING:
-    from stompy._websocket import WebSocket
+    from stompy._engine.websocket import WebSocket
 
 __all__ = (
     "SEND_CHUNK",
@@ -277,7 +277,7 @@ class ClientOptions:
     strict: bool = True
     #: Extra HTTP headers for the WebSocket handshake (cookies, ``Authorization``; copied).
     ws_headers: Mapping[str, str] | None = None
-    #: The lifecycle hooks (see :class:`~stompy._notices.Notice`).
+    #: The lifecycle hooks (see :class:`~stompy._engine.notices.Notice`).
     on_connected: Callable[[Endpoint], object] | None = None
     on_reconnected: Callable[[Endpoint], object] | None = None
     on_disconnected: Callable[[StompError | None], object] | None = None
@@ -384,7 +384,7 @@ class ClientOptions:
         :class:`ConnectFailed` when wsproto (the ``websocket`` extra) is missing.
         """
         try:
-            from stompy._websocket import WebSocket, subprotocols_for
+            from stompy._engine.websocket import WebSocket, subprotocols_for
         except ImportError as exc:
             raise ConnectFailed(str(exc)) from None
         return WebSocket.client(

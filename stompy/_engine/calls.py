@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from typing import Final, Generic, TypeVar, cast, get_args
 
 from stompy._checks import check_choice, check_integer, check_seconds, check_type
-from stompy._events import AckMode, MessageReceived
-from stompy._frames import Frame
-from stompy._inbox import Inbox
-from stompy._keywords import MessageOptions, RequestOptions, SubscribeOptions
-from stompy._message import MessageBase
-from stompy._options import Outgoing, check_overflow
-from stompy._protocol import ClientProtocol
-from stompy._requests import reply_address
-from stompy._session import MAX_OUTGOING, Session, log
-from stompy._state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
+from stompy._core.events import AckMode, MessageReceived
+from stompy._core.frames import Frame
+from stompy._core.protocol import ClientProtocol
+from stompy._engine.inbox import Inbox
+from stompy._engine.keywords import MessageOptions, RequestOptions, SubscribeOptions
+from stompy._engine.message import MessageBase
+from stompy._engine.options import Outgoing, check_overflow
+from stompy._engine.requests import reply_address
+from stompy._engine.session import MAX_OUTGOING, Session, log
+from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy.errors import (
     AckLost,
     ConnectionLost,
@@ -128,7 +128,7 @@ class Running(Generic[T]):
 
 class Sends(Generic[M]):
     """The sends a client makes of one call, written once for :class:`Call` and for
-    its traced twin (:class:`stompy._tracing.TracedCall`): :meth:`send` and
+    its traced twin (:class:`stompy._engine.tracing.TracedCall`): :meth:`send` and
     :meth:`reply` each come down to one :meth:`send_one`."""
 
     __slots__ = ()

@@ -51,7 +51,7 @@ from stompy._checks import (
     check_versions,
     refuse_time,
 )
-from stompy._codec import (
+from stompy._core.codec import (
     DEFAULT_LIMITS,
     FrameLimits,
     FrameParser,
@@ -60,7 +60,7 @@ from stompy._codec import (
     encode_send,
     shown,
 )
-from stompy._events import (
+from stompy._core.events import (
     AckMode,
     Connected,
     ConnectionClosed,
@@ -70,8 +70,8 @@ from stompy._events import (
     MessageReceived,
     Receipt,
 )
-from stompy._frames import V10, V11, V12, VERSIONS, Frame, make_headers, unescape
-from stompy._heartbeat import (
+from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, make_headers, unescape
+from stompy._core.heartbeat import (
     MAX_INTERVAL,
     Heartbeat,
     format_heartbeat,

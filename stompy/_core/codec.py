@@ -9,7 +9,7 @@ ends the headers and the NUL that ends a body, the header block is decoded once,
 and backslashes are dealt with only where there are any, and the ``(name, value)``
 pairs of header lines seen lately are shared rather than made again. The encoder
 escapes all header lines at once, in a few ``str.replace`` passes (with the Cython
-accelerator, ``_cscan.pyx``, it copies each header's bytes into the frame instead).
+accelerator, ``cscan.pyx``, it copies each header's bytes into the frame instead).
 Memory is bounded by :class:`FrameLimits`: a frame that crosses a limit raises
 :class:`FrameTooLarge` as soon as the crossing is seen, without waiting for (or
 buffering) the rest.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from stompy._checks import bad_value, check_integer, check_type, check_version, wrong_type
-from stompy._frames import (
+from stompy._core.frames import (
     BODY_COMMANDS,
     COMMANDS,
     UNESCAPED_COMMANDS,
@@ -66,14 +66,14 @@ def _accelerator() -> tuple[
     | None,
 ]:
     """The header-block check, the blank-line search and the encoder of the optional
-    Cython accelerator (``_cscan.pyx``), or Nones: not built, or ``STOMPY_NO_EXTENSIONS``
+    Cython accelerator (``cscan.pyx``), or Nones: not built, or ``STOMPY_NO_EXTENSIONS``
     set (to anything but "" or "0") at import time."""
     if os.environ.get("STOMPY_NO_EXTENSIONS", "") not in ("", "0"):
         return None, None, None
     try:
         # The module, not its functions: compiled by mypyc, a function's import binds
         # the module's global of that name, and ``encode_frame`` is this module's own.
-        from stompy import _cscan
+        from stompy._core import cscan as _cscan
     except ImportError:
         return None, None, None
     return _cscan.block_escaping, _cscan.blank_line, _cscan.encode_frame
@@ -291,7 +291,7 @@ class FrameParser:
             if command in COMMANDS:
                 block_escaping = self._block_escaping
                 if block_escaping is not None:
-                    # The same checks in one pass in C (stompy/_cscan.pyx), when built.
+                    # The same checks in one pass in C (stompy/_core/cscan.pyx), when built.
                     raw = command in UNESCAPED_COMMANDS
                     escaping = block_escaping(block, self._version, raw)
                 elif "\r" not in text:
@@ -652,7 +652,7 @@ def encode_frame(
         raise ValueError(f"a {command} frame cannot have a body")
     raw = version == V10 or command in UNESCAPED_COMMANDS
     if _encode_frame is not None:
-        # In C (stompy/_cscan.pyx), when built: None leaves the unusual to Python.
+        # In C (stompy/_core/cscan.pyx), when built: None leaves the unusual to Python.
         frame = _encode_frame(command, headers, body, raw, version == V12, more)
         if frame is not None:
             return frame

@@ -6,7 +6,7 @@ public call refuses a keyword it does not know with a :class:`TypeError` that na
 as a plain Python function does. Two ways, one rule:
 
 * Calls whose keywords go on as a dict (``Connection`` and ``AsyncConnection`` to
-  :class:`~stompy._options.ClientOptions`; ``subscribe``, ``request`` and a message's
+  :class:`~stompy._engine.options.ClientOptions`; ``subscribe``, ``request`` and a message's
   ``reply`` to the session engine's calls; the one-shot ``send``/``send_async``) take
   them as ``**options: Unpack[...]`` and pass them through :func:`check` first, against
   the ``TypedDict``'s own keys (so the list and the check cannot differ), with a
@@ -24,10 +24,10 @@ import difflib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Generic, TypedDict, TypeVar, cast
 
-from stompy._codec import FrameLimits
-from stompy._events import AckMode, MessageReceived
-from stompy._options import Overflow, Reconnect, SslArg
-from stompy._urls import Endpoint
+from stompy._core.codec import FrameLimits
+from stompy._core.events import AckMode, MessageReceived
+from stompy._engine.options import Overflow, Reconnect, SslArg
+from stompy._engine.urls import Endpoint
 from stompy.errors import ServerError, StompError
 
 __all__ = (

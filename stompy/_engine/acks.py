@@ -24,8 +24,8 @@ of one connection (*epoch*): a message from an earlier one is never sent an answ
 
 from __future__ import annotations
 
-from stompy._events import MessageReceived
-from stompy._message import MessageBase
+from stompy._core.events import MessageReceived
+from stompy._engine.message import MessageBase
 from stompy.errors import LocalProtocolError
 
 __all__ = ("AckBook",)

@@ -70,10 +70,10 @@ from stompy._checks import (
     refuse_time,
     wrong_type,
 )
-from stompy._codec import FrameLimits, FrameParser, encode
-from stompy._events import AckMode
-from stompy._frames import V10, V11, V12, VERSIONS, Frame, Headers, _split_header_text, escape
-from stompy._heartbeat import (
+from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.events import AckMode
+from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, Headers, _split_header_text, escape
+from stompy._core.heartbeat import (
     MAX_INTERVAL,
     Heartbeat,
     format_heartbeat,
@@ -81,7 +81,7 @@ from stompy._heartbeat import (
     only_heartbeats,
     parse_heartbeat,
 )
-from stompy._protocol import MAX_BODY_HEADER
+from stompy._core.protocol import MAX_BODY_HEADER
 from stompy.errors import ConfigurationError, FrameTooLarge, ProtocolError
 
 __all__ = (
@@ -460,7 +460,7 @@ class _Message:
 
 def _pairs(lines: str, escaping: str) -> Headers:
     """The pairs of received header ``lines`` (each after a LF, as a checked block of a
-    :class:`~stompy._frames.ReceivedFrame` holds them), unescaped."""
+    :class:`~stompy._core.frames.ReceivedFrame` holds them), unescaped."""
     if not lines:
         return ()
     flat = _split_header_text(lines[1:], escaping)

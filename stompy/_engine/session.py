@@ -9,9 +9,9 @@ bytes, wait, and wake the user's waits. Like the core, it does no I/O and reads 
 clock: time and randomness come in as arguments.
 
 The parts it decides over live in modules of their own: establishing a connection
-(:mod:`stompy._connecting`), a subscription's inbox and prefetch
-(:mod:`stompy._inbox`), the request/reply table (:mod:`stompy._requests`) and the
-queued hook calls (:mod:`stompy._notices`); import their names from there.
+(:mod:`stompy._engine.connecting`), a subscription's inbox and prefetch
+(:mod:`stompy._engine.inbox`), the request/reply table (:mod:`stompy._engine.requests`) and the
+queued hook calls (:mod:`stompy._engine.notices`); import their names from there.
 
 Request/reply: :meth:`Session.request` sends with ``reply-to`` naming
 :data:`REPLY_QUEUE` and a fresh ``correlation-id``; :meth:`Session.pump` hands each
@@ -49,13 +49,14 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from stompy._acks import AckBook
-from stompy._connecting import Attempts, Handshake
-from stompy._events import AckMode, Connected, MessageReceived, Receipt
-from stompy._inbox import Inbox, subscribe_headers
-from stompy._message import MessageBase
-from stompy._notices import Notice, queue_notice
-from stompy._options import (
+from stompy._core.events import AckMode, Connected, MessageReceived, Receipt
+from stompy._core.protocol import MAX_BODY_OPTION, ClientProtocol
+from stompy._engine.acks import AckBook
+from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.inbox import Inbox, subscribe_headers
+from stompy._engine.message import MessageBase
+from stompy._engine.notices import Notice, queue_notice
+from stompy._engine.options import (
     ClientOptions,
     Overflow,
     check_overflow,
@@ -63,15 +64,14 @@ from stompy._options import (
     log_sent,
     take_output,
 )
-from stompy._protocol import MAX_BODY_OPTION, ClientProtocol
-from stompy._requests import (
+from stompy._engine.requests import (
     REPLY_QUEUE,
     Request,
     answered,
     check_request_headers,
     subscribes_to_temp_queue,
 )
-from stompy._state import (
+from stompy._engine.state import (
     CLOSED,
     CLOSING,
     CONNECTED,
@@ -80,7 +80,7 @@ from stompy._state import (
     RECONNECTING,
     ReceiptState,
 )
-from stompy._urls import Endpoint
+from stompy._engine.urls import Endpoint
 from stompy.errors import (
     ConnectionLost,
     LocalProtocolError,
@@ -93,7 +93,7 @@ from stompy.errors import (
 )
 
 if TYPE_CHECKING:
-    from stompy._websocket import WebSocket
+    from stompy._engine.websocket import WebSocket
 
 __all__ = (
     "MAX_OUTGOING",
@@ -352,7 +352,7 @@ class Session(Generic[M]):
 
     def notify(self, what: str, hook: Callable[[Any], object] | None, argument: object) -> None:
         """Queue ``hook(argument)``, the hook the option ``what`` set (``None``: unset),
-        for the transport to call (see :mod:`stompy._notices`)."""
+        for the transport to call (see :mod:`stompy._engine.notices`)."""
         queue_notice(self.notices, what, hook, argument)
 
     def _told_end(self, error: StompError | None) -> None:
@@ -525,7 +525,7 @@ class Session(Generic[M]):
         """ACK or NACK ``event`` on the current connection; the receipt id, if any.
 
         Raises :class:`LocalProtocolError` (nothing sent) for a message answered already
-        on this connection (see :mod:`stompy._acks`), and what the core raises.
+        on this connection (see :mod:`stompy._engine.acks`), and what the core raises.
         """
         proto = self.ready()
         acks = self.acks

@@ -1,4 +1,4 @@
-"""The types of the optional Cython accelerator (``_cscan.pyx``; see ``_codec.py``)."""
+"""The types of the optional Cython accelerator (``cscan.pyx``; see ``codec.py``)."""
 
 from collections.abc import Mapping, Sequence
 
