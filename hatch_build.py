@@ -3,9 +3,10 @@ and the codec's hot loops (``stompy/_core/cscan.pyx``: the parser's header-block
 encoder) built with Cython.
 
 The way aiohttp, yarl and multidict ship their C cores: a wheel built with a C compiler
-at hand (``pip install .``, ``python -m build``, cibuildwheel) holds the core modules
-listed under ``compile`` in ``[tool.hatch.build.targets.wheel.hooks.custom]`` compiled,
-beside their ``.py`` files, and is tagged for this interpreter and platform. The wheel
+at hand (``pip install .``, ``python -m build``, cibuildwheel) holds every module of the
+folders listed under ``compile`` in ``[tool.hatch.build.targets.wheel.hooks.custom]``
+(``stompy/_core/``, ``stompy/testing/_core/``; each ``.py`` file but ``__init__.py``)
+compiled, beside their ``.py`` files, and is tagged for this interpreter and platform. The wheel
 is pure Python (``py3-none-any``), with a warning in the build log and no error, when:
 
 * ``STOMPY_NO_EXTENSIONS`` is set to anything but ``""`` or ``"0"`` (the forced pure build);
@@ -24,11 +25,11 @@ mypyc compiles a copy of the package in a temporary directory and the extension 
 are taken into the wheel from there; nothing is written into the source tree. (In place,
 as hatch-mypyc builds, a ``codec.*.so`` left beside ``codec.py`` would shadow every
 later edit of the ``.py``: the import system prefers extension modules.) In that copy
-``stompy/__init__.py`` (and ``stompy/testing/__init__.py``) is empty, so mypy follows
-only the core's own imports: the core compiles on its own, whatever the transports
-import. The test broker's sans-IO core (``stompy/testing/_core/broker.py``) is compiled with
-it: a broker run from the wheel (``stompy broker``, ``stompy.testing.serve``) takes a
-SEND in a little over half the instructions.
+every package's ``__init__.py`` is empty, so mypy follows only the core's own imports:
+the core compiles on its own, whatever the transports import. The test broker's sans-IO
+core (``stompy/testing/_core/``) is compiled with it, in one group: a broker run from the
+wheel (``stompy broker``, ``stompy.testing.serve``) takes a SEND in a little over half the
+instructions.
 """
 
 from __future__ import annotations
@@ -58,11 +59,6 @@ from mypyc.build import mypycify
 
 setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
 """
-
-#: The packages whose ``__init__.py`` is empty in the copy that is compiled: mypy then
-#: follows only the imports of the modules compiled (``stompy.testing``'s servers
-#: import anyio, which the build environment does not hold).
-PACKAGES = ("stompy", "stompy/testing")
 
 #: The Cython accelerator, as its own extension module ``stompy._core.cscan``.
 ACCELERATOR = "stompy/_core/cscan.pyx"
@@ -146,12 +142,13 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
             self.work = None
 
     def compile(self) -> dict[str, str]:
-        """Compile the ``compile`` list in a copy of the package; return the extension
-        modules built, as force-include entries (path built -> path in the wheel).
+        """Compile the folders of the ``compile`` list in a copy of the package; return
+        the extension modules built, as force-include entries (path built -> path in the
+        wheel).
 
-        Raises CompileFailed when mypyc or the C compiler fails, or when a module
-        listed has no extension module afterwards."""
-        paths: list[str] = list(self.config.get("compile", []))
+        Raises CompileFailed when mypyc or the C compiler fails, or when a module of a
+        folder listed has no extension module afterwards."""
+        paths = modules(Path(self.root), self.config.get("compile", []))
         work = self.copy("mypyc")
         self.build(work, SETUP.format(paths=paths))
         built = {str(p): p.relative_to(work).as_posix() for p in extensions(work)}
@@ -174,15 +171,19 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         raise CompileFailed(f"Cython built no extension module for {ACCELERATOR}")
 
     def copy(self, name: str) -> Path:
-        """A fresh copy of the package (``__init__.py`` empty, no extension module) in a
-        folder ``name`` of the temporary directory, deleted by :meth:`finalize`."""
+        """A fresh copy of the package (every ``__init__.py`` empty, no extension module)
+        in a folder ``name`` of the temporary directory, deleted by :meth:`finalize`.
+
+        With the packages empty, mypy follows only the imports of the modules compiled
+        (``stompy.testing``'s servers import anyio, which the build environment does not
+        hold)."""
         if self.work is None:
             self.work = tempfile.TemporaryDirectory(prefix="stompy-build-")
         work = Path(self.work.name) / name
         skip = shutil.ignore_patterns("__pycache__", *(f"*{s}" for s in EXTENSION_SUFFIXES))
         shutil.copytree(Path(self.root) / "stompy", work / "stompy", ignore=skip)
-        for package in PACKAGES:
-            (work / package / "__init__.py").write_text("")
+        for init in (work / "stompy").rglob("__init__.py"):
+            init.write_text("")
         return work
 
     @staticmethod
@@ -199,6 +200,19 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         )
         if process.returncode != 0:
             raise CompileFailed("\n".join(process.stdout.splitlines()[-20:]))
+
+
+def modules(root: Path, folders: list[str]) -> list[str]:
+    """The modules the build compiles: every ``.py`` file of ``folders`` (relative to
+    ``root``) but ``__init__.py``, as paths relative to ``root``. Raises CompileFailed
+    for a folder that holds none."""
+    paths: list[str] = []
+    for folder in folders:
+        found = sorted(p for p in (root / folder).glob("*.py") if p.name != "__init__.py")
+        if not found:
+            raise CompileFailed(f"no module to compile in {folder}")
+        paths += [p.relative_to(root).as_posix() for p in found]
+    return paths
 
 
 def extensions(folder: Path) -> list[Path]:

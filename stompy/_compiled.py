@@ -1,11 +1,13 @@
 """Whether the sans-IO core runs compiled (mypyc) or as pure Python.
 
-A wheel built where a C compiler was found holds the core modules compiled beside
-their ``.py`` files (the test broker's sans-IO core too: :data:`TESTING_MODULES`), and
-the import system loads the compiled ones; a pure-Python wheel (no compiler,
+A wheel built where a C compiler was found holds the core compiled beside its ``.py``
+files: every module of :data:`FOLDERS`, ``stompy/_core/`` (:data:`CORE_MODULES`) and the
+test broker's sans-IO core, ``stompy/testing/_core/`` (:data:`TESTING_MODULES`); the
+import system loads the compiled ones. A pure-Python wheel (no compiler,
 ``STOMPY_NO_EXTENSIONS=1``, not CPython) and an editable install hold only the ``.py``.
-The build hook is ``hatch_build.py``; its ``compile`` list in pyproject.toml is
-:data:`CORE_MODULES` and :data:`TESTING_MODULES` (a test keeps them equal).
+The build hook is ``hatch_build.py``; its ``compile`` list in pyproject.toml names the
+same folders (a test keeps them equal): a module added to one is compiled, no list to
+keep.
 
 Apart from that, a wheel built where Cython was found holds ``stompy._core.cscan``, the
 codec's hot loops in C (the parser's header-block check, the encoder):
@@ -15,23 +17,33 @@ set at import time, to anything but "" or "0").
 
 from __future__ import annotations
 
+import importlib
 from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 from types import ModuleType
 from typing import Final
 
 from stompy._core import codec as _codec
-from stompy._core import events as _events
-from stompy._core import frames as _frames
-from stompy._core import heartbeat as _heartbeat
-from stompy._core import protocol as _protocol
 
-#: The modules the build compiles when it can.
-CORE_MODULES: Final = (_frames, _codec, _heartbeat, _events, _protocol)
+#: The packages the build compiles whole when it can (``compile`` in pyproject.toml).
+FOLDERS: Final = ("stompy._core", "stompy.testing._core")
 
-#: The modules of ``stompy.testing`` compiled with them: named, not imported, so that
-#: ``import stompy`` does not import the test servers (nor stompy.testing import stompy
-#: half-initialised).
-TESTING_MODULES: Final = ("stompy.testing._core.broker",)
+
+def modules_of(package: str) -> tuple[str, ...]:
+    """The modules of ``package`` (one of :data:`FOLDERS`) that the build compiles: its
+    ``.py`` files but ``__init__.py``, found in the folder, not imported."""
+    folder = Path(__file__).parent.joinpath(*package.split(".")[1:])
+    names = (path.stem for path in folder.glob("*.py") if path.name != "__init__.py")
+    return tuple(f"{package}.{name}" for name in sorted(names))
+
+
+#: The modules of ``stompy/_core/``, which the build compiles when it can.
+CORE_MODULES: Final = tuple(importlib.import_module(n) for n in modules_of(FOLDERS[0]))
+
+#: The modules of ``stompy/testing/_core/``, compiled with them: named, not imported, so
+#: that ``import stompy`` does not import the test broker (nor stompy.testing import
+#: stompy half-initialised).
+TESTING_MODULES: Final = modules_of(FOLDERS[1])
 
 
 def is_compiled(module: ModuleType) -> bool:

@@ -44,15 +44,27 @@ def test_the_session_that_asks_for_the_compiled_core_gets_it() -> None:
     assert stompy.COMPILED
 
 
-def test_the_build_compiles_the_modules_compiled_checks() -> None:
+def test_the_build_compiles_the_folders_compiled_checks() -> None:
     tomllib = pytest.importorskip("tomllib")
     pyproject = Path(__file__).parents[1] / "pyproject.toml"
     if not pyproject.is_file():
         pytest.skip(f"no {pyproject}")
     hook = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
-    names = [module.__name__ for module in _compiled.CORE_MODULES]
-    compiled = [f"{name.replace('.', '/')}.py" for name in [*names, *_compiled.TESTING_MODULES]]
-    assert hook["hooks"]["custom"]["compile"] == compiled
+    folders = [package.replace(".", "/") for package in _compiled.FOLDERS]
+    assert hook["hooks"]["custom"]["compile"] == folders
+
+
+def test_every_module_of_the_compiled_folders_is_checked() -> None:
+    """A module added to stompy/_core/ (or the test broker's core) is compiled by the
+    build and checked by stompy.COMPILED, with no list to keep."""
+    for package, names in [
+        ("_core", [module.__name__ for module in _compiled.CORE_MODULES]),
+        ("testing/_core", list(_compiled.TESTING_MODULES)),
+    ]:
+        files = sorted(p.stem for p in (PACKAGE / package).glob("*.py") if p.stem != "__init__")
+        assert files
+        prefix = f"stompy.{package.replace('/', '.')}."
+        assert names == [prefix + stem for stem in files]
 
 
 @pytest.mark.skipif(CHECKOUT is None, reason="stompy is installed, not a checkout")
