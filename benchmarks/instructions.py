@@ -34,7 +34,7 @@ benchmark builds before its timer starts) is built in both runs, so it is left o
 All but ``pure`` build a wheel of the checkout first as a user's ``pip install .``
 would (``pip wheel --no-deps``: the build hook runs mypyc and Cython in pip's isolated
 build environment) and install it into a temporary directory (``pip install --no-deps
---target``); ``accelerated`` puts that wheel's ``_cscan`` beside a copy of the
+--target``); ``accelerated`` puts that wheel's ``cscan`` beside a copy of the
 checkout's ``.py`` files. ``both`` is ``pure,compiled``. Needs ``valgrind`` on the PATH.
 """
 
@@ -235,10 +235,11 @@ def _accelerated(site: Path, into: Path) -> Path:
     """A copy of the checkout's stompy with the installed wheel's accelerator beside it."""
     skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd")
     shutil.copytree(_ROOT / "stompy", into / "stompy", ignore=skip)
-    built = [p for p in (site / "stompy").glob("_cscan.*") if p.suffix in (".so", ".pyd")]
+    core = site / "stompy" / "_core"
+    built = [p for p in core.glob("cscan.*") if p.suffix in (".so", ".pyd")]
     if len(built) != 1:
         raise RuntimeError(f"the wheel holds no accelerator: {built}")
-    shutil.copy(built[0], into / "stompy")
+    shutil.copy(built[0], into / "stompy" / "_core")
     return into
 
 
