@@ -26,6 +26,7 @@ from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._engine.keywords import ConnectionOptions
 from stompy._engine.options import Outgoing, Overflow, Reconnect
 from stompy._engine.urls import Endpoint, parse_url
+from stompy._public import publish
 from stompy._version import __version__ as __version__
 from stompy.errors import (
     AckLost,
@@ -108,3 +109,6 @@ __all__ = (
     "send",
     "send_async",
 )
+
+# Documented, shown and pickled as this module's (stompy/_public.py).
+publish(globals(), __all__, __name__)

@@ -19,6 +19,7 @@ from stompy._engine.options import ClientOptions
 from stompy._engine.session import MAX_OUTGOING, Pumped
 from stompy._engine.session import Session as ClientSession
 from stompy._engine.state import ReceiptState, Status
+from stompy._public import publish
 
 __all__ = (
     "MAX_OUTGOING",
@@ -38,3 +39,6 @@ __all__ = (
     "Wait",
     "Waiting",
 )
+
+# Documented, shown and pickled as this module's (stompy/_public.py).
+publish(globals(), __all__, __name__)

@@ -6,6 +6,10 @@ from __future__ import annotations
 from stompy._core import events as _events
 from stompy._core.events import *  # noqa: F403
 from stompy._core.events import __all__ as __all__
+from stompy._public import publish
+
+# Documented, shown and pickled as this module's (stompy/_public.py).
+publish(globals(), __all__, __name__)
 
 
 def __getattr__(name: str) -> object:

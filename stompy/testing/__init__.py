@@ -29,6 +29,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from stompy._public import publish
+
 if TYPE_CHECKING:
     from stompy.testing._core.broker import (
         BrokerConfig,
@@ -93,10 +95,14 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_HOMES.get(name, '_core.broker')}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+    home = _HOMES.get(name, "_core.broker")
+    module = importlib.import_module(f"{__name__}.{home}")
+    # Every public name of that module at once, documented, shown and pickled as
+    # stompy.testing's (stompy/_public.py).
+    names = [public for public in __all__ if _HOMES.get(public, "_core.broker") == home]
+    publish(vars(module), names, __name__)
+    globals().update((public, getattr(module, public)) for public in names)
+    return globals()[name]
 
 
 def __dir__() -> list[str]:
