@@ -414,7 +414,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         telemetry = self._telemetry
         if (
             transaction is None
-            and not receipt
+            and receipt is False
             and telemetry is None
             and session.send_now(destination, body, headers, content_type, anyio.current_time)
         ):

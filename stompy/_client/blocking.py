@@ -446,7 +446,7 @@ class Connection(ConnectionBase[Message]):
         takes nothing for ``receipt_timeout`` ends the connection so.
         """
         telemetry = self._telemetry
-        if transaction is None and not receipt and telemetry is None:
+        if transaction is None and receipt is False and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
             session = self._session

@@ -225,6 +225,11 @@ def make_headers(
         pairs = tuple([(key, value) for key, value in items])
     except (TypeError, ValueError):  # not iterable, or an item that is no pair
         raise wrong_type("headers", _HEADER_INPUT, headers) from None
+    if len(pairs) and not isinstance(headers, Mapping):
+        for item in headers:
+            # A two-letter str unpacks as a pair ("ab" -> a:b): no pair was meant.
+            if isinstance(item, (str, bytes)):
+                raise wrong_type("headers", _HEADER_INPUT, headers)
     for key, value in pairs:
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")

@@ -22,7 +22,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar, cast, get_args
 
-from stompy._checks import check_choice, check_integer, check_seconds, check_type
+from stompy._checks import check_choice, check_flag, check_integer, check_seconds, check_type
 from stompy._core.events import AckMode, MessageReceived
 from stompy._core.frames import Frame
 from stompy._core.protocol import ClientProtocol
@@ -152,6 +152,7 @@ class Sends(Generic[M]):
         attempt gets ``receipt_timeout`` for buffer room and receipt together, so the
         call ends within ``send_timeout + receipt_timeout``.
         """
+        check_flag("receipt", receipt)
         message = Outgoing(destination, body, headers, content_type)
         yield from self.send_one(message, transaction, receipt)
 
@@ -163,9 +164,10 @@ class Sends(Generic[M]):
 
         Raises :class:`NoReplyTo` (nothing sent) when the message has no ``reply-to``.
         """
+        receipt = check_flag("receipt", options.get("receipt", False))
         destination, headers = reply_address(event.frame, options.get("headers"))
         message = Outgoing(destination, body, headers, options.get("content_type"))
-        yield from self.send_one(message, None, options.get("receipt", False), event.frame)
+        yield from self.send_one(message, None, receipt, event.frame)
 
     def send_one(
         self, message: Outgoing, transaction: str | None, receipt: bool, parent: Frame | None = None
@@ -386,6 +388,7 @@ class Call(Sends[M]):
         """One piece of ``send_many``'s work (see :func:`split_for_sending`): a chunk of
         messages queued at once, or the last message alone, which carries the receipt.
         How many were sent; what was queued before an error goes out too."""
+        check_flag("receipt", receipt)
         if isinstance(work, Outgoing):
             yield from self.send_one(work, transaction, receipt)
             return 1
@@ -411,6 +414,9 @@ class Call(Sends[M]):
         ``ack`` mode, ``max_pending``, ``overflow`` or ``headers`` it cannot use, before
         any wait."""
         ack = check_choice("ack", options.get("ack", "auto"), get_args(AckMode))
+        receipt = check_flag("receipt", options.get("receipt", False))
+        sub_id = options.get("id")
+        check_type("id", sub_id, (str, type(None)), "a str or None")
         max_pending = options.get("max_pending")
         if max_pending is not None:
             check_integer("max_pending", max_pending, 1)
@@ -425,10 +431,10 @@ class Call(Sends[M]):
         made = session.subscribe(
             destination,
             cast(AckMode, ack),
-            options.get("id"),
+            sub_id,
             headers,
             max_pending,
-            options.get("receipt", False),
+            receipt,
             overflow,
         )
         yield from self.flush()
@@ -438,6 +444,7 @@ class Call(Sends[M]):
 
     def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> Steps[None]:
         """UNSUBSCRIBE if the connection is up; messages already received stay."""
+        check_flag("receipt", receipt)
         session = self.session
         epoch = session.epoch
         rid = session.unsubscribe(inbox, receipt)
@@ -458,6 +465,7 @@ class Call(Sends[M]):
         One from an earlier connection is gone with it: its COMMIT raises
         :class:`TransactionLost`, its ABORT does nothing.
         """
+        check_flag("receipt", receipt)
         session = self.session
         if session.is_stale(epoch):
             if command == "COMMIT":
@@ -484,6 +492,7 @@ class Call(Sends[M]):
         for a confirmation that cannot be true, this raises :class:`AckLost` (a
         :class:`ConnectionLost`), else it does nothing.
         """
+        check_flag("receipt", receipt)
         session = self.session
         if session.is_stale(epoch):
             if receipt:

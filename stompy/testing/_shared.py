@@ -23,6 +23,7 @@ from typing_extensions import Self
 
 from stompy._checks import check_seconds
 from stompy._engine.keywords import check
+from stompy.errors import ConfigurationError
 
 __all__ = (
     "CHUNK",
@@ -68,6 +69,10 @@ def check_listener(call: str, host: object, backend: object = "asyncio", **ports
     for name, port in ports.items():
         if not isinstance(port, int) or isinstance(port, bool):
             raise TypeError(f"{call}(): {name} must be an int, not {type(port).__name__}")
+        if not 0 <= port <= 65535:
+            raise ConfigurationError(
+                f"{call}(): {name} must be a TCP port from 0 (any free one) to 65535, got {port}"
+            )
 
 
 def peer_name(stream: anyio.TypedAttributeProvider) -> str:
