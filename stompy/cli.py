@@ -227,7 +227,28 @@ class _Parser(_OneLineParser):
             # Said here, by the command's own parser, not by the top one's: "stompy send:
             # ... (see 'stompy send --help')" names the command whose options to read.
             self.error(f"unrecognized arguments: {' '.join(extras)}")
+        set_here = _SET_BY_STOMPY.get(self.prog.rsplit(" ", 1)[-1], {})
+        for name, _ in getattr(parsed, "extra_headers", None) or ():
+            hint = set_here.get(name.lower())
+            if hint is not None:
+                self.error(f"argument -H/--header: {name!r} is set by stompy: {hint}")
         return parsed, extras
+
+
+#: Per command, the headers stompy writes itself, and what to use instead of -H.
+_SET_BY_STOMPY: Final[dict[str, dict[str, str]]] = {
+    "send": {
+        "destination": "give it as DESTINATION",
+        "receipt": "stompy send always waits for the broker's receipt",
+        "transaction": "stompy send sends outside transactions",
+    },
+    "subscribe": {
+        "destination": "give it as DESTINATION",
+        "ack": "use --ack",
+        "id": "stompy names its subscription",
+        "receipt": "stompy subscribe waits for the broker's receipt itself",
+    },
+}
 
 
 def _add_header_option(

@@ -372,10 +372,21 @@ def test_reconnect_shows_each_failed_attempt_to_connect() -> None:
     )
 
 
-def test_reserved_header_is_refused_cleanly(url: str, queue: str) -> None:
-    got = stompy("send", url, queue, "-H", "destination:/queue/elsewhere", "x")
-    assert got.returncode == 1
-    assert "'destination' is set by stompy" in one_error_line(got, "send")
+@pytest.mark.parametrize(
+    ("command", "header", "hint"),
+    [
+        ("send", "destination:/queue/elsewhere", "give it as DESTINATION"),
+        ("subscribe", "ack:auto", "use --ack"),
+        ("subscribe", "id:7", "stompy names its subscription"),
+    ],
+)
+def test_reserved_header_is_a_usage_error_that_says_what_to_use(
+    url: str, queue: str, command: str, header: str, hint: str
+) -> None:
+    got = stompy(command, url, queue, "-H", header, *(["x"] if command == "send" else []))
+    assert got.returncode == 2  # a usage error: nothing was sent or subscribed
+    line = one_error_line(got, command)
+    assert f"{header.split(':')[0]!r} is set by stompy: {hint}" in line
 
 
 def test_ctrl_c_disconnects_gracefully(
