@@ -135,15 +135,23 @@ def source_annotations(cls: type) -> dict[str, str]:
     """The field annotations of a dataclass as its source writes them. Compiled by mypyc,
     a dataclass's own say less (``<class 'type'>`` for ``Collection[str] | None``), and
     the walk would count a right value as a wrong one; the wheel ships the ``.py``."""
-    module = sys.modules[cls.__module__]
-    source = Path(str(module.__file__)).with_name(f"{cls.__module__.rpartition('.')[2]}.py")
-    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            return {
-                item.target.id: ast.unparse(item.annotation)
-                for item in node.body
-                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-            }
+    # Its __module__ is the public one that re-exports it: look where it is defined.
+    homes = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("stompy") and vars(module).get(cls.__name__) is cls
+    ]
+    for module in homes:
+        source = Path(str(module.__file__)).with_name(f"{module.__name__.rpartition('.')[2]}.py")
+        if not source.exists():
+            continue
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+                return {
+                    item.target.id: ast.unparse(item.annotation)
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                }
     return {}
 
 

@@ -33,8 +33,8 @@ from stompy._client.base import (
     traced,
     transaction_id,
 )
-from stompy._client.callbacks import report_callback_error
 from stompy._engine import keywords as kw
+from stompy._engine.callbacks import report_callback_error
 from stompy._engine.calls import Call
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase

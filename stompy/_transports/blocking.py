@@ -35,7 +35,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from stompy._client.callbacks import report_callback_error
+from stompy._engine.callbacks import report_callback_error
 from stompy._engine.calls import Call, Running, Steps
 from stompy._engine.connecting import Attempts, Handshake
 from stompy._engine.message import MessageBase
