@@ -1,6 +1,7 @@
 """A Spark pipeline from STOMP to STOMP: read orders, keep the big ones, send them on.
 
-Needs PySpark 4.0+, pyarrow and Java 17+ (``pip install 'stompy-client[spark]'``).
+Needs PySpark 4.0+, pyarrow and Java 17+ (``pip install '.[spark]'`` from a clone of
+stompy; ``stompy-client[spark]`` once released).
 Runs against an in-process broker it starts itself::
 
     python examples/spark_pipeline.py
