@@ -1,6 +1,6 @@
 """The session engine, for people who write their own transport (provisional API).
 
-:class:`~stompy.ClientProtocol` knows one STOMP connection; the engine knows a client's
+:class:`~stompy.protocol.ClientProtocol` knows one STOMP connection; the engine knows a client's
 whole life above it: reconnects and the replay of subscriptions, where a received
 message goes and when to stop reading, receipts, the ack-epoch rule, the goodbye, and
 the calls that wait (a send with a receipt, a subscribe...) as generators of waits.

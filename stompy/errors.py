@@ -112,7 +112,7 @@ class FrameTooLarge(RemoteProtocolError):
 
 
 class _Frame(Protocol):
-    """What :attr:`ServerError.frame` offers: a :class:`~stompy.Frame`, read-only.
+    """What :attr:`ServerError.frame` offers: a :class:`~stompy.protocol.Frame`, read-only.
 
     Described here rather than imported, so that this module depends on nothing.
     """

@@ -1,4 +1,4 @@
-"""The events :class:`stompy.ClientProtocol` reports (for writing your own transport)."""
+"""The events :class:`stompy.protocol.ClientProtocol` reports (for writing your own transport)."""
 
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import stompy
+import stompy.protocol
 import stompy.testing
 from stompy import events
 from stompy.errors import StompError
@@ -185,10 +186,11 @@ def _targets_of(module: types.ModuleType, seen: set[str]) -> Iterator[Target]:
 
 
 def public_targets() -> list[Target]:
-    """Every public call of stompy (and the modules its ``__all__`` names: errors, events)
-    and of stompy.testing."""
+    """Every public call of stompy (and the module its ``__all__`` names: errors), of
+    the sans-IO core (stompy.protocol, stompy.events) and of stompy.testing."""
     seen: set[str] = set()
-    targets = [*_targets_of(stompy, seen), *_targets_of(stompy.testing, seen)]
+    modules = (stompy, stompy.protocol, stompy.events, stompy.testing)
+    targets = [target for module in modules for target in _targets_of(module, seen)]
     return sorted(targets, key=lambda t: t.name)
 
 

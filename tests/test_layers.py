@@ -35,7 +35,7 @@ PACKAGE = Path(stompy.__file__).parent
 LAYERS = ("leaves", "core", "engine", "transports", "client", "surface", "extras", "cli")
 
 LEAVES = {"stompy.errors", "stompy._checks", "stompy._mypyc", "stompy._version", "stompy._public"}
-SURFACE = {"stompy", "stompy.engine", "stompy.events", "stompy._compiled"}
+SURFACE = {"stompy", "stompy.engine", "stompy.events", "stompy.protocol", "stompy._compiled"}
 
 #: What the core may import besides the standard library and stompy's leaves.
 CORE_THIRD_PARTY = {"typing_extensions"}

@@ -22,12 +22,20 @@ import pytest
 
 import stompy
 import stompy.engine
+import stompy.protocol
 import stompy.testing
 from stompy import errors, events
 
 #: The public modules whose ``__all__`` is published (stompy.spark is left out: see
 #: its own tests; it needs PySpark).
-PUBLIC_MODULES = ("stompy", "stompy.errors", "stompy.events", "stompy.engine", "stompy.testing")
+PUBLIC_MODULES = (
+    "stompy",
+    "stompy.errors",
+    "stompy.events",
+    "stompy.protocol",
+    "stompy.engine",
+    "stompy.testing",
+)
 
 #: Published under another name than the class's own, so pickle cannot find it by
 #: its name: ``stompy.engine.ClientSession`` is the class ``Session`` (issue 35,
@@ -71,11 +79,11 @@ def test_a_public_class_hints_still_resolve(path: str) -> None:
 
 def test_the_reprs_name_the_public_module() -> None:
     assert repr(stompy.Connection) == "<class 'stompy.Connection'>"
-    assert repr(stompy.Frame) == "<class 'stompy.Frame'>"
+    assert repr(stompy.protocol.Frame) == "<class 'stompy.protocol.Frame'>"
     assert repr(events.Receipt) == "<class 'stompy.events.Receipt'>"
     assert repr(stompy.engine.Inbox) == "<class 'stompy.engine.Inbox'>"
     assert repr(stompy.testing.BrokerConfig) == "<class 'stompy.testing.BrokerConfig'>"
-    assert stompy.encode.__module__ == "stompy"
+    assert stompy.protocol.encode.__module__ == "stompy.protocol"
 
 
 #: Why the compiled core's objects are pickled but not unpickled: mypyc makes a
