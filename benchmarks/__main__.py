@@ -114,7 +114,7 @@ def _environment() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "stompy": getattr(stompy, "__version__", "?"),
-        "stompy_compiled": not str(getattr(stompy._core.codec, "__file__", "")).endswith(".py"),
+        "stompy_compiled": not str(getattr(stompy._core.parser, "__file__", "")).endswith(".py"),
         "stompy_accelerated": stompy._compiled.ACCELERATED,
     }
 

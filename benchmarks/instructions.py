@@ -63,7 +63,7 @@ OTHER_PATHS: Final = ("broker-send",)
 def _broker_send(count: int) -> Callable[[], object]:
     """The broker's SEND ingest: a connected session and the chunks to feed it."""
     from benchmarks import codec, workload
-    from stompy._core.codec import encode_frame
+    from stompy._core.encoder import encode_frame
     from stompy.testing import BrokerConfig, BrokerCore
 
     body = b"x" * 100

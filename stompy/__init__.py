@@ -25,8 +25,8 @@ from stompy._client.asynchronous import (
 )
 from stompy._client.blocking import Connection, Message, Subscription, Transaction, send
 from stompy._compiled import COMPILED
-from stompy._core.codec import FrameLimits
 from stompy._core.events import AckMode
+from stompy._core.parser import FrameLimits
 from stompy._engine.keywords import ConnectionOptions
 from stompy._engine.options import Outgoing, Overflow, Reconnect
 from stompy._engine.urls import Endpoint, parse_url

@@ -10,9 +10,9 @@ same folders (a test keeps them equal): a module added to one is compiled, no li
 keep.
 
 Apart from that, a wheel built where Cython was found holds ``stompy._core.cscan``, the
-codec's hot loops in C (the parser's header-block check, the encoder):
-:data:`ACCELERATED` tells whether the codec uses it (not with ``STOMPY_NO_EXTENSIONS``
-set at import time, to anything but "" or "0").
+parser's and the encoder's hot loops in C (the header-block check, the encoder):
+:data:`ACCELERATED` tells whether they use it (not with ``STOMPY_NO_EXTENSIONS`` set at
+import time, to anything but "" or "0").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Final
 
-from stompy._core import codec as _codec
+from stompy._core import accelerator
 
 #: The packages the build compiles whole when it can (``compile`` in pyproject.toml).
 FOLDERS: Final = ("stompy._core", "stompy.testing._core")
@@ -54,6 +54,6 @@ def is_compiled(module: ModuleType) -> bool:
 #: True when the core modules are the compiled ones; False when they are pure Python.
 COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES)
 
-#: True when the codec uses the Cython accelerator (``stompy._core.cscan``): the parser's
-#: header-block check and the encoder.
-ACCELERATED: Final[bool] = _codec._block_escaping is not None
+#: True when the parser and the encoder use the Cython accelerator
+#: (``stompy._core.cscan``): the parser's header-block check and the encoder.
+ACCELERATED: Final[bool] = accelerator.LOADED

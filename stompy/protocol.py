@@ -11,8 +11,9 @@ shared with the clients.
 
 from __future__ import annotations
 
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import VERSIONS, Frame
+from stompy._core.parser import FrameParser
 from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo
 from stompy._public import publish
 

@@ -24,9 +24,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """``nox -s wheel`` sets STOMPY_COMPILED=1: then the core must be the compiled one,
     or the session would test pure Python and say nothing about mypyc's build."""
     if os.environ.get("STOMPY_COMPILED") == "1":
-        import stompy._core.codec
+        import stompy._core.parser
         import stompy._core.protocol
 
-        for module in (stompy._core.codec, stompy._core.protocol):
+        for module in (stompy._core.parser, stompy._core.protocol):
             if str(module.__file__).endswith(".py"):
                 raise pytest.UsageError(f"STOMPY_COMPILED=1 but {module.__file__} is pure Python")

@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stompy._core.codec import encode
+from stompy._core.encoder import encode
 from stompy._core.frames import VERSIONS, Frame
 from stompy.testing._core import broker as _broker
 

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import V10, V11, V12, VERSIONS, Frame
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy.testing import BrokerConfig, BrokerCore, ServerSession, SessionState
 
 Headers = dict[str, str]

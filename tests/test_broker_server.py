@@ -10,8 +10,9 @@ import anyio
 import anyio.abc
 import pytest
 
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import V10, Frame
+from stompy._core.parser import FrameParser
 from stompy.testing import AsyncBroker, serve
 from stompy.testing import _server as server_module
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from stompy._core.codec import DEFAULT_LIMITS, FrameLimits, FrameParser, encode, encode_frame
+from stompy._core.encoder import encode, encode_frame
 from stompy._core.frames import V12, Frame
+from stompy._core.parser import DEFAULT_LIMITS, FrameLimits, FrameParser
 from stompy.errors import FrameTooLarge, RemoteProtocolError
 
 # -- helpers -------------------------------------------------------------------------

@@ -32,9 +32,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from stompy import _compiled
-from stompy._core import codec as _codec
-from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core import accelerator, encoder
+from stompy._core.encoder import encode
 from stompy._core.frames import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy.errors import RemoteProtocolError
 from tests.test_codec_properties import SMALL_BLOCK, frames, mutated, split
 
@@ -96,9 +97,9 @@ def test_the_accelerator_is_used_when_built_and_allowed() -> None:
     assert _compiled.ACCELERATED is wanted
     assert (FrameParser()._block_escaping is not None) is wanted
     assert (FrameParser()._blank_line is not None) is wanted
-    assert _codec._block_escaping is (built_check if wanted else None)
-    assert _codec._blank_line is (built_blank if wanted else None)
-    assert _codec._encode_frame is (built_encode if wanted else None)
+    assert accelerator.block_escaping is (built_check if wanted else None)
+    assert accelerator.blank_line is (built_blank if wanted else None)
+    assert accelerator.encode_frame is (built_encode if wanted else None)
 
 
 def test_the_wheel_session_has_the_accelerator() -> None:
@@ -275,7 +276,7 @@ def python_encoding(
     if more:
         headers = [*headers, *more.items()]
     try:
-        return _codec._frame_bytes(command, headers, body, version, raw)
+        return encoder._frame_bytes(command, headers, body, version, raw)
     except (TypeError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
 
@@ -340,7 +341,7 @@ def test_the_built_encoder_writes_what_python_writes(
         assert got == want
     # And the codec's entry point, whichever way it takes.
     try:
-        encoded: bytes | str = _codec.encode_frame(command, headers, body, version, more)
+        encoded: bytes | str = encoder.encode_frame(command, headers, body, version, more)
     except (TypeError, ValueError) as exc:
         encoded = f"{type(exc).__name__}: {exc}"
     assert encoded == want
@@ -407,10 +408,10 @@ def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
     want = python_encoding(command, headers, body, version, more)
     for _ in range(2):
         if type(more) is dict and not raw:
-            values = _codec._pair_texts(headers)
+            values = encoder._pair_texts(headers)
             head = None
             if values is not None:
-                head = _codec._head_in_layout(
+                head = encoder._head_in_layout(
                     command, len(headers), values, more, len(body), version == "1.2", frozenset()
                 )
             if head is not None:
@@ -422,7 +423,7 @@ def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
                     got = f"{type(exc).__name__}: {exc}"
                 assert got == want
         try:
-            encoded: bytes | str = _codec.encode_frame(command, headers, body, version, more)
+            encoded: bytes | str = encoder.encode_frame(command, headers, body, version, more)
         except (TypeError, ValueError) as exc:
             encoded = f"{type(exc).__name__}: {exc}"
         assert encoded == want
@@ -457,13 +458,13 @@ def test_the_send_entry_writes_what_encode_frame_writes_or_leaves_it(
     pairs = [("destination", destination)]
     if content_type is not None:
         pairs.append(("content-type", content_type))
-    owned = not _codec.SEND_OWN.isdisjoint(more)
+    owned = not encoder.SEND_OWN.isdisjoint(more)
     for _ in range(2):
         try:
-            want: bytes | str = _codec.encode_frame("SEND", pairs, body, version, more)
+            want: bytes | str = encoder.encode_frame("SEND", pairs, body, version, more)
         except (TypeError, ValueError) as exc:
             want = f"{type(exc).__name__}: {exc}"
-        got = _codec.encode_send(destination, content_type, more, body, version)
+        got = encoder.encode_send(destination, content_type, more, body, version)
         if got is not None:
             assert not owned
             assert got == want
@@ -489,5 +490,5 @@ def test_many_lists_of_names_are_written_right() -> None:
     """More lists of names than the layouts kept: each frame still has its own."""
     for i in range(600):
         more = {f"n{i}": "v", "x": str(i)}
-        frame = _codec.encode_frame("SEND", [("destination", "/q")], b"", "1.2", more)
+        frame = encoder.encode_frame("SEND", [("destination", "/q")], b"", "1.2", more)
         assert frame == f"SEND\ndestination:/q\nn{i}:v\nx:{i}\n\n\x00".encode()

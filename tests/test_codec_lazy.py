@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import Frame, ReceivedFrame
+from stompy._core.parser import FrameParser
 from stompy.errors import RemoteProtocolError
 from tests.test_codec_properties import frames, run, split, versions
 

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import BODY_COMMANDS, COMMANDS, UNESCAPED_COMMANDS, VERSIONS, Frame
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy.errors import RemoteProtocolError
 
 Outcome = tuple[list[Frame], int, type[RemoteProtocolError] | None]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import stompy
-import stompy._core.codec
+import stompy._core.parser
 from stompy import _compiled
 
 #: Where stompy was imported from, and the checkout it sits in if it is one.
@@ -22,8 +22,8 @@ PACKAGE = Path(stompy.__file__).parent
 CHECKOUT = PACKAGE.parent if (PACKAGE.parent / "hatch_build.py").is_file() else None
 
 
-def test_compiled_says_whether_the_codec_is_an_extension_module() -> None:
-    loader = stompy._core.codec.__spec__.loader
+def test_compiled_says_whether_the_parser_is_an_extension_module() -> None:
+    loader = stompy._core.parser.__spec__.loader
     assert stompy.COMPILED is isinstance(loader, ExtensionFileLoader)
     assert isinstance(stompy.COMPILED, bool)
 
@@ -83,7 +83,7 @@ def test_a_checkout_holds_no_compiled_module() -> None:
 
 def test_accelerated_says_whether_the_parser_uses_the_cython_check() -> None:
     assert isinstance(_compiled.ACCELERATED, bool)
-    assert _compiled.ACCELERATED is (stompy._core.codec._block_escaping is not None)
+    assert _compiled.ACCELERATED is (stompy._core.accelerator.block_escaping is not None)
     if _compiled.ACCELERATED:
         assert _compiled.is_compiled(importlib.import_module("stompy._core.cscan"))
 

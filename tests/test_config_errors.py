@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import stompy
-import stompy._core.codec
+import stompy._core.parser
 from stompy import ConfigurationError, FrameLimits, Reconnect, StompError
 from stompy._compiled import is_compiled
 from stompy._core.heartbeat import MAX_INTERVAL
@@ -211,7 +211,7 @@ def test_frame_limits_name_the_limit_and_its_value(kwargs: dict[str, int], name:
 def test_frame_limits_of_the_wrong_type_are_a_type_error() -> None:
     with pytest.raises(TypeError) as caught:
         FrameLimits(max_body="1")  # type: ignore[arg-type]
-    if not is_compiled(stompy._core.codec):  # compiled, mypyc's own TypeError comes first
+    if not is_compiled(stompy._core.parser):  # compiled, mypyc's own TypeError comes first
         assert str(caught.value).startswith("max_body: expected an int, got '1'")
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import stompy
 from stompy import errors
-from stompy._core.codec import FrameLimits, FrameParser
 from stompy._core.frames import Frame
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy._core.protocol import ClientProtocol, State
 from stompy.errors import (
     ConnectFailed,

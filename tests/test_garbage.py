@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stompy
-from stompy._core.codec import DEFAULT_LIMITS, FrameLimits, FrameParser
 from stompy._core.frames import COMMANDS, VERSIONS, Frame
+from stompy._core.parser import DEFAULT_LIMITS, FrameLimits, FrameParser
 from stompy._engine.message import MessageBase
 from stompy.errors import BodyNotText, FrameTooLarge, RemoteProtocolError
 from tests.test_lenient import TIMEOUT, Peer, scripted

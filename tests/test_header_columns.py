@@ -12,8 +12,9 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import Frame, header_columns
+from stompy._core.parser import FrameParser
 from tests.test_codec_properties import frames, run, versions
 
 

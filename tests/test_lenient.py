@@ -18,8 +18,9 @@ from contextlib import contextmanager
 import pytest
 
 import stompy
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import Frame
+from stompy._core.parser import FrameParser
 from stompy.events import Connected, MessageReceived, Receipt
 from stompy.testing import run_broker
 

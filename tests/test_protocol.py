@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.events import (
     Connected,
     ConnectionClosed,
@@ -19,6 +19,7 @@ from stompy._core.events import (
     Receipt,
 )
 from stompy._core.frames import Frame
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy._core.protocol import _RESERVED_SEND, ClientProtocol, State, SubscriptionInfo
 from stompy.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.events import (
     AckMode,
     Connected,
@@ -39,6 +39,7 @@ from stompy._core.events import (
     Receipt,
 )
 from stompy._core.frames import VERSIONS, Frame
+from stompy._core.parser import FrameParser
 from stompy._core.protocol import ClientProtocol, State
 from stompy.errors import LocalProtocolError, RemoteProtocolError
 from tests.test_protocol import snapshot

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import stompy
 from stompy import Frame, encode
-from stompy._core.codec import FrameParser
+from stompy._core.parser import FrameParser
 from stompy.errors import ConnectionLost
 from tests.test_session import T0, connected, establish, make_session
 

@@ -30,8 +30,9 @@ from wsproto.events import (
 )
 
 import stompy
-from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import Frame
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy._engine.websocket import (
     Received,
     WebSocket,

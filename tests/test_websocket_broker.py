@@ -31,8 +31,9 @@ from wsproto.events import (
 )
 
 import stompy
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import Frame
+from stompy._core.parser import FrameParser
 from stompy.errors import ConnectFailed, ConnectionLost, ServerError
 from stompy.testing import Broker, run_broker, serve
 

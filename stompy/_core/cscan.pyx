@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""The codec's hot loops in C: an optional accelerator, built with Cython.
+"""The parser's and the encoder's hot loops in C: an optional accelerator, built with Cython.
 
 When this module is importable (a wheel built where Cython and a C compiler were found;
-not with ``STOMPY_NO_EXTENSIONS`` set), ``_codec`` uses it:
+not with ``STOMPY_NO_EXTENSIONS`` set), ``accelerator.py`` loads it:
 
 * ``FrameParser.next_frame`` gives every complete header block to
   :func:`block_escaping`, and otherwise makes the same decision in a few
@@ -244,7 +244,7 @@ cdef int put_headers(Out* out, object headers, object more, bint raw, bint v12) 
 def encode_frame(
     str command, object headers, object body, bint raw, bint v12, object more=None
 ):
-    """The frame ``_codec.encode_frame`` would write, or None where the Python encoder
+    """The frame ``encoder.encode_frame`` would write, or None where the Python encoder
     must do the work (it raises the errors): ``headers`` not a list or tuple of pairs of
     ``str`` or ``more`` (headers after those) neither None nor a dict of ``str``,
     either holding what cannot be written (see :func:`put_header`), a body that is not

@@ -51,15 +51,7 @@ from stompy._checks import (
     check_versions,
     refuse_time,
 )
-from stompy._core.codec import (
-    DEFAULT_LIMITS,
-    FrameLimits,
-    FrameParser,
-    encode,
-    encode_frame,
-    encode_send,
-    shown,
-)
+from stompy._core.encoder import encode, encode_frame, encode_send
 from stompy._core.events import (
     AckMode,
     Connected,
@@ -79,6 +71,7 @@ from stompy._core.heartbeat import (
     only_heartbeats,
     parse_heartbeat,
 )
+from stompy._core.parser import DEFAULT_LIMITS, FrameLimits, FrameParser, shown
 from stompy.errors import LocalProtocolError, MessageTooLarge, ProtocolError, RemoteProtocolError
 
 __all__ = (

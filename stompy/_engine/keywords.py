@@ -24,8 +24,8 @@ import difflib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Generic, TypedDict, TypeVar, cast
 
-from stompy._core.codec import FrameLimits
 from stompy._core.events import AckMode, MessageReceived
+from stompy._core.parser import FrameLimits
 from stompy._engine.options import Overflow, Reconnect, SslArg
 from stompy._engine.urls import Endpoint
 from stompy.errors import ServerError, StompError

@@ -27,10 +27,10 @@ from stompy._checks import (
     check_versions,
     wrong_type,
 )
-from stompy._core.codec import DEFAULT_LIMITS, FrameLimits
 from stompy._core.events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
 from stompy._core.frames import VERSIONS
 from stompy._core.heartbeat import MAX_INTERVAL
+from stompy._core.parser import DEFAULT_LIMITS, FrameLimits
 from stompy._core.protocol import ClientProtocol
 from stompy._engine.urls import Endpoint, parse_urls
 from stompy.errors import (

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stompy._core.codec import FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.frames import Frame
+from stompy._core.parser import FrameParser
 from stompy._engine.message import MessageBase
 from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch
 

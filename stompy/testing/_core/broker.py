@@ -70,7 +70,7 @@ from stompy._checks import (
     refuse_time,
     wrong_type,
 )
-from stompy._core.codec import FrameLimits, FrameParser, encode
+from stompy._core.encoder import encode
 from stompy._core.events import AckMode
 from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, Headers, _split_header_text, escape
 from stompy._core.heartbeat import (
@@ -81,6 +81,7 @@ from stompy._core.heartbeat import (
     only_heartbeats,
     parse_heartbeat,
 )
+from stompy._core.parser import FrameLimits, FrameParser
 from stompy._core.protocol import MAX_BODY_HEADER
 from stompy.errors import ConfigurationError, FrameTooLarge, ProtocolError
 
