@@ -17,7 +17,7 @@ from stompy._engine.calls import RESENT_HEADER, Call, Steps, Wait, Waiting
 from stompy._engine.session import MAX_OUTGOING, Session
 from stompy._engine.state import Status
 from stompy.errors import AckLost, ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
-from tests.test_session import T0, Delivered, establish, make_session, message, receipt
+from tests.test_session import T0, Delivered, establish, make_session, message, receipt, taken
 
 T = TypeVar("T")
 
@@ -253,7 +253,7 @@ def test_answering_a_message_of_an_earlier_connection_sends_nothing(command: str
     inbox = session.subscribe("/queue/a", "client", "s", None, None, False).inbox
     session.receive(message("s", 1), T0)
     session.pump(T0)
-    old = inbox.items.popleft()
+    old = taken(inbox)
     session.lost(ConnectionLost("cut"))
     establish(session, T0 + 1)
     session.outgoing.clear()

@@ -26,7 +26,7 @@ from stompy.errors import (
     StompTimeout,
 )
 from tests.test_calls import drive, time_passes
-from tests.test_session import T0, Delivered, establish, make_session, message
+from tests.test_session import T0, Delivered, establish, make_session, message, taken
 
 
 def reply(correlation_id: str | None, body: str, sub: str = REPLY_QUEUE, n: int = 1) -> bytes:
@@ -255,7 +255,7 @@ def test_reply_goes_to_reply_to_with_the_correlation_id() -> None:
         )
     )
     deliver(session, request)
-    event = inbox.items.popleft().event
+    event = taken(inbox).event
     session.outgoing.clear()
     drive(Call(session, T0).reply(event, "pong", {"headers": {"x": "1"}}), time_passes)
     (sent,) = sent_frames(session, "SEND")
@@ -268,7 +268,7 @@ def test_reply_to_a_message_without_reply_to_raises_and_sends_nothing() -> None:
     session = connected_session()
     inbox = session.subscribe("/queue/a", "auto", "s", None, None, False).inbox
     deliver(session, message("s", 1))
-    event = inbox.items.popleft().event
+    event = taken(inbox).event
     session.outgoing.clear()
     with pytest.raises(NoReplyTo, match="'m-1' from '/queue/a' has no reply-to"):
         drive(Call(session, T0).reply(event, "pong", {}), time_passes)

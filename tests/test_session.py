@@ -16,6 +16,7 @@ import stompy
 from stompy import Frame, encode
 from stompy._core.events import Connected, MessageReceived
 from stompy._engine.connecting import Handshake
+from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.options import ClientOptions
 from stompy._engine.session import Session
@@ -46,6 +47,13 @@ class Delivered(MessageBase):
 
 def make_session(**options: object) -> Session[Delivered]:
     return Session(ClientOptions(URL, **options), Delivered, uniform=lambda a, b: b)  # type: ignore[arg-type]
+
+
+def taken(inbox: Inbox[Delivered]) -> Delivered:
+    """The consumer's take, of a message the test knows is there."""
+    message = inbox.take()
+    assert message is not None
+    return message
 
 
 def status_of(session: Session[Delivered]) -> Status:
@@ -171,16 +179,16 @@ def test_messages_go_to_inboxes_then_the_backlog_and_resume_at_half() -> None:
     pumped = session.pump(T0)
     assert pumped.woke
     assert pumped.failure is None
-    assert [d.event.message_id for d in inbox.items] == ["m-0", "m-1", "m-2", "m-3"]
+    assert [d.event.message_id for d in inbox] == ["m-0", "m-1", "m-2", "m-3"]
     assert len(session.backlog) == 6
     assert session.paused  # the transport stops reading now
-    inbox.items.popleft()
+    taken(inbox)
     assert not session.wants_resume(inbox)  # 3 of 4: not half empty yet
-    inbox.items.popleft()
+    taken(inbox)
     assert session.wants_resume(inbox)
     assert session.drain_backlog()
-    assert [d.event.message_id for d in inbox.items] == ["m-2", "m-3", "m-4", "m-5"]
-    assert all(d.epoch == 1 for d in inbox.items)
+    assert [d.event.message_id for d in inbox] == ["m-2", "m-3", "m-4", "m-5"]
+    assert all(d.epoch == 1 for d in inbox)
     assert session.paused
 
 
@@ -194,7 +202,7 @@ def test_what_the_core_makes_is_the_message_the_consumer_takes() -> None:
     inbox = session.subscribe("/queue/a", "client", "s", None, 1, False).inbox
     session.receive(message("s", 1) + message("s", 2), T0)
     session.pump(T0)
-    first = inbox.items.popleft()
+    first = taken(inbox)
     assert type(first) is Delivered
     assert isinstance(first, MessageReceived)
     assert first.event is first  # no wrapper: the event is the message
@@ -204,7 +212,7 @@ def test_what_the_core_makes_is_the_message_the_consumer_takes() -> None:
     assert first.headers is first.headers  # made once
     # The one set aside is stamped as it arrived: a later epoch does not make it new.
     assert session.drain_backlog()
-    second = inbox.items.popleft()
+    second = taken(inbox)
     assert (second.message_id, second.epoch) == ("m-2", 1)
     assert session.lost(ConnectionLost("cut")) is not None
     establish(session, T0 + 1)
@@ -213,7 +221,7 @@ def test_what_the_core_makes_is_the_message_the_consumer_takes() -> None:
     # Messages compare by identity (hashable), not by value as the core's event does.
     session.receive(message("s", 2), T0 + 1)
     session.pump(T0 + 1)
-    again = inbox.items.popleft()
+    again = taken(inbox)
     assert (again.frame, again.subscription) == (second.frame, second.subscription)
     assert again != second
     assert again == again
@@ -229,8 +237,28 @@ def test_a_lost_connection_hands_the_backlog_to_the_consumer() -> None:
     session.pump(T0)
     assert session.lost(ConnectionLost("cut")) is not None
     # Auto-acked messages are the consumer's now: nothing is dropped with the connection.
-    assert [d.event.message_id for d in inbox.items] == [f"m-{n}" for n in range(5)]
+    assert [d.event.message_id for d in inbox] == [f"m-{n}" for n in range(5)]
     assert not session.paused
+
+
+def test_an_inbox_keeps_what_fits_and_hands_it_out_oldest_first() -> None:
+    inbox: Inbox[str] = Inbox("s", "/queue/a", "auto", {}, 4)
+    assert inbox.take() is None  # nothing waits: no exception for the consumer to catch
+    assert [inbox.offer(f"m-{n}") for n in range(5)] == [True] * 4 + [False]
+    assert inbox.pending == 4
+    assert not inbox.resume_due()
+    inbox.keep("m-4")  # its connection ended: kept past the limit
+    assert list(inbox) == [f"m-{n}" for n in range(5)]
+    assert inbox.take() == "m-0"
+    batch = ["first"]
+    inbox.take_many(batch, 3)  # up to three in all
+    assert batch == ["first", "m-1", "m-2"]
+    assert inbox.resume_due()  # two of four: half empty
+    inbox.end()
+    assert not inbox.active
+    inbox.take_many(batch, 10)
+    assert batch[3:] == ["m-3", "m-4"]  # what came before the end stays for the consumer
+    assert inbox.pending == 0
 
 
 def test_a_message_for_a_closed_subscription_is_dropped() -> None:
@@ -241,7 +269,7 @@ def test_a_message_for_a_closed_subscription_is_dropped() -> None:
     assert not inbox.active
     session.receive(message("s", 1), T0)
     assert session.pump(T0).failure is None
-    assert not inbox.items
+    assert not inbox.pending
     assert not session.paused
 
 
@@ -348,7 +376,7 @@ def test_delivery_keeps_order_and_bounds_whatever_the_consumer_does(
     session = make_session()
     establish(session)
     inbox = session.subscribe("/queue/a", "auto", "s", None, max_pending, False).inbox
-    sent = taken = 0
+    sent = took = 0
     seen: list[str] = []
     for step in steps:
         if step:
@@ -356,16 +384,16 @@ def test_delivery_keeps_order_and_bounds_whatever_the_consumer_does(
                 session.receive(message("s", sent), T0)
                 sent += 1
             session.pump(T0)
-        elif inbox.items:
-            seen.append(inbox.items.popleft().event.message_id)
-            taken += 1
+        elif inbox.pending:
+            seen.append(taken(inbox).event.message_id)
+            took += 1
             if session.wants_resume(inbox):
                 session.drain_backlog()
-        assert len(inbox.items) <= max_pending
+        assert inbox.pending <= max_pending
         assert session.paused == bool(session.backlog)
-        assert len(inbox.items) + len(session.backlog) + taken == sent
-    while inbox.items or session.backlog:  # bounded: each turn takes one message
-        if inbox.items:
-            seen.append(inbox.items.popleft().event.message_id)
+        assert inbox.pending + len(session.backlog) + took == sent
+    while inbox.pending or session.backlog:  # bounded: each turn takes one message
+        if inbox.pending:
+            seen.append(taken(inbox).event.message_id)
         session.drain_backlog()
     assert seen == [f"m-{n}" for n in range(sent)]

@@ -140,35 +140,35 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
 
     async def _take(self, timeout: float | None) -> AsyncMessage | None:
         """:meth:`get`, untraced."""
-        items = self._inbox.items
-        if items:
-            # A consumer that takes message after message without waiting would hold
-            # the event loop: no heart-beat would go out or come in. Let the
-            # connection's tasks run now and then (before taking: a cancel loses nothing).
-            io = self._io
-            now = time.monotonic()  # a local throttle: the loop's clock costs ten times more
-            if now >= io.yield_at:
-                io.yield_at = now + YIELD_EVERY
-                await anyio.lowlevel.checkpoint()
-        if not items:  # (a message already waiting is handed out even with timeout=0)
+        # A consumer that takes message after message without waiting would hold the
+        # event loop: no heart-beat would go out or come in. Let the connection's tasks
+        # run now and then (before taking: a cancel loses nothing).
+        io = self._io
+        now = time.monotonic()  # a local throttle: the loop's clock costs ten times more
+        if now >= io.yield_at:
+            io.yield_at = now + YIELD_EVERY
+            await anyio.lowlevel.checkpoint()
+        inbox = self._inbox
+        message = inbox.take()  # (one already waiting is handed out even with timeout=0)
+        if message is None:
             if timeout is None:
                 await self._arrival()
             else:
                 with anyio.move_on_after(timeout):
                     await self._arrival()
-            if not items:
+            message = inbox.take()
+            if message is None:
                 self._ended()
                 return None
-        message = items.popleft()
-        if self._session.wants_resume(self._inbox):
+        if self._session.wants_resume(inbox):
             self._io.make_room()
         return message
 
     async def _arrival(self) -> None:
         """Wait until a message is in the inbox or the subscription ended."""
-        items = self._inbox.items
+        inbox = self._inbox
         getting = self._io.getting
-        while not items and not self._ended() and self._session.status is not CLOSED:
+        while not inbox.pending and not self._ended() and self._session.status is not CLOSED:
             event = self._wakeup
             if event is None:
                 event = self._wakeup = anyio.Event()
@@ -184,7 +184,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     def wake(self, *, ended: bool) -> bool:
         """Wake the waiting ``get()`` calls if a message came (or ``ended``)."""
         inbox = self._inbox
-        if not (ended or inbox.items or not inbox.active):
+        if not (ended or inbox.pending or not inbox.active):
             return False
         event = self._wakeup
         self._wakeup = None
@@ -240,7 +240,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             with anyio.CancelScope(shield=exc_info[0] is not None):
                 await self.unsubscribe()
         else:
-            self._inbox.active = False
+            self._inbox.end()
             self.wake(ended=True)
 
 

@@ -172,7 +172,7 @@ class SubscriptionBase(Generic[M]):
     @property
     def pending(self) -> int:
         """How many received messages wait to be taken."""
-        return len(self._inbox.items)
+        return self._inbox.pending
 
     def _ended(self) -> bool:
         """With the inbox empty: ``True`` when the subscription is over (take returns
@@ -206,17 +206,9 @@ class SubscriptionBase(Generic[M]):
     def _take_more(self, batch: list[M], max_messages: int) -> bool:
         """Add to ``batch`` what has arrived, up to ``max_messages`` in all; whether the
         transport should now move the backlog."""
-        items = self._inbox.items
-        take = min(max_messages - len(batch), len(items))
-        if not take:
-            return False
-        popleft = items.popleft
-        try:
-            for _ in range(take):
-                batch.append(popleft())
-        except IndexError:
-            pass  # a blocking get() in another thread took some meanwhile (it takes unlocked)
-        return self._session.wants_resume(self._inbox)
+        inbox = self._inbox
+        inbox.take_many(batch, max_messages)
+        return self._session.wants_resume(inbox)
 
     @staticmethod
     def _check_batch(max_messages: int, timeout: float | None) -> float | None:

@@ -18,7 +18,6 @@ import inspect
 import threading
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final, NoReturn
 
@@ -132,28 +131,25 @@ class Subscription(SubscriptionBase[Message]):
 
     def _take(self, timeout: float | None) -> Message | None:
         """:meth:`get`, untraced."""
-        items = self._inbox.items
-        try:
-            # A message already here is taken without the lock: a deque's popleft() is
-            # atomic, and the I/O thread only appends.
-            message = items.popleft()
-        except IndexError:
-            return self._wait(items, timeout)
+        # A message already here is taken without the lock: the I/O thread only adds
+        # (see Inbox).
+        message = self._inbox.take()
+        if message is None:
+            return self._wait(timeout)
         if self._session.backlog:
             self._made_room()
         return message
 
-    def _wait(self, items: deque[Message], timeout: float | None) -> Message | None:
+    def _wait(self, timeout: float | None) -> Message | None:
         """:meth:`_take` with the inbox empty: wait for a message, under the lock."""
         io = self._io
+        inbox = self._inbox
         with io.lock:  # the condition's lock, entered at C speed
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
-                try:
-                    message = items.popleft()  # (another thread's get() may take it first)
+                message = inbox.take()  # (another thread's get() may take it first)
+                if message is not None:
                     break
-                except IndexError:
-                    pass
                 if self._ended():
                     return None
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -227,7 +223,7 @@ class Subscription(SubscriptionBase[Message]):
         if self._session.status in (CONNECTED, RECONNECTING):
             self.unsubscribe()
         else:
-            self._inbox.active = False
+            self._inbox.end()
 
     def _dispatch(self, callback: Callable[[Message], object]) -> None:
         """Run ``callback`` for each message, in its own thread (see ``on_message``),

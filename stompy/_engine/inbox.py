@@ -10,7 +10,7 @@ session's decision.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final, Generic, TypeVar
 
 from stompy._core.events import AckMode
@@ -32,16 +32,22 @@ M = TypeVar("M")
 
 class Inbox(Generic[M]):
     """One subscription as the session keeps it: what to replay, and the messages
-    received for it that the consumer has not taken yet (at most ``max_pending``)."""
+    received for it that the consumer has not taken yet (at most ``max_pending``).
+
+    The session puts messages in (:meth:`offer`, :meth:`keep`) and ends it
+    (:meth:`end`); the consumer takes them out (:meth:`take`, :meth:`take_many`), also
+    from another thread than the session's: each of these is one step of a
+    :class:`~collections.deque`, atomic without a lock.
+    """
 
     __slots__ = (
+        "_active",
+        "_items",
         "ack",
-        "active",
         "destination",
         "failure",
         "headers",
         "id",
-        "items",
         "max_pending",
         "overflow",
     )
@@ -62,10 +68,68 @@ class Inbox(Generic[M]):
         self.headers = dict(headers)
         self.max_pending = max_pending
         self.overflow: Overflow = overflow
-        self.items: deque[M] = deque()
-        self.active = True
+        self._items: deque[M] = deque()
+        self._active = True
         #: Why the session ended the subscription (``overflow="fail"``), or ``None``.
         self.failure: StompError | None = None
+
+    def __repr__(self) -> str:
+        state = "active" if self._active else "ended"
+        return f"<Inbox {self.id!r} {state} {len(self._items)}/{self.max_pending}>"
+
+    def __iter__(self) -> Iterator[M]:
+        """The messages waiting, oldest first, as they are now."""
+        return iter(tuple(self._items))
+
+    @property
+    def active(self) -> bool:
+        """Whether the subscription goes on (until :meth:`end`)."""
+        return self._active
+
+    @property
+    def pending(self) -> int:
+        """How many messages wait to be taken."""
+        return len(self._items)
+
+    def offer(self, message: M) -> bool:
+        """Keep ``message`` if there is room for it; whether there was."""
+        items = self._items
+        if len(items) >= self.max_pending:
+            return False
+        items.append(message)
+        return True
+
+    def keep(self, message: M) -> None:
+        """Keep ``message``, room or not: its connection ended, and nothing else would
+        hand it to the consumer."""
+        self._items.append(message)
+
+    def take(self) -> M | None:
+        """The oldest message, taken out (``None``: none waits)."""
+        try:
+            return self._items.popleft()
+        except IndexError:  # (tested rather than looked at: another thread may take first)
+            return None
+
+    def take_many(self, batch: list[M], limit: int) -> None:
+        """Add the oldest messages to ``batch``, until it holds ``limit`` or none waits."""
+        popleft = self._items.popleft
+        try:
+            for _ in range(min(limit - len(batch), len(self._items))):
+                batch.append(popleft())
+        except IndexError:
+            pass  # a get() in another thread took some meanwhile (it takes unlocked)
+
+    def resume_due(self) -> bool:
+        """Whether the consumer made room enough for the session to move its backlog:
+        half the inbox, not one message, or each take would cost the transport a
+        wake-up to move one."""
+        return len(self._items) <= self.max_pending // 2
+
+    def end(self) -> None:
+        """The subscription is over: no message comes any more; those waiting stay
+        for the consumer."""
+        self._active = False
 
 
 def subscribe_headers(ack: AckMode, headers: Mapping[str, str], max_pending: int) -> dict[str, str]:

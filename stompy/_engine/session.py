@@ -498,7 +498,7 @@ class Session(Generic[M]):
 
         Messages already received stay in the inbox for the consumer.
         """
-        inbox.active = False
+        inbox.end()
         if self.inboxes.pop(inbox.id, None) is not None:
             self._remember_ended(inbox.id)
             self.acks.forget_subscription(inbox.id)
@@ -716,13 +716,11 @@ class Session(Generic[M]):
         if self.backlog:
             self.backlog.append(event)  # keep the order behind what already waits
             return
-        if len(inbox.items) >= inbox.max_pending:
+        if not inbox.offer(event):
             if inbox.overflow == "fail":
                 self._overflow(inbox, event)
             else:
                 self.backlog.append(event)
-            return
-        inbox.items.append(event)
 
     def _overflow(self, inbox: Inbox[M], event: M) -> None:
         """``event`` does not fit in ``inbox``, whose ``overflow`` is ``"fail"``: end the
@@ -789,7 +787,7 @@ class Session(Generic[M]):
         Half empty, not at every message, or each take would cost the transport a
         wake-up to move one message.
         """
-        return bool(self.backlog) and len(inbox.items) <= inbox.max_pending // 2
+        return bool(self.backlog) and inbox.resume_due()
 
     def drain_backlog(self, now: float | None = None) -> bool:
         """Move what now fits from the backlog to the inboxes; whether any moved."""
@@ -804,8 +802,7 @@ class Session(Generic[M]):
             inbox = self.inboxes.get(event.subscription)
             if inbox is None:  # unsubscribed since it arrived
                 self._unrouted(event)
-            elif len(inbox.items) < inbox.max_pending:
-                inbox.items.append(event)
+            elif inbox.offer(event):
                 moved = True
             elif inbox.overflow == "fail":
                 self._overflow(inbox, event)
@@ -932,7 +929,7 @@ class Session(Generic[M]):
             event = self.backlog.popleft()
             inbox = self.inboxes.get(event.subscription)
             if inbox is not None:
-                inbox.items.append(event)
+                inbox.keep(event)
             else:
                 self._unrouted(event)
         self._watch_backlog()
@@ -986,4 +983,4 @@ class Session(Generic[M]):
         self._told_end(None)  # closed by the user (a loss was told as it happened)
         self.status = CLOSED
         for inbox in self.inboxes.values():
-            inbox.active = False
+            inbox.end()
