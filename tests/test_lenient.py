@@ -15,10 +15,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import anyio
 import pytest
 
 import stompy
 from stompy._core.encoder import encode
+from stompy._core.events import AckMode
 from stompy._core.frames import Frame
 from stompy._core.parser import FrameParser
 from stompy.events import Connected, MessageReceived, Receipt
@@ -249,3 +251,165 @@ def test_the_in_process_broker_never_sends_an_unasked_receipt(
         conn.send("/queue/once", "y", receipt=True)
         assert broker.queue_depth("/queue/once") == 2
     assert not [r for r in caplog.records if "no frame asked for" in r.getMessage()]
+
+
+# -- issue 38: what three more brokers taught us ----------------------------------------
+
+
+def connected_at(version: str) -> stompy.ClientProtocol:
+    proto = stompy.ClientProtocol()
+    proto.connect("/")
+    proto.receive_data(f"CONNECTED\nversion:{version}\n\n\x00".encode(), 0.0)
+    assert isinstance(proto.next_event(), Connected)
+    proto.data_to_send()
+    return proto
+
+
+def message_bytes(version: str, *headers: tuple[str, str]) -> bytes:
+    return encode(Frame("MESSAGE", (("destination", "/queue/a"), *headers), b"x"), version)
+
+
+def without_id_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "without the message-id" in r.getMessage()]
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_a_message_without_message_id_on_an_auto_subscription_is_delivered(
+    version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # stompserver sends such MESSAGEs on live queues, stomp-broker-js on everything.
+    proto = connected_at(version)
+    sub = proto.subscribe("/queue/a")
+    with caplog.at_level(logging.INFO, logger="stompy"):
+        proto.receive_data(message_bytes(version, ("subscription", sub)) * 2, 0.1)
+        first, second = proto.next_event(), proto.next_event()
+    assert isinstance(first, MessageReceived)
+    assert isinstance(second, MessageReceived)
+    assert (first.subscription, first.ack_mode, first.message_id) == (sub, "auto", "")
+    assert second.frame.body == b"x"
+    assert proto.state is stompy.State.CONNECTED
+    # Said once per connection, at WARNING, naming what was done.
+    (warning,) = without_id_warnings(caplog)
+    assert warning.levelno == logging.WARNING
+    assert "delivered" in warning.getMessage()
+
+
+@pytest.mark.parametrize(("version", "ack"), [("1.0", "client"), ("1.2", "client-individual")])
+def test_a_message_without_message_id_that_an_ack_must_name_is_refused(
+    version: str, ack: AckMode
+) -> None:
+    proto = connected_at(version)
+    sub = proto.subscribe("/queue/a", ack=ack)
+    proto.receive_data(message_bytes(version, ("subscription", sub), ("ack", "a-1")), 0.1)
+    with pytest.raises(stompy.RemoteProtocolError) as info:
+        proto.next_event()
+    text = str(info.value)
+    assert "without the message-id header" in text
+    assert f"ack={ack!r}" in text
+    assert "an ACK could not name it" in text
+    assert proto.state is stompy.State.CLOSED
+
+
+def test_stomp_10_two_subscriptions_to_one_destination_the_first_takes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    proto = connected_at("1.0")
+    first = proto.subscribe("/queue/a", ack="client")
+    proto.subscribe("/queue/b")
+    second = proto.subscribe("/queue/a")
+    with caplog.at_level(logging.INFO, logger="stompy"):
+        proto.receive_data(message_bytes("1.0", ("message-id", "m-1")) * 2, 0.1)
+        routed = [proto.next_event(), proto.next_event()]
+    assert all(isinstance(e, MessageReceived) and e.subscription == first for e in routed)
+    (warning,) = [r for r in caplog.records if "no subscription header" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    text = warning.getMessage()
+    assert repr(first) in text
+    assert repr(second) in text
+    assert "first made" in text
+
+
+def test_stomp_10_one_subscription_to_a_destination_is_no_ambiguity(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    proto = connected_at("1.0")
+    sub = proto.subscribe("/queue/a")
+    proto.subscribe("/queue/b")
+    with caplog.at_level(logging.INFO, logger="stompy"):
+        proto.receive_data(message_bytes("1.0", ("message-id", "m-1")), 0.1)
+        event = proto.next_event()
+    assert isinstance(event, MessageReceived)
+    assert event.subscription == sub
+    assert not caplog.records
+
+
+def stompserver(peer: Peer, version: str, seen: list[Frame]) -> None:
+    """Answer as stompserver does on a live queue: MESSAGEs without message-id; record
+    the client's frames until DISCONNECT (answered with its receipt)."""
+    peer.connected(version)
+    for _ in range(1000):  # bounded: the test sends a handful of frames
+        frame = peer.frame()
+        seen.append(frame)
+        if frame.command == "SUBSCRIBE":
+            for n in range(2):
+                headers = [("destination", frame.get("destination") or "")]
+                if version != "1.0":
+                    headers.append(("subscription", frame.get("id") or ""))
+                peer.send("MESSAGE", *headers, body=f"m{n}".encode())
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            peer.send("RECEIPT", ("receipt-id", receipt))
+        if frame.command == "DISCONNECT":
+            return
+    raise AssertionError("more than 1,000 frames")
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.2"])
+def test_the_blocking_client_consumes_messages_without_message_id(
+    version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[Frame] = []
+    with (
+        caplog.at_level(logging.WARNING, logger="stompy"),
+        scripted(lambda peer: stompserver(peer, version, seen)) as url,
+        stompy.Connection(url, versions=(version,), receipt_timeout=TIMEOUT) as conn,
+    ):
+        sub = conn.subscribe("/queue/live")
+        texts = []
+        for _ in range(2):
+            msg = sub.get(TIMEOUT)
+            assert msg is not None
+            texts.append(msg.text)
+        assert texts == ["m0", "m1"]
+        sub.unsubscribe(receipt=True)
+        assert conn.failure is None
+    assert len(without_id_warnings(caplog)) == 1
+    # The UNSUBSCRIBE named the destination as well as the id.
+    (unsubscribe,) = [f for f in seen if f.command == "UNSUBSCRIBE"]
+    assert unsubscribe.get("destination") == "/queue/live"
+    assert unsubscribe.get("id") == sub.id
+
+
+@pytest.mark.anyio
+async def test_the_async_client_consumes_messages_without_message_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[Frame] = []
+    with (
+        caplog.at_level(logging.WARNING, logger="stompy"),
+        scripted(lambda peer: stompserver(peer, "1.2", seen)) as url,
+    ):
+        with anyio.fail_after(TIMEOUT):
+            async with stompy.AsyncConnection(url, receipt_timeout=TIMEOUT) as conn:
+                sub = await conn.subscribe("/queue/live")
+                texts = []
+                for _ in range(2):
+                    msg = await sub.get(TIMEOUT)
+                    assert msg is not None
+                    texts.append(msg.text)
+                assert texts == ["m0", "m1"]
+                await sub.unsubscribe(receipt=True)
+                assert conn.failure is None
+    assert len(without_id_warnings(caplog)) == 1
+    (unsubscribe,) = [f for f in seen if f.command == "UNSUBSCRIBE"]
+    assert unsubscribe.get("destination") == "/queue/live"

@@ -569,7 +569,9 @@ def test_unsubscribe() -> None:
     sub = proto.subscribe("/q")
     proto.data_to_send()
     assert proto.unsubscribe(sub, receipt=True) == "r-2"
-    assert sent(proto) == [Frame("UNSUBSCRIBE", (("id", sub), ("receipt", "r-2")))]
+    # The destination too: CoilMQ refuses an UNSUBSCRIBE without it (issue 38).
+    headers = (("id", sub), ("destination", "/q"), ("receipt", "r-2"))
+    assert sent(proto) == [Frame("UNSUBSCRIBE", headers)]
     assert proto.subscriptions == {}
     before = snapshot(proto)
     with pytest.raises(LocalProtocolError, match="no open subscription"):
@@ -1361,7 +1363,8 @@ def test_a_message_is_routed_by_its_own_subscription_header_as_sent(version: str
     # contain the ones looked for, or values that look like them, must not match; an
     # escaped id is unescaped.
     proto = connected(version)
-    assert proto.subscribe("/q", id=sub) == sub
+    # Client acks: a MESSAGE without message-id is refused (see below).
+    assert proto.subscribe("/q", id=sub, ack="client") == sub
     other = proto.subscribe("/r", id="other")
     headers = (
         ("x-subscription", other),

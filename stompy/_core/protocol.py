@@ -28,8 +28,10 @@ changes: no byte is queued and no id, receipt, subscription or transaction is
 recorded. Entering CLOSED forgets open transactions (the server aborts them).
 
 What the peer sends is refused as a :class:`RemoteProtocolError` when the spec forbids
-it, and accepted where the spec leaves room: a RECEIPT that answers no frame (CoilMQ
-sends a transacted SEND's receipt again at COMMIT) is logged at INFO and dropped.
+it, and accepted where the spec leaves room or the fault is harmless: a RECEIPT that
+answers no frame (CoilMQ sends a transacted SEND's receipt again at COMMIT) is logged at
+INFO and dropped; a MESSAGE without ``message-id`` (stompserver, stomp-broker-js) is
+delivered where no ACK must name it, with one WARNING per connection.
 
 Every decision the protocol makes lives here: version negotiation, which ACK frame a
 version needs, receipt matching, subscription routing, transaction bookkeeping and
@@ -231,6 +233,9 @@ class ClientProtocol:
         self._disconnect_receipt: str | None = None
         self._error_seen = False
         self._eof = False  # the peer closed; reported once the buffered frames are out
+        # Leniencies said once per connection at WARNING, not once per MESSAGE.
+        self._warned_no_message_id = False
+        self._warned_ambiguous = False
         self._next_id = 0
 
     # -- read-only views ---------------------------------------------------------------
@@ -567,7 +572,9 @@ class ClientProtocol:
         if id not in self._subscriptions:
             raise LocalProtocolError(f"no open subscription with id {id!r}")
         mark = self._next_id
-        items = [("id", id)]
+        # The destination too, which every version allows (1.0 takes either header):
+        # CoilMQ refuses an UNSUBSCRIBE without it, stompserver (1.0) ignores one.
+        items = [("id", id), ("destination", self._subscriptions[id].destination)]
         receipt_id = self._receipt(receipt, "UNSUBSCRIBE")
         if receipt_id is not None:
             items.append(("receipt", receipt_id))
@@ -834,15 +841,15 @@ class ClientProtocol:
         if state is not _CONNECTED and state is not _DISCONNECTING:
             raise RemoteProtocolError(f"MESSAGE frame in state {state.name}")
         # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
-        # it will): without one the message could not be acknowledged, which would
-        # surface later as the caller's error. The peer's fault is reported as such.
+        # it will): one without it takes the slow path, which accepts it where no ACK
+        # needs it and refuses it, as the peer's fault, where one would.
         block = frame._block
         sub_id: str | None
         if block:
             # A received block, searched as Frame.get() does, for the two names every
             # MESSAGE is looked up by (no version escapes them): two calls fewer each.
             if block.find("\nmessage-id:") < 0:
-                raise RemoteProtocolError(_NO_MESSAGE_ID)
+                return self._without_message_id(frame)
             at = block.find("\nsubscription:")
             if at < 0:
                 sub_id = None
@@ -854,7 +861,7 @@ class ClientProtocol:
                     sub_id = unescape(sub_id, frame._escaping, strict=False)
         else:
             if "message-id" not in frame:  # (not get(): the value would be unescaped)
-                raise RemoteProtocolError(_NO_MESSAGE_ID)
+                return self._without_message_id(frame)
             sub_id = frame.get("subscription")
         if sub_id is None:
             if self.version != V10:
@@ -862,29 +869,92 @@ class ClientProtocol:
             return self._route_v10(frame)
         info = self._subscriptions.get(sub_id)
         if info is None:
-            if sub_id in self._closed_subscriptions:
-                # In flight when we unsubscribed: delivered, though nobody waits for it.
-                return self.message_class(frame, sub_id, "auto")
-            if sub_id in self._temp_queues:
-                # A reply through a temp queue we named in reply-to (RabbitMQ).
-                return self.message_class(frame, sub_id, "auto")
-            raise RemoteProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
+            return self._route_unknown(frame, sub_id)
         cls = self.message_class
         if cls is MessageReceived:  # compiled, made natively rather than by calling a type
             return MessageReceived(frame, sub_id, info.ack)
         return cls(frame, sub_id, info.ack)
 
+    def _route_unknown(self, frame: Frame, sub_id: str) -> MessageReceived:
+        """Route a MESSAGE for ``sub_id``, which is no open subscription."""
+        if sub_id in self._closed_subscriptions:
+            # In flight when we unsubscribed: delivered, though nobody waits for it.
+            return self.message_class(frame, sub_id, "auto")
+        if sub_id in self._temp_queues:
+            # A reply through a temp queue we named in reply-to (RabbitMQ).
+            return self.message_class(frame, sub_id, "auto")
+        raise RemoteProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
+
+    def _without_message_id(self, frame: Frame) -> MessageReceived:
+        """Route a MESSAGE that lacks the ``message-id`` header.
+
+        "MESSAGE frames MUST also include the message-id header" (1.1, 1.2), but some
+        brokers send none (stompserver on live queues, stomp-broker-js always). Where
+        nothing will name the message, an ``auto`` subscription's, it is harmless: the
+        message is delivered and the broker's fault said once per connection at
+        WARNING. Where an ACK must name it (client acks) it is refused, as the peer's
+        fault: acknowledging it later could not work.
+        """
+        sub_id = frame.get("subscription")
+        event: MessageReceived
+        if sub_id is None:
+            if self.version != V10:
+                raise RemoteProtocolError("MESSAGE frame without the subscription header")
+            event = self._route_v10(frame)
+        else:
+            info = self._subscriptions.get(sub_id)
+            if info is None:
+                event = self._route_unknown(frame, sub_id)
+            else:
+                event = self.message_class(frame, sub_id, info.ack)
+        ack = event.ack_mode
+        if ack != "auto":
+            raise RemoteProtocolError(
+                f"{_NO_MESSAGE_ID}, on subscription {event.subscription!r} with "
+                f"ack={ack!r}: an ACK could not name it (with ack='auto' it is accepted)"
+            )
+        if not self._warned_no_message_id:
+            self._warned_no_message_id = True
+            log.warning(
+                "the broker sent a MESSAGE without the message-id header STOMP requires "
+                "(destination %s); delivered, since subscription %s needs no ACK (said "
+                "once per connection)",
+                shown(frame.get("destination") or ""),
+                shown(event.subscription),
+            )
+        return event
+
     def _route_v10(self, frame: Frame) -> MessageReceived:
         """Route a MESSAGE without a ``subscription`` header, which 1.0 allows.
 
-        By destination: the first open subscription to it; else one just closed (a
-        message in flight, delivered as ``auto``); else the only open subscription
-        (a wildcard, or a destination the server rewrote).
+        By destination: the first open subscription to it (subscribed first; when
+        several match, which one is ambiguous: said once per connection at WARNING);
+        else one just closed (a message in flight, delivered as ``auto``); else the
+        only open subscription (a wildcard, or a destination the server rewrote).
         """
         destination = frame.get("destination")
+        first: SubscriptionInfo | None = None
         for info in self._subscriptions.values():
             if info.destination == destination:
-                return self.message_class(frame, info.id, info.ack)
+                if first is None:
+                    first = info
+                    if self._warned_ambiguous:
+                        break  # said already: no need to look for a second one
+                else:
+                    self._warned_ambiguous = True
+                    log.warning(
+                        "a STOMP 1.0 MESSAGE for %s has no subscription header and "
+                        "subscriptions %s and %s (at least) are to that destination: it "
+                        "goes to the first made, %s (said once per connection; give each "
+                        "subscription its own destination, or use STOMP 1.1 or later)",
+                        shown(destination or ""),
+                        shown(first.id),
+                        shown(info.id),
+                        shown(first.id),
+                    )
+                    break
+        if first is not None:
+            return self.message_class(frame, first.id, first.ack)
         for info in reversed(self._closed_subscriptions.values()):
             if info.destination == destination:
                 return self.message_class(frame, info.id, "auto")
