@@ -61,8 +61,8 @@ except ImportError as exc:  # pragma: no cover - the extra is installed for the 
 
 __all__ = (
     "SUBPROTOCOLS",
-    "Handshake",
     "Received",
+    "UpgradeRequest",
     "WebSocket",
     "WebSocketClosed",
     "WebSocketStream",
@@ -93,7 +93,7 @@ def subprotocols_for(versions: Iterable[str]) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Handshake:
+class UpgradeRequest:
     """The client's upgrade request, as the server side saw it."""
 
     host: str
@@ -145,7 +145,7 @@ class WebSocket:
         #: The subprotocol agreed on in the handshake, if any.
         self.subprotocol: str | None = None
         #: Server side: the client's upgrade request, once received.
-        self.request: Handshake | None = None
+        self.request: UpgradeRequest | None = None
         self._peer = "the server" if client else "the client"
 
     @classmethod
@@ -255,7 +255,7 @@ class WebSocket:
         return RemoteProtocolError(f"bad WebSocket data from {self._peer}: {reason}")
 
     def _accept(self, event: Request) -> bytes:
-        self.request = Handshake(
+        self.request = UpgradeRequest(
             event.host,
             event.target,
             tuple(
