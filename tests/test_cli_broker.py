@@ -26,6 +26,7 @@ import trustme
 from anyio.from_thread import start_blocking_portal
 
 from stompy import cli
+from stompy.cli import _broker as cli_broker
 
 URL = re.compile(r"listening on (stomp://\S+):(\d+)")
 
@@ -107,7 +108,7 @@ def test_parser_defaults_and_options() -> None:
     parsed = args(
         "--users", "a:1", "b:x:y", "--vhost", "v1", "--vhost", "v2", "--heartbeat", "0,50"
     )
-    assert cli._broker_options(parsed) == {
+    assert cli_broker.broker_options(parsed) == {
         "heartbeats": (0, 50),
         "prefetch": 100,
         "users": {"a": "1", "b": "x:y"},
@@ -147,16 +148,16 @@ def test_invalid_broker_options(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_broker_configuration_shows_no_passcode() -> None:
     from stompy.testing import BrokerConfig
 
-    config = BrokerConfig(**cli._broker_options(args("--users", "app:Zq-secret")))
+    config = BrokerConfig(**cli_broker.broker_options(args("--users", "app:Zq-secret")))
     assert config.users == {"app": "Zq-secret"}
     assert "Zq-secret" not in repr(config)
 
 
 def test_queue_limits_on_the_command_line() -> None:
     parsed = args("--max-queue", "5", "--max-stored-bytes", "4096")
-    options = cli._broker_options(parsed)
+    options = cli_broker.broker_options(parsed)
     assert (options["max_queue"], options["max_stored_bytes"]) == (5, 4096)
-    assert "max_queue" not in cli._broker_options(args())
+    assert "max_queue" not in cli_broker.broker_options(args())
 
 
 def test_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
@@ -274,8 +275,8 @@ def test_tls_with_a_certificate_and_a_key(tmp_path: Path) -> None:
 def test_tls_key_in_the_certificate_file(tmp_path: Path) -> None:
     both = tmp_path / "both.pem"
     trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(both))
-    assert cli._broker_tls(args("--tls-cert", str(both))) is not None
-    assert cli._broker_tls(args()) is None
+    assert cli_broker.broker_tls(args("--tls-cert", str(both))) is not None
+    assert cli_broker.broker_tls(args()) is None
 
 
 @pytest.mark.parametrize(
@@ -295,5 +296,7 @@ def test_bad_tls_and_redelivery_options(
 
 
 def test_redelivery_options_reach_the_broker() -> None:
-    options = cli._broker_options(args("--max-redeliveries", "3", "--dead-letter-queue", "/q/d"))
+    options = cli_broker.broker_options(
+        args("--max-redeliveries", "3", "--dead-letter-queue", "/q/d")
+    )
     assert (options["max_redeliveries"], options["dead_letter_queue"]) == (3, "/q/d")

@@ -1,0 +1,135 @@
+"""``stompy send``: one message, or one per line, each confirmed by a receipt."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from stompy.cli._connecting import connection
+from stompy.cli._output import binary, isatty
+from stompy.cli._status import EXIT_OK, CommandError
+
+__all__ = ("Progress", "run_send")
+
+
+class Progress:
+    """A one-line progress report on a terminal: ``[=====>    ]  52%  1,024 sent``.
+
+    Draws at most ten times a second, and only when ``stream`` is a terminal; with a
+    ``total`` (bytes) it shows a bar, without one a running count.
+    """
+
+    def __init__(self, stream: TextIO, total: int | None = None) -> None:
+        self.stream = stream
+        self.total = total
+        self.enabled = isatty(stream)
+        self._last = 0.0
+        self._drawn = False
+
+    def update(self, count: int, done: int = 0, *, force: bool = False) -> None:
+        """Show ``count`` messages sent, ``done`` bytes of ``total`` consumed."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1:
+            return
+        self._last = now
+        width = shutil.get_terminal_size((80, 24)).columns
+        label = f"{count:,} sent"
+        if self.total:
+            fraction = min(1.0, done / self.total)
+            bar_width = max(10, min(40, width - len(label) - 10))
+            filled = int(fraction * bar_width)
+            arrow = ">" if filled < bar_width else ""
+            bar = ("=" * filled + arrow).ljust(bar_width)
+            line = f"[{bar}] {fraction:4.0%}  {label}"
+        else:
+            line = label
+        self.stream.write("\r" + line[: width - 1] + "\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """Erase the line, so the final summary starts on a clean one."""
+        if self._drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._drawn = False
+
+
+def _open_body(body: str) -> tuple[BinaryIO | None, bytes | str, int | None]:
+    """``(stream, literal, size)``: a stream for ``-`` and ``@FILE``, else the literal text."""
+    if body == "-":
+        return binary(sys.stdin), b"", None
+    if body.startswith("@") and len(body) > 1:
+        path = Path(body[1:])
+        try:
+            stream = path.open("rb")
+            return stream, b"", os.fstat(stream.fileno()).st_size
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return None, body, None
+
+
+def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, int]]:
+    """Each line without its line ending, with the bytes it took."""
+    for raw in stream:
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield line, len(raw)
+
+
+def run_send(args: argparse.Namespace) -> int:
+    """Send the body (or each of its lines); the exit status."""
+    headers = dict(args.extra_headers)
+    conn = connection(args)
+    stream, literal, size = _open_body(args.body)
+    send = functools.partial(
+        conn.send,
+        args.destination,
+        headers=headers,
+        content_type=args.content_type,
+        receipt=args.receipt,
+    )
+    stdin = binary(sys.stdin)
+    if stream is stdin and isatty(sys.stdin):
+        print("stompy send: reading from the terminal; end with Ctrl-D", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        if stream is not None and stream is not stdin:
+            stack.enter_context(stream)
+        if not args.lines:
+            body = stream.read() if stream is not None else literal
+            with conn:
+                send(body)
+            return EXIT_OK
+        if stream is None:
+            text = literal.encode() if isinstance(literal, str) else literal
+            stream, size = io.BytesIO(text), len(text)
+        lines = _lines(stream)
+        progress = Progress(sys.stderr, size)
+        sent = 0
+        try:
+            with conn:
+                done = 0
+                for line, taken in lines:
+                    send(line)
+                    sent += 1
+                    done += taken
+                    progress.update(sent, done)
+                progress.update(sent, done, force=True)
+        finally:
+            progress.close()
+            noun = "message" if sent == 1 else "messages"
+            confirmed = "confirmed" if args.receipt else "sent"
+            print(f"{sent:,} {noun} {confirmed}", file=sys.stderr)
+    return EXIT_OK

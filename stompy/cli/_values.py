@@ -1,0 +1,117 @@
+"""The types of the command-line values: each turns an argument's text into the value
+the command uses, or raises :class:`argparse.ArgumentTypeError` saying what it wants
+(argparse makes that the one-line usage error, exit status 2)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = (
+    "MAX_HEARTBEAT",
+    "MAX_SECONDS",
+    "at_least_zero",
+    "destination",
+    "header",
+    "heartbeat",
+    "port",
+    "positive",
+    "seconds",
+    "user",
+    "ws_header",
+)
+
+#: The longest heart-beat interval, in ms: what a poll() timeout can hold (2**31 - 1).
+MAX_HEARTBEAT: Final = 2**31 - 1
+#: The most seconds a timeout may be (about 31 years): longer ones overflow a wait.
+MAX_SECONDS: Final = 1e9
+
+
+def user(text: str) -> tuple[str, str]:
+    login, sep, passcode = text.partition(":")
+    if not sep or not login:
+        raise argparse.ArgumentTypeError(f"want LOGIN:PASSCODE, got {text!r}")
+    return login, passcode
+
+
+def heartbeat(text: str) -> tuple[int, int]:
+    want = f"want two numbers of ms from 0 to {MAX_HEARTBEAT} like 1000,1000, got {text!r}"
+    send, sep, receive = text.partition(",")
+    try:
+        beats = (int(send), int(receive))
+    except ValueError:
+        raise argparse.ArgumentTypeError(want) from None
+    if not sep or not all(0 <= beat <= MAX_HEARTBEAT for beat in beats):
+        raise argparse.ArgumentTypeError(want)
+    return beats
+
+
+def header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"want NAME:VALUE, got {text!r}")
+    return name.strip(), value
+
+
+def ws_header(text: str) -> tuple[str, str]:
+    # HTTP ignores the white space around a field value: "Cookie: a=b" means "a=b".
+    name, value = header(text)
+    return name, value.strip()
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    """A whole number (``int``) or a number of seconds (``float``, finite and at most
+    :data:`MAX_SECONDS`) above 0."""
+
+    def convert(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"want a number, got {text!r}") from None
+        if not value > 0:  # also NaN
+            raise argparse.ArgumentTypeError(f"want a number above 0, got {text!r}")
+        if kind is float and not value <= MAX_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"want a number of seconds up to {MAX_SECONDS:g}, got {text!r}"
+            )
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its messages
+    return convert
+
+
+def at_least_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"want a whole number >= 0, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"want a port from 0 to 65535, got {text!r}")
+    return value
+
+
+def destination(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"want a destination like /queue/orders, got {text!r}")
+    return text
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"want a number of seconds >= 0, got {text!r}")
+    return value
