@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from stompy import cli
+from stompy import send as send_message
 from stompy.testing import Broker, run_broker
 
 LOGIN, PASSCODE = "app", "s3cret-Pa55"
@@ -714,3 +715,91 @@ def test_run_proxy_command_in_another_thread(url: str, queue: str, broker: Broke
             assert broker.queue_depth(queue) == 1
         finally:
             future.cancel()
+
+
+# -- the STOMP version -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offered", "chosen"),
+    [("1.0", "1.0"), ("1.1", "1.1"), ("1.0,1.1", "1.1"), ("1.2,1.0", "1.2"), (None, "1.2")],
+)
+def test_stomp_version_is_what_the_connection_offers(
+    broker: Broker, url: str, queue: str, offered: str | None, chosen: str
+) -> None:
+    """The broker speaks all three and picks the highest offered: while ``subscribe``
+    waits, the broker shows the version of its connection."""
+    argv = ["subscribe", url, queue, "--count", "1", "--timeout", str(TIMEOUT)]
+    if offered is not None:
+        argv += ["--stomp-version", offered]
+    status: list[int] = []
+    thread = threading.Thread(target=lambda: status.append(cli.main(argv)))
+    thread.start()
+    try:
+
+        def subscribed() -> list[str]:
+            return [
+                c.version
+                for c in broker.connections
+                if any(s.destination == queue for s in c.subscriptions)
+            ]
+
+        broker.wait_until(lambda: bool(subscribed()), timeout=TIMEOUT)
+        assert subscribed() == [chosen]
+    finally:
+        send_message(url, queue, "ends it")
+        thread.join(TIMEOUT)
+    assert status == [0]
+
+
+def test_send_offers_only_the_versions_given(queue: str) -> None:
+    with run_broker(versions=("1.2",)) as broker:
+        got = stompy("send", broker.url, queue, "x", "--stomp-version", "1.0,1.1")
+        line = one_error_line(got, "send")
+        assert got.returncode == 1
+        assert "no common STOMP version: the client accepts 1.0,1.1" in line
+        assert broker.queue_depth(queue) == 0
+        got = stompy("send", broker.url, queue, "x", "--stomp-version", "1.2")
+        assert (got.returncode, got.stderr) == (0, b"")
+        assert broker.queue_depth(queue) == 1
+
+
+@pytest.mark.parametrize("command", ["send", "subscribe"])
+@pytest.mark.parametrize("value", ["2.0", "1.0,1.3", "", "1.0;1.1", "1"])
+def test_a_bad_stomp_version_is_one_line_and_exit_2(command: str, value: str) -> None:
+    argv = [command, "stomp://127.0.0.1:1", "/queue/x", "--stomp-version", value]
+    got = stompy(*argv, *(["x"] if command == "send" else []))
+    assert got.returncode == 2
+    line = one_error_line(got, command)
+    assert "argument --stomp-version: want STOMP versions among 1.0,1.1,1.2" in line
+    assert repr(value) in line
+
+
+def test_subscribe_on_a_stomp_10_broker(queue: str) -> None:
+    """A broker that speaks STOMP 1.0 only (stompserver) has no client-individual acks,
+    the default: ``subscribe`` acknowledges with ``client`` there, and still takes only
+    what it printed."""
+    with run_broker(versions=("1.0",)) as broker:
+        for body in ("a", "b", "c"):
+            send_message(broker.url, queue, body)
+        got = stompy("subscribe", broker.url, queue, "--count", "2", "--timeout", "10")
+        assert (got.returncode, got.stdout, got.stderr) == (0, b"a\nb\n", b"")
+        broker.wait_until(lambda: not broker.connections, timeout=TIMEOUT)
+        assert (broker.queue_depth(queue), broker.unacked_count(queue)) == (1, 0)
+
+
+def test_individual_acks_on_stomp_10_say_what_to_use(queue: str) -> None:
+    with run_broker(versions=("1.0",)) as broker:
+        send_message(broker.url, queue, "stays")
+        argv = ["subscribe", broker.url, queue, "--ack", "client-individual", "--count", "1"]
+        # Asked for: a usage error before connecting.
+        got = stompy(*argv, "--stomp-version", "1.0")
+        assert got.returncode == 2
+        assert "needs STOMP 1.1 or later: use --ack client" in one_error_line(got, "subscribe")
+        # Chosen by the broker: it did not work with this one.
+        got = stompy(*argv)
+        assert got.returncode == 1
+        line = one_error_line(got, "subscribe")
+        assert "needs STOMP 1.1 or later and the broker chose 1.0: use --ack client" in line
+        broker.wait_until(lambda: not broker.connections, timeout=TIMEOUT)
+        assert broker.queue_depth(queue) == 1

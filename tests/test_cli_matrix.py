@@ -7,7 +7,8 @@ by ``--count``, by SIGINT (Ctrl-C), by SIGTERM, by its reader going away (``| he
 -3``); and by ``--timeout`` after all of them. Then the broker holds exactly the ones
 not printed, none of them left unacknowledged with a gone consumer, and they read back
 in order. ``--ack client`` and ``client-individual`` must keep this as the default
-does; ``--ack auto`` cannot, and says so.
+does, and so must the default and ``client`` on STOMP 1.0 (``--stomp-version 1.0``,
+which has no client-individual acks); ``--ack auto`` cannot, and says so.
 
 Every subcommand of the parser is either in :data:`CONSUMERS` or in
 :data:`NOT_CONSUMING`, so a new command cannot join the CLI without a decision here.
@@ -45,9 +46,16 @@ NOT_CONSUMING: dict[str, str] = {
     "broker": "is the destination",
     "proxy": "forwards bytes; the client behind it consumes",
 }
-#: ``subscribe``'s ack modes: the default, and the two it may be given.
-ACKS: list[list[str]] = [[], ["--ack", "client"], ["--ack", "client-individual"]]
-ACK_IDS = ["default", "client", "client-individual"]
+#: ``subscribe``'s ack modes: the default, and the two it may be given; on STOMP 1.0,
+#: the default and ``client``.
+ACKS: list[list[str]] = [
+    [],
+    ["--ack", "client"],
+    ["--ack", "client-individual"],
+    ["--stomp-version", "1.0"],
+    ["--stomp-version", "1.0", "--ack", "client"],
+]
+ACK_IDS = ["default", "client", "client-individual", "1.0-default", "1.0-client"]
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,7 @@ def connection(args: argparse.Namespace) -> Connection:
             connect_timeout=args.connect_timeout,
             reconnect=Reconnect(max_delay=5.0) if args.reconnect else None,
             ws_headers=dict(args.ws_headers),
+            versions=args.stomp_version,
         )
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None

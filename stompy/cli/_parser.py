@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from stompy import __version__
+from stompy import VERSIONS, __version__
 from stompy.cli import _values as values
 from stompy.cli._broker import run_broker
 from stompy.cli._connecting import LOGIN_VARIABLE, PASSCODE_VARIABLE
@@ -136,6 +136,14 @@ def _client_options(frame: str, header_example: str) -> _Parser:
     )
     _add_heartbeat_option(
         group, (10_000, 10_000), "heart-beats to offer, in ms (default 10000,10000; 0,0 for none)"
+    )
+    group.add_argument(
+        "--stomp-version",
+        type=values.stomp_versions,
+        default=VERSIONS,
+        metavar="VERSIONS",
+        help="the STOMP versions to offer, separated by commas, the broker choosing the "
+        "highest it speaks: 1.0 for a broker that speaks only that (default 1.0,1.1,1.2)",
     )
     group.add_argument(
         "--cafile", type=Path, metavar="PEM", help="trust these CA certificates for TLS"
@@ -269,8 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.add_argument(
         "--ack",
         choices=("auto", "client", "client-individual"),
-        default="client-individual",
-        help="ack mode (default client-individual): each message is acknowledged once "
+        help="ack mode (default client-individual, or client with STOMP 1.0, which has "
+        "no client-individual): each message is acknowledged once "
         "printed, and what was not printed stays on the destination; with auto the "
         "broker forgets each message as it sends it, so messages received and not "
         "printed (past --count, or when stopped) are lost",

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any, Final
 
-from stompy import Message
+from stompy import AckMode, Connection, Message
 
 # The other name the CLI takes from below the public surface: ``--headers`` shows header
 # lines escaped exactly as a STOMP 1.2 frame holds them, and the public API escapes only
@@ -18,7 +18,7 @@ from stompy._core.frames import escape
 from stompy.cli._connecting import connection
 from stompy.cli._output import Stdout
 from stompy.cli._signals import SIGNALS, Interrupted
-from stompy.cli._status import EXIT_OK, CommandError
+from stompy.cli._status import EXIT_OK, EXIT_USAGE, CommandError
 
 __all__ = ("PREFETCH", "message_json", "run_subscribe")
 
@@ -72,6 +72,27 @@ def _render(message: Message, args: argparse.Namespace) -> bytes:
     return message.body + b"\n"
 
 
+#: Why ``--ack client-individual`` cannot be on STOMP 1.0, and what to use.
+_NO_INDIVIDUAL_ACKS: Final = (
+    "--ack client-individual needs STOMP 1.1 or later{}: use --ack client, which "
+    "acknowledges each printed message as well"
+)
+
+
+def _ack_mode(args: argparse.Namespace, conn: Connection) -> AckMode:
+    """``--ack``, else ``client-individual``, or ``client`` where the connection speaks
+    STOMP 1.0: the command acknowledges each message once printed, in the order
+    received, which a cumulative ``client`` ACK counts alike.
+
+    Raises :class:`CommandError` for ``--ack client-individual`` on STOMP 1.0.
+    """
+    if conn.version != "1.0":
+        return args.ack or "client-individual"
+    if args.ack == "client-individual":
+        raise CommandError(_NO_INDIVIDUAL_ACKS.format(" and the broker chose 1.0"))
+    return args.ack or "client"
+
+
 def run_subscribe(args: argparse.Namespace) -> int:
     """Print messages, acknowledging each once it was printed, and no other.
 
@@ -83,6 +104,8 @@ def run_subscribe(args: argparse.Namespace) -> int:
     ``--ack auto`` the broker forgets each message as it sends it: nothing of that
     holds.
     """
+    if args.ack == "client-individual" and args.stomp_version == ("1.0",):
+        raise CommandError(_NO_INDIVIDUAL_ACKS.format(""), EXIT_USAGE)
     headers = dict(args.extra_headers)
     count: int | None = args.count
     acking = args.ack != "auto"
@@ -100,7 +123,7 @@ def run_subscribe(args: argparse.Namespace) -> int:
         with (
             conn,
             conn.subscribe(
-                args.destination, ack=args.ack, headers=headers, max_pending=prefetch
+                args.destination, ack=_ack_mode(args, conn), headers=headers, max_pending=prefetch
             ) as sub,
         ):
             while count is None or received < count:

@@ -8,6 +8,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any, Final
 
+from stompy import VERSIONS
+
 __all__ = (
     "MAX_HEARTBEAT",
     "MAX_SECONDS",
@@ -18,6 +20,7 @@ __all__ = (
     "port",
     "positive",
     "seconds",
+    "stomp_versions",
     "user",
     "ws_header",
 )
@@ -45,6 +48,18 @@ def heartbeat(text: str) -> tuple[int, int]:
     if not sep or not all(0 <= beat <= MAX_HEARTBEAT for beat in beats):
         raise argparse.ArgumentTypeError(want)
     return beats
+
+
+def stomp_versions(text: str) -> tuple[str, ...]:
+    """``1.0``, ``1.1,1.2``...: the STOMP versions to offer (the library's ``versions``
+    option), each once, in the library's order."""
+    given = [version.strip() for version in text.split(",")]
+    if not all(version in VERSIONS for version in given):
+        raise argparse.ArgumentTypeError(
+            f"want STOMP versions among {','.join(VERSIONS)} separated by commas, "
+            f"like 1.0 or 1.1,1.2, got {text!r}"
+        )
+    return tuple(version for version in VERSIONS if version in given)
 
 
 def header(text: str) -> tuple[str, str]:
