@@ -284,7 +284,7 @@ USAGE_ERRORS = [
     (["proxy", "--target", "stomp://h", "--port", "-1"], "--port"),
     (["bogus"], "COMMAND"),
     # An option the command does not take is the command's error, pointing to its own
-    # --help (it was "stompy: error: ... (see 'stompy --help')").
+    # --help, where the options to read are, rather than to 'stompy --help'.
     (["send", "stomp://h", "/q", "x", "--receipt-timeout", "1"], "--receipt-timeout"),
     (["subscribe", "stomp://h", "/q", "--cout", "3"], "--cout"),
 ]
@@ -304,7 +304,8 @@ def test_usage_errors_are_one_line_and_exit_2(
 
 
 def test_usage_errors_of_the_issue_exit_2() -> None:
-    # Both exited 1 (the first after a round trip to the broker, the second from bind()).
+    # Both are known wrong before anything is sent or bound: said by the parser, exit 2,
+    # not found out by a round trip to the broker or by bind().
     for argv in (["send", "stomp://127.0.0.1:1", "", "hi"], ["broker", "--port", "-5"]):
         got = stompy(*argv)
         assert got.returncode == 2
@@ -326,8 +327,8 @@ def test_an_unknown_option_points_to_the_commands_help(
 
 @pytest.mark.parametrize("command", [["broker"], ["proxy", "--target", "stomp://127.0.0.1:1"]])
 def test_backend_trio_without_trio_is_one_line_and_exit_2(command: list[str]) -> None:
-    """Without the trio extra, --backend trio was anyio's LookupError and its traceback,
-    exit 1; it is a usage error that says what to install."""
+    """Without the trio extra, --backend trio is a usage error that says what to
+    install, not anyio's LookupError and its traceback."""
     code = (
         "import sys; sys.modules['trio'] = None; from stompy import cli; "
         f"sys.exit(cli.main({[*command, '--port', '0', '--backend', 'trio']!r}))"
