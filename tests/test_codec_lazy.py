@@ -8,12 +8,24 @@ line-by-line path. Either way the frame must look the same: same pairs, same
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import stompy
 from stompy._core.encoder import encode
-from stompy._core.frames import Frame, ReceivedFrame
+from stompy._core.frames import (
+    ROUTING_NAMES,
+    Frame,
+    ReceivedFrame,
+    escape,
+    received_block,
+    received_escaping,
+    routing_header,
+)
 from stompy._core.parser import FrameParser
 from stompy.errors import RemoteProtocolError
 from tests.test_codec_properties import frames, run, split, versions
@@ -57,6 +69,54 @@ def test_lookups_before_the_pairs_agree_with_the_pairs(version: str, data: st.Da
     # The pairs do not depend on whether lookups came first.
     assert parse_all(stream, version) == lazy
     assert [f.headers for f in parse_all(stream, version)] == [f.headers for f in lazy]
+
+
+@given(versions, st.data())
+def test_routing_headers_agree_with_get(version: str, data: st.DataObject) -> None:
+    sent = data.draw(st.lists(frames(version), min_size=1, max_size=4))
+    stream = b"".join(encode(f, version) for f in sent)
+    names = sorted(ROUTING_NAMES | {name for frame in sent for name, _ in frame.headers})
+    names = [name for name in names if name == escape(name, "1.2")]  # none escaped
+    for frame, made in zip(parse_all(stream, version), sent, strict=True):
+        # Read from the block, before the pairs are made; then from the pairs.
+        read = [(name, routing_header(frame, name)) for name in names]
+        entries = first_entries(frame.headers)
+        for name, value in read:
+            assert value == entries.get(name)
+            assert routing_header(frame, name) == value
+            assert routing_header(made, name) == first_entries(made.headers).get(name)
+
+
+def test_a_received_block_is_the_text_that_arrived_until_the_pairs_are_made() -> None:
+    parser = FrameParser("1.1")
+    data = b"MESSAGE\nsubscription:s\\c1\nmessage-id:m\\n2\n\n\x00"
+    (frame,) = parser.parse(data)
+    assert received_block(frame) == "MESSAGE\nsubscription:s\\c1\nmessage-id:m\\n2"
+    assert received_escaping(frame) == "1.1"
+    assert routing_header(frame, "subscription") == "s:1"
+    assert routing_header(frame, "message-id") == "m\n2"
+    assert routing_header(frame, "destination") is None
+    assert frame.headers == (("subscription", "s:1"), ("message-id", "m\n2"))
+    assert received_block(frame) == ""
+    assert routing_header(frame, "subscription") == "s:1"
+    (connected,) = FrameParser("1.2").parse(b"CONNECTED\nversion:1.2\nsession:a\\c\n\n\x00")
+    assert received_escaping(connected) == "1.0"  # CONNECTED escapes nothing
+    assert routing_header(connected, "version") == "1.2"
+    assert received_block(Frame("SEND", (("destination", "/q"),))) == ""
+
+
+def test_only_the_frames_module_reads_what_is_behind_a_received_block() -> None:
+    """The parser's frames are read through ``received_block``, ``received_escaping``
+    and ``routing_header`` elsewhere: the attributes behind them are frames.py's own."""
+    package = Path(stompy.__file__).parent
+    readers = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "_core" / "frames.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("_block", "_escaping"):
+                readers.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert readers == []
 
 
 def with_crlf(stream: bytes) -> bytes:

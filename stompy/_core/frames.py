@@ -97,7 +97,7 @@ class Frame:
         at = block.find("\n")
         if at < 0:
             return ()
-        flat = _split_header_text(block[at + 1 :], self._escaping)
+        flat = split_header_lines(block[at + 1 :], self._escaping)
         return tuple(zip(flat[::2], flat[1::2], strict=True))
 
     def get(self, name: str, default: str | None = None) -> str | None:
@@ -110,7 +110,7 @@ class Frame:
             # name's first entry: a line holds one colon (and a name no colon, no LF,
             # no CR), and an escaped name has one spelling only.
             try:
-                sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
+                sent = name if name in ROUTING_NAMES else escape(name, self._escaping)
             except (AttributeError, TypeError):  # no str: costs nothing until raised
                 raise wrong_type("name", "a str", name) from None
             at = block.find(f"\n{sent}:")
@@ -132,7 +132,7 @@ class Frame:
     def __contains__(self, name: object) -> bool:
         block = self._block
         if block and isinstance(name, str):
-            sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
+            sent = name if name in ROUTING_NAMES else escape(name, self._escaping)
             return block.find(f"\n{sent}:") >= 0  # as in get(), the value left alone
         return any(key == name for key, _ in self.headers)
 
@@ -190,9 +190,9 @@ class ReceivedFrame(Frame):
         self._escaping = escaping
 
 
-#: Header names that no version escapes, looked up often: :meth:`Frame.get` searches
-#: for them as they are.
-_PLAIN_NAMES: Final = frozenset(
+#: Header names that no version escapes, looked up often: :meth:`Frame.get` and
+#: :func:`routing_header` search for them as they are.
+ROUTING_NAMES: Final = frozenset(
     {
         "ack",
         "content-length",
@@ -205,6 +205,48 @@ _PLAIN_NAMES: Final = frozenset(
         "subscription",
     }
 )
+
+
+# -- received header blocks -----------------------------------------------------------
+#
+# What the rest of the package reads of a frame from the parser, besides what any frame
+# offers: the state machine and the test broker route every frame by a header or two,
+# and a table of many messages splits their blocks at once. They read these, never the
+# attributes behind them.
+
+
+def received_block(frame: Frame) -> str:
+    """The header block of a frame from the parser, as it arrived, while its pairs are not
+    made (see :class:`ReceivedFrame` for what the parser checked of it); "" once they
+    are, and for a frame that was not received."""
+    return frame._block
+
+
+def received_escaping(frame: Frame) -> str:
+    """The version whose escaping :func:`received_block` uses ("1.0": none)."""
+    return frame._escaping
+
+
+def routing_header(frame: Frame, name: str) -> str | None:
+    """The value of the first entry called ``name``, a name no version escapes (one of
+    :data:`ROUTING_NAMES`), or None: :meth:`Frame.get` without its argument checks,
+    read from the received block when there is one, as every MESSAGE and SEND is
+    routed by one."""
+    block = frame._block
+    if not block:
+        for key, value in frame.headers:
+            if key == name:
+                return value
+        return None
+    at = block.find(f"\n{name}:")
+    if at < 0:
+        return None
+    start = at + len(name) + 2
+    end = block.find("\n", start)
+    value = block[start:end] if end >= 0 else block[start:]
+    if "\\" in value and frame._escaping != V10:
+        return unescape(value, frame._escaping, strict=False)
+    return value
 
 
 def make_headers(
@@ -325,38 +367,42 @@ def header_columns(frames: Sequence[Frame]) -> tuple[list[int], list[str], list[
     counts: list[int] = []
     names: list[str] = []
     values: list[str] = []
-    run: list[Frame] = []
+    run: list[str] = []  # received blocks of one escaping
+    escaping = ""  # the run's
     for frame in frames:
-        if frame._block and (not run or frame._escaping == run[0]._escaping):
-            run.append(frame)
+        block = received_block(frame)
+        if block and (not run or received_escaping(frame) == escaping):
+            if not run:
+                escaping = received_escaping(frame)
+            run.append(block)
             continue
         if run:
-            _split_blocks(run, counts, names, values)
-            run = [frame] if frame._block else []
+            _split_blocks(run, escaping, counts, names, values)
+            run = [block] if block else []
+            escaping = received_escaping(frame)
         if not run:
             pairs = frame.headers
             counts.append(len(pairs))
             names += [name for name, _ in pairs]
             values += [value for _, value in pairs]
     if run:
-        _split_blocks(run, counts, names, values)
+        _split_blocks(run, escaping, counts, names, values)
     return list(accumulate(counts, initial=0)), names, values
 
 
 def _split_blocks(
-    frames: list[Frame], counts: list[int], names: list[str], values: list[str]
+    blocks: list[str], escaping: str, counts: list[int], names: list[str], values: list[str]
 ) -> None:
-    """:func:`header_columns` for received frames of one escaping, appended."""
-    blocks = [frame._block for frame in frames]
+    """:func:`header_columns` for received blocks of one escaping, appended."""
     # Each block without its command line (a block of no header adds nothing).
     text = "\n".join([block[block.find("\n") + 1 :] for block in blocks if "\n" in block])
-    flat = _split_header_text(text, frames[0]._escaping) if text else []
+    flat = split_header_lines(text, escaping) if text else []
     counts += [block.count("\n") for block in blocks]
     names += flat[::2]
     values += flat[1::2]
 
 
-def _split_header_text(text: str, escaping: str) -> list[str]:
+def split_header_lines(text: str, escaping: str) -> list[str]:
     """Names and values, alternating, of LF-separated header lines of received blocks
     (see :class:`ReceivedFrame`), unescaped, in a few C-level passes over the text."""
     # One colon per line: splitting at both separators alternates names and values.

@@ -64,7 +64,7 @@ from stompy._core.events import (
     MessageReceived,
     Receipt,
 )
-from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, make_headers, unescape
+from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, make_headers, routing_header
 from stompy._core.heartbeat import (
     MAX_INTERVAL,
     Heartbeat,
@@ -843,26 +843,9 @@ class ClientProtocol:
         # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
         # it will): one without it takes the slow path, which accepts it where no ACK
         # needs it and refuses it, as the peer's fault, where one would.
-        block = frame._block
-        sub_id: str | None
-        if block:
-            # A received block, searched as Frame.get() does, for the two names every
-            # MESSAGE is looked up by (no version escapes them): two calls fewer each.
-            if block.find("\nmessage-id:") < 0:
-                return self._without_message_id(frame)
-            at = block.find("\nsubscription:")
-            if at < 0:
-                sub_id = None
-            else:
-                at += 14
-                end = block.find("\n", at)
-                sub_id = block[at:end] if end >= 0 else block[at:]
-                if "\\" in sub_id and frame._escaping != V10:
-                    sub_id = unescape(sub_id, frame._escaping, strict=False)
-        else:
-            if "message-id" not in frame:  # (not get(): the value would be unescaped)
-                return self._without_message_id(frame)
-            sub_id = frame.get("subscription")
+        if routing_header(frame, "message-id") is None:
+            return self._without_message_id(frame)
+        sub_id = routing_header(frame, "subscription")
         if sub_id is None:
             if self.version != V10:
                 raise RemoteProtocolError("MESSAGE frame without the subscription header")

@@ -72,7 +72,18 @@ from stompy._checks import (
 )
 from stompy._core.encoder import encode
 from stompy._core.events import AckMode
-from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, Headers, _split_header_text, escape
+from stompy._core.frames import (
+    V10,
+    V11,
+    V12,
+    VERSIONS,
+    Frame,
+    Headers,
+    escape,
+    received_block,
+    received_escaping,
+    split_header_lines,
+)
 from stompy._core.heartbeat import (
     MAX_INTERVAL,
     Heartbeat,
@@ -464,7 +475,7 @@ def _pairs(lines: str, escaping: str) -> Headers:
     :class:`~stompy._core.frames.ReceivedFrame` holds them), unescaped."""
     if not lines:
         return ()
-    flat = _split_header_text(lines[1:], escaping)
+    flat = split_header_lines(lines[1:], escaping)
     return tuple(zip(flat[::2], flat[1::2], strict=True))
 
 
@@ -1283,7 +1294,7 @@ class ServerSession:
         # header block as it arrived, without making the pairs: the block was checked
         # by the parser (one colon a line, LF only, defined escapes), and its lines but
         # those two are its user headers, kept as they are.
-        block = frame._block
+        block = received_block(frame)
         if block.startswith(_SEND_DESTINATION):
             end = block.find("\n", 17)
             if end > 17:
@@ -1294,7 +1305,8 @@ class ServerSession:
                     after = lines.find("\n", at + 16)
                     lines = lines[:at] if after < 0 else lines[:at] + lines[after:]
                 if "\\" not in target and _CONTROL_LINE.search(lines) is None:
-                    self.core._accept(_Message(target, None, frame.body, lines, frame._escaping))
+                    escaping = received_escaping(frame)
+                    self.core._accept(_Message(target, None, frame.body, lines, escaping))
                     return
         # Any other SEND: the header entries are read in one pass.
         destination = transaction = receipt = reply_to = None
