@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from stompy._core.encoder import encode
+from stompy._core.encoder import encode, encode_send
 from stompy._core.events import (
     Connected,
     ConnectionClosed,
@@ -18,9 +18,9 @@ from stompy._core.events import (
     MessageReceived,
     Receipt,
 )
-from stompy._core.frames import Frame
+from stompy._core.frames import SEND_RESERVED, Frame
 from stompy._core.parser import FrameLimits, FrameParser
-from stompy._core.protocol import _RESERVED_SEND, ClientProtocol, State, SubscriptionInfo
+from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo
 from stompy.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
 
 # -- helpers (also used by the other protocol test modules) ---------------------------
@@ -1386,8 +1386,21 @@ def test_a_message_is_routed_by_its_own_subscription_header_as_sent(version: str
         proto.next_event()
 
 
+@pytest.mark.parametrize("name", sorted(SEND_RESERVED))
+@pytest.mark.parametrize("form", [dict, list])
+def test_a_send_header_stompy_writes_is_refused_in_every_form(name: str, form: type) -> None:
+    """SEND_RESERVED is what the protocol refuses and what the encoder's fast way leaves
+    to the general one: a caller's dict or pairs naming one raise, nothing is queued."""
+    proto = connected("1.2")
+    headers = {name: "x", "a": "b"}
+    with pytest.raises(LocalProtocolError, match=f"header '{name}' is set by stompy for SEND"):
+        proto.send("/q", b"", headers=headers if form is dict else list(headers.items()))
+    assert proto.data_to_send() == b""
+    assert encode_send("/q", None, headers, b"", "1.2") is None
+
+
 _send_names = st.sampled_from(
-    ("a", "b:c", "", "reply-to", "content-type", "content-length", *sorted(_RESERVED_SEND))
+    ("a", "b:c", "", "reply-to", "content-type", "content-length", *sorted(SEND_RESERVED))
 )
 _send_values = st.sampled_from(
     ["v", "/temp-queue/t", "/queue/q", "x:y", "a\\b", "l\nf", "c\rr", "é", "\ud800", ""]

@@ -17,6 +17,7 @@ from stompy._core.accelerator import encode_frame as _encode_frame
 from stompy._core.frames import (
     BODY_COMMANDS,
     COMMANDS,
+    SEND_RESERVED,
     UNESCAPED_COMMANDS,
     V10,
     V12,
@@ -200,9 +201,7 @@ _LAYOUTS_MAX: Final = 256
 _NO_NAMES: Final[frozenset[str]] = frozenset()
 #: The names :func:`encode_send` leaves to the general way in the caller's headers: the
 #: SEND's own (written from the arguments, or by the client: receipt, transaction).
-SEND_OWN: Final = frozenset(
-    {"destination", "content-type", "content-length", "receipt", "transaction"}
-)
+SEND_OWN: Final = SEND_RESERVED | {"content-type", "content-length"}
 
 
 def _layout(

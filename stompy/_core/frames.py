@@ -45,6 +45,11 @@ COMMANDS: Final = CLIENT_COMMANDS | SERVER_COMMANDS
 BODY_COMMANDS: Final = frozenset({"SEND", "MESSAGE", "ERROR"})
 #: "The CONNECT and CONNECTED frames do not escape ..." (1.1 and 1.2, Value Encoding)
 UNESCAPED_COMMANDS: Final = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+#: The SEND headers a client writes from its own arguments (the destination, a
+#: transaction, a receipt): the client refuses them among a caller's headers, which would
+#: otherwise lose to its own or win over them ("only the first header entry SHOULD be
+#: used"), and the encoder's fast way leaves them to the general one.
+SEND_RESERVED: Final = frozenset({"destination", "receipt", "transaction"})
 
 
 class Frame:

@@ -64,7 +64,16 @@ from stompy._core.events import (
     MessageReceived,
     Receipt,
 )
-from stompy._core.frames import V10, V11, V12, VERSIONS, Frame, make_headers, routing_header
+from stompy._core.frames import (
+    SEND_RESERVED,
+    V10,
+    V11,
+    V12,
+    VERSIONS,
+    Frame,
+    make_headers,
+    routing_header,
+)
 from stompy._core.heartbeat import (
     MAX_INTERVAL,
     Heartbeat,
@@ -92,9 +101,11 @@ log: Final = logging.getLogger("stompy")
 HeaderInput = Mapping[str, str] | Iterable[tuple[str, str]] | None
 
 #: Headers that stompy writes itself; passing them among user headers is a mistake
-#: that would otherwise be silently overridden ("first entry wins").
-_RESERVED_SEND: Final = frozenset({"destination", "receipt", "transaction"})
+#: that would otherwise be silently overridden ("first entry wins"). SEND's are
+#: SEND_RESERVED.
 _RESERVED_SUBSCRIBE: Final = frozenset({"destination", "receipt", "id", "ack"})
+#: What a SEND's headers taken as the caller's dict must not name.
+_SEND_WRITTEN: Final = SEND_RESERVED | {"content-length"}
 _TEXT_TYPE: Final = "text/plain;charset=utf-8"
 _NO_MESSAGE_ID: Final = "MESSAGE frame without the message-id header STOMP requires"
 #: How many unsubscribed ids are remembered, so that MESSAGE frames still in flight
@@ -466,18 +477,14 @@ class ClientProtocol:
         names: Mapping[str, str]  # for lookups at C speed
         if (
             type(headers) is dict
-            # _RESERVED_SEND and content-length, one lookup each: isdisjoint() would
-            # iterate the caller's headers (a method call mypyc does not compile, too).
-            and "destination" not in headers
-            and "receipt" not in headers
-            and "transaction" not in headers
-            and "content-length" not in headers
+            # No header stompy writes itself (the encoder writes the true content-length).
+            and _SEND_WRITTEN.isdisjoint(headers)
         ):
             # Checked at C speed (the encoder checks the types) and given to the
             # encoder as it is.
             more = names = headers
         else:
-            user = self._user_headers(headers, _RESERVED_SEND, "SEND")
+            user = self._user_headers(headers, SEND_RESERVED, "SEND")
             names = dict(reversed(user))  # the first entry of a name wins, as on the wire
         mark = self._next_id
         items = [("destination", destination)]
