@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -625,3 +627,21 @@ async def test_close_says_whether_the_broker_confirmed_it() -> None:
                 assert await conn.close() is False
                 broker.resume()
                 assert not conn.connected
+
+
+async def test_a_message_kept_after_the_block_does_not_keep_its_connection() -> None:
+    """A received message answers through the connection's link, not the connection:
+    one kept (in a cache, a log record) lets the connection and its tasks' state go."""
+    dest = queue()
+    with anyio.fail_after(10):
+        async with serve() as broker:
+            async with stompy.AsyncConnection(broker.url) as conn:
+                sub = await conn.subscribe(dest)
+                await conn.send(dest, "kept", receipt=True)
+                message = await sub.get(timeout=5)
+            gone = weakref.ref(conn)
+            del conn, sub
+            gc.collect()
+            assert message is not None
+            assert message.text == "kept"
+            assert gone() is None

@@ -216,7 +216,7 @@ def test_no_sdk_means_no_telemetry(broker: Broker) -> None:
     _reset_globals()
     destination = queue()
     with stompy.Connection(broker.url) as conn:
-        assert conn._telemetry is None
+        assert conn._link.telemetry is None
         with conn.subscribe(destination) as sub:
             assert sub._telemetry is None
             conn.send(destination, "x", receipt=True)

@@ -22,6 +22,7 @@ from typing_extensions import Unpack
 from stompy._checks import check_timeout, wrong_type
 from stompy._client.base import (
     ConnectionBase,
+    LinkBase,
     SubscriptionBase,
     TransactionBase,
     check_message,
@@ -89,7 +90,7 @@ class AsyncMessage(MessageBase):
 
     opening = "open it with `async with AsyncConnection(...) as conn:`"
 
-    _owner: AsyncConnection
+    _owner: AsyncLink
 
     async def ack(
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
@@ -98,29 +99,55 @@ class AsyncMessage(MessageBase):
         and ``receipt=True`` raises :class:`~stompy.errors.AckLost`; one answered
         already is a :class:`~stompy.errors.LocalProtocolError` (see
         :meth:`stompy.Message.ack`)."""
-        await self._owner._answer("ACK", self, transaction, receipt)
+        await self._owner.answer("ACK", self, transaction, receipt)
 
     async def nack(
         self, transaction: AsyncTransaction | str | None = None, *, receipt: bool = False
     ) -> None:
         """Tell the broker the message was not consumed (STOMP 1.1 and later); as
         :meth:`ack` otherwise."""
-        await self._owner._answer("NACK", self, transaction, receipt)
+        await self._owner.answer("NACK", self, transaction, receipt)
 
     async def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request; see :meth:`stompy.Message.reply`."""
         kw.check(options, kw.MESSAGE, "AsyncMessage.reply")
-        conn = self._owner
-        call = traced(Call(conn._session, anyio.current_time()), conn._telemetry)
-        await conn._io.run(call.reply(self, body, options))
+        link = self._owner
+        await link.io.run(traced(link.call(), link.telemetry).reply(self, body, options))
+
+
+class AsyncLink(LinkBase[AsyncMessage]):
+    """What an :class:`AsyncConnection`'s messages and subscriptions hold of it (see
+    :class:`~stompy._client.base.LinkBase`): also the tasks' driver that runs its calls."""
+
+    __slots__ = ("io",)
+
+    def __init__(self, io: TaskIO[AsyncMessage]) -> None:
+        super().__init__(io.session)
+        self.io = io
+
+    def call(self) -> Call[AsyncMessage]:
+        """A call on the connection, starting now."""
+        return Call(self.session, anyio.current_time())
+
+    async def answer(
+        self,
+        command: str,
+        message: AsyncMessage,
+        transaction: AsyncTransaction | str | None,
+        receipt: bool,
+    ) -> None:
+        """ACK or NACK ``message`` (see :meth:`AsyncMessage.ack`)."""
+        tx = transaction_id(transaction, self.session)
+        await self.io.run(self.call().acknowledge(command, message, message._epoch, tx, receipt))
 
 
 class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     """A subscription: ``async for`` over it, or ``await get(timeout)``."""
 
-    def __init__(self, conn: AsyncConnection, inbox: Inbox[AsyncMessage]) -> None:
-        super().__init__(conn._session, inbox, conn._telemetry)
-        self._io = conn._io
+    def __init__(self, link: AsyncLink, inbox: Inbox[AsyncMessage]) -> None:
+        super().__init__(link.session, inbox, link.telemetry)
+        self._link = link
+        self._io = link.io
         #: Set when a message arrives or the subscription may have ended.
         self._wakeup: anyio.Event | None = None
 
@@ -227,7 +254,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         if not self._inbox.active:
             return
         io = self._io
-        steps = Call(self._session, anyio.current_time()).unsubscribe(self._inbox, receipt)
+        steps = self._link.call().unsubscribe(self._inbox, receipt)
         self.wake(ended=True)
         io.make_room()  # what waited in the backlog for this inbox is dropped
         await io.run(steps)
@@ -322,12 +349,14 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     earlier, inside the block, from any task and inside any cancel scope.
     """
 
+    _link: AsyncLink
+
     def _message_class(self) -> type[AsyncMessage]:
         return AsyncMessage
 
     def _setup(self) -> None:
-        self._io = TaskIO(self._session)
-        self._session.owner = self  # what answers its messages
+        self._io = io = TaskIO(self._session)
+        self._session.owner = self._link = AsyncLink(io)  # what answers its messages
 
     async def __aenter__(self) -> AsyncConnection:
         """Connect (retrying per ``reconnect``), enter the task group and start the
@@ -411,7 +440,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     ) -> None:
         """Send a message; see :meth:`stompy.Connection.send`."""
         session = self._session
-        telemetry = self._telemetry
+        telemetry = self._link.telemetry
         if (
             transaction is None
             and receipt is False
@@ -441,7 +470,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         tx = transaction_id(transaction, self._session)
         count = 0
         for work in split_for_sending(messages):
-            call = traced(Call(self._session, anyio.current_time()), self._telemetry)
+            call = traced(Call(self._session, anyio.current_time()), self._link.telemetry)
             count += await self._io.run(call.send_some(work, receipt, tx))
         return count
 
@@ -454,7 +483,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         forgets its request (a later reply is dropped).
         """
         kw.check(options, kw.REQUEST, "AsyncConnection.request")
-        call = traced(Call(self._session, anyio.current_time()), self._telemetry)
+        call = traced(Call(self._session, anyio.current_time()), self._link.telemetry)
         return await self._io.run(call.request(destination, body, options))
 
     def subscribe(
@@ -485,7 +514,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         on_message: Callable[[AsyncMessage], object] | None,
     ) -> AsyncSubscription:
         inbox = await self._io.run(steps(Call(self._session, anyio.current_time())))
-        sub = AsyncSubscription(self, inbox)
+        sub = AsyncSubscription(self._link, inbox)
         if on_message is not None:
             self._io.spawn(functools.partial(_dispatch, sub, on_message))
         return sub
@@ -502,17 +531,6 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     async def _end(self, tx: AsyncTransaction, command: str, receipt: bool) -> None:
         call = Call(self._session, anyio.current_time())
         await self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
-
-    async def _answer(
-        self,
-        command: str,
-        message: AsyncMessage,
-        transaction: AsyncTransaction | str | None,
-        receipt: bool,
-    ) -> None:
-        tx = transaction_id(transaction, self._session)
-        call = Call(self._session, anyio.current_time())
-        await self._io.run(call.acknowledge(command, message, message._epoch, tx, receipt))
 
 
 #: The context of a user's function that nothing traces.

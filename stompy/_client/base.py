@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "ConnectionBase",
+    "LinkBase",
     "SubscriptionBase",
     "TransactionBase",
     "check_message",
@@ -72,8 +73,30 @@ def traced(call: Call[M], telemetry: Telemetry | None) -> Call[M] | TracedCall[M
     return call if telemetry is None else telemetry.traced(call)
 
 
+class LinkBase(Generic[M]):
+    """What a connection's messages and subscriptions hold of it, rather than the
+    connection itself: its session engine, and what it records for OpenTelemetry
+    (decided as it connects). Each client adds the driver that runs its calls.
+
+    Not the connection, because the driver holds this (each message refers to it): a
+    connection its user dropped unclosed must still be collectable (see
+    ``Connection.__del__``).
+    """
+
+    __slots__ = ("session", "telemetry")
+
+    def __init__(self, session: Session[M]) -> None:
+        self.session = session
+        #: What the connection records for OpenTelemetry (``None``: nothing), decided by
+        #: ``connect()``.
+        self.telemetry: Telemetry | None = None
+
+
 class ConnectionBase(Generic[M]):
     """A client connection's options, session engine and read-only properties."""
+
+    #: What its messages and subscriptions hold of it (made by :meth:`_setup`).
+    _link: LinkBase[M]
 
     def __init__(
         self,
@@ -84,19 +107,16 @@ class ConnectionBase(Generic[M]):
         check(options, CONNECTION, type(self).__name__)
         self._options = ClientOptions(url_or_urls, **options)
         self._session: Session[M] = Session(self._options, self._message_class())
-        #: What the connection records for OpenTelemetry (``None``: nothing), decided by
-        #: ``connect()``.
-        self._telemetry: Telemetry | None = None
         self._setup()
 
     def _instrument(self) -> Telemetry | None:
         """Decide, as the connection connects, what it records for OpenTelemetry
-        (:func:`instrument`); that is :attr:`_telemetry` from then on."""
-        self._telemetry = telemetry = instrument(self._session)
+        (:func:`instrument`); the link's from then on."""
+        self._link.telemetry = telemetry = instrument(self._session)
         return telemetry
 
     def _setup(self) -> None:
-        """Make the transport's own parts (the session exists by then)."""
+        """Make the transport's own parts and :attr:`_link` (the session exists by then)."""
         raise NotImplementedError
 
     def _message_class(self) -> type[M]:

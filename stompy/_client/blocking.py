@@ -26,6 +26,7 @@ from typing_extensions import Unpack
 from stompy._checks import check_timeout, wrong_type
 from stompy._client.base import (
     ConnectionBase,
+    LinkBase,
     SubscriptionBase,
     TransactionBase,
     check_message,
@@ -55,9 +56,7 @@ class Message(MessageBase):
 
     __slots__ = ()
 
-    # The connection's I/O thread, not the Connection: what the thread holds must not
-    # keep the Connection alive, or an unclosed one could never be collected.
-    _owner: IOThread[Message]
+    _owner: Link
 
     def ack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
         """Acknowledge the message (in ``transaction`` if given); with ``receipt``, wait
@@ -74,12 +73,12 @@ class Message(MessageBase):
         aborted transaction's answers do not count), and for one of an ``auto``
         subscription.
         """
-        self._answer("ACK", transaction, receipt)
+        self._owner.answer("ACK", self, transaction, receipt)
 
     def nack(self, transaction: Transaction | str | None = None, *, receipt: bool = False) -> None:
         """Tell the broker the message was not consumed (STOMP 1.1 and later); for a
         message from before a reconnect, or one answered already, as :meth:`ack`."""
-        self._answer("NACK", transaction, receipt)
+        self._owner.answer("NACK", self, transaction, receipt)
 
     def reply(self, body: bytes | str, **options: Unpack[kw.MessageOptions]) -> None:
         """Answer a request: send ``body`` to this message's ``reply-to``, with its
@@ -87,15 +86,32 @@ class Message(MessageBase):
         :meth:`Connection.send`. Raises :class:`~stompy.errors.NoReplyTo` (nothing
         sent) when the message has no ``reply-to``."""
         kw.check(options, kw.MESSAGE, "Message.reply")
-        io = self._owner
-        call = traced(Call(io.session, time.monotonic()), io.telemetry)
-        io.run(call.reply(self, body, options))
+        link = self._owner
+        link.io.run(traced(link.call(), link.telemetry).reply(self, body, options))
 
-    def _answer(self, command: str, transaction: Transaction | str | None, receipt: bool) -> None:
-        io = self._owner
-        tx = transaction_id(transaction, io.session)
-        call = Call(io.session, time.monotonic())
-        io.run(call.acknowledge(command, self, self._epoch, tx, receipt))
+
+class Link(LinkBase[Message]):
+    """What a :class:`Connection`'s messages and subscriptions hold of it (see
+    :class:`~stompy._client.base.LinkBase`): also the I/O thread that runs its calls,
+    and its subscriptions, whose dispatcher threads ``close()`` joins."""
+
+    __slots__ = ("io", "subscriptions")
+
+    def __init__(self, io: IOThread[Message]) -> None:
+        super().__init__(io.session)
+        self.io = io
+        self.subscriptions: dict[str, Subscription] = {}
+
+    def call(self) -> Call[Message]:
+        """A call on the connection, starting now."""
+        return Call(self.session, time.monotonic())
+
+    def answer(
+        self, command: str, message: Message, transaction: Transaction | str | None, receipt: bool
+    ) -> None:
+        """ACK or NACK ``message`` (see :meth:`Message.ack`)."""
+        tx = transaction_id(transaction, self.session)
+        self.io.run(self.call().acknowledge(command, message, message._epoch, tx, receipt))
 
 
 class Subscription(SubscriptionBase[Message]):
@@ -107,11 +123,11 @@ class Subscription(SubscriptionBase[Message]):
     subscription ends with :class:`~stompy.errors.SubscriptionOverflow` (``"fail"``).
     """
 
-    def __init__(self, conn: Connection, inbox: Inbox[Message]) -> None:
-        super().__init__(conn._session, inbox, conn._telemetry)
-        # Not the Connection (see Message): its dispatcher thread holds the subscription.
-        self._subs = conn._subs
-        self._io = conn._io
+    def __init__(self, link: Link, inbox: Inbox[Message]) -> None:
+        # Not the Connection (see Link): its dispatcher thread holds the subscription.
+        super().__init__(link.session, inbox, link.telemetry)
+        self._link = link
+        self._io = link.io
         self._thread: threading.Thread | None = None
 
     def get(self, timeout: float | None = None) -> Message | None:
@@ -204,9 +220,9 @@ class Subscription(SubscriptionBase[Message]):
         with io.cond:
             if not self._inbox.active:
                 return
-            self._subs.pop(self.id, None)
+            self._link.subscriptions.pop(self.id, None)
             try:
-                io.run(Call(self._session, time.monotonic()).unsubscribe(self._inbox, receipt))
+                io.run(self._link.call().unsubscribe(self._inbox, receipt))
             finally:
                 io.cond.notify_all()
         self._join_dispatcher()
@@ -332,6 +348,8 @@ class Connection(ConnectionBase[Message]):
     :class:`~stompy.AsyncConnection`.
     """
 
+    _link: Link
+
     def _message_class(self) -> type[Message]:
         return Message
 
@@ -340,9 +358,8 @@ class Connection(ConnectionBase[Message]):
         for name in _HOOK_NAMES:
             _check_plain(name, getattr(options, name))
         self._io = io = IOThread(self._session)
-        self._subs: dict[str, Subscription] = {}
         # What answers its messages; it must not hold the Connection: see __del__.
-        self._session.owner = io
+        self._session.owner = self._link = Link(io)
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         # Like a socket: never closed, the Connection warns and lets its thread and
@@ -386,7 +403,7 @@ class Connection(ConnectionBase[Message]):
                     f"connect() on a connection that is {self._session.status}: "
                     "a Connection is opened once; make a new one"
                 )
-        self._io.telemetry = self._instrument()
+        self._instrument()
         self._io.connect()
 
     def close(self) -> bool:
@@ -402,8 +419,8 @@ class Connection(ConnectionBase[Message]):
         io = self._io
         with io.cond:
             clean = io.run(Call(self._session, time.monotonic()).goodbye())
-            subs = list(self._subs.values())
-            self._subs.clear()
+            subs = list(self._link.subscriptions.values())
+            self._link.subscriptions.clear()
         io.stop(self._options.connect_timeout)
         for sub in subs:
             sub._join_dispatcher()
@@ -441,7 +458,7 @@ class Connection(ConnectionBase[Message]):
         receipt: while the send waited for room in the outgoing buffer); a broker that
         takes nothing for ``receipt_timeout`` ends the connection so.
         """
-        telemetry = self._telemetry
+        telemetry = self._link.telemetry
         if transaction is None and receipt is False and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
@@ -476,7 +493,7 @@ class Connection(ConnectionBase[Message]):
         tx = transaction_id(transaction, self._session)
         count = 0
         for work in split_for_sending(messages):
-            call = traced(Call(self._session, time.monotonic()), self._telemetry)
+            call = traced(Call(self._session, time.monotonic()), self._link.telemetry)
             count += self._io.run(call.send_some(work, receipt, tx))
         return count
 
@@ -494,7 +511,7 @@ class Connection(ConnectionBase[Message]):
         :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
         """
         kw.check(options, kw.REQUEST, "Connection.request")
-        call = traced(Call(self._session, time.monotonic()), self._telemetry)
+        call = traced(Call(self._session, time.monotonic()), self._link.telemetry)
         return self._io.run(call.request(destination, body, options))
 
     def subscribe(
@@ -520,7 +537,7 @@ class Connection(ConnectionBase[Message]):
         with io.cond:
             call = Call(self._session, time.monotonic())
             inbox = io.run(call.subscribe(destination, options))
-            sub = self._subs[inbox.id] = Subscription(self, inbox)
+            sub = self._link.subscriptions[inbox.id] = Subscription(self._link, inbox)
         if on_message is not None:
             thread = threading.Thread(
                 target=sub._dispatch, args=(on_message,), name=f"stompy-sub-{sub.id}", daemon=True

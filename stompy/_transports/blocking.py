@@ -33,7 +33,7 @@ import socket
 import ssl as _ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from stompy._engine.callbacks import report_callback_error
 from stompy._engine.calls import Call, Running, Steps
@@ -50,9 +50,6 @@ from stompy._engine.session import (
 from stompy._engine.state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._engine.urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
-
-if TYPE_CHECKING:
-    from stompy._engine.tracing import Telemetry
 
 __all__ = ("IOThread", "bytes_waiting")
 
@@ -114,8 +111,6 @@ class IOThread(Generic[M]):
         #: the next send may write through (see :meth:`push`).
         self.at_rest = True
         self._abandoned = False
-        #: What the connection records for OpenTelemetry (``None``: nothing).
-        self.telemetry: Telemetry | None = None
 
     # -- for user threads ----------------------------------------------------------------
 
