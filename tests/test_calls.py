@@ -86,7 +86,7 @@ def test_a_send_with_receipt_waits_for_it_until_receipt_timeout() -> None:
 
     _, waits = drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), confirm)
     assert [w.deadline for w in waits] == [T0 + 3.0]
-    assert not session._expected  # the wait is over: nothing kept
+    assert not session.receipts  # the wait is over: nothing kept
 
     steps = Call(session, T0).send("/queue/a", b"x", None, None, None, True)
     with pytest.raises(ReceiptTimeout, match=r"within 3\.0 s"):
@@ -313,6 +313,6 @@ def test_a_cancelled_wait_forgets_its_receipt() -> None:
     establish(session)
     steps = Call(session, T0).send("/queue/a", b"x", None, None, None, True)
     wait = next(steps)
-    assert wait.receipt in session._expected
+    assert wait.receipt in session.receipts
     steps.close()  # what a transport does when the waiting call is cancelled
-    assert not session._expected
+    assert not session.receipts

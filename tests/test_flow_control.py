@@ -17,8 +17,9 @@ import anyio
 import pytest
 
 import stompy
+from stompy._engine.delivery import STALL_WARNING
 from stompy._engine.inbox import MAX_PREFETCH, PREFETCH_HEADERS, subscribe_headers
-from stompy._engine.session import STALL_WARNING, Session
+from stompy._engine.session import Session
 from stompy._transports.blocking import bytes_waiting
 from stompy.errors import (
     ConfigurationError,
@@ -69,7 +70,7 @@ def test_bad_flow_options_are_configuration_errors() -> None:
         session.subscribe("/queue/a", "auto", None, None, None, False, "drop")  # type: ignore[arg-type]
     # max_pending is the callers' to check (ClientOptions, Call.subscribe): see
     # tests/test_config_errors.py, both clients.
-    assert not session.inboxes
+    assert not session.delivery.inboxes
 
 
 # -- the engine: overflow ----------------------------------------------------------------
@@ -94,7 +95,7 @@ def test_overflow_fail_ends_that_subscription_and_reading_goes_on(
     assert slow.pending == 3  # what came before the limit stays for the consumer
     assert isinstance(slow.failure, SubscriptionOverflow)
     assert not slow.active
-    assert "slow" not in session.inboxes
+    assert "slow" not in session.delivery.inboxes
     assert b"UNSUBSCRIBE\nid:slow\n" in bytes(session.outgoing)
     assert [d.event.message_id for d in other] == ["m-99"]
     # One WARNING for the overflow; the messages still in flight for it only at DEBUG.
@@ -113,7 +114,7 @@ def test_overflow_pause_keeps_everything_in_order() -> None:
     session.pump(T0)
     assert session.paused
     assert inbox.failure is None
-    assert inbox.pending + len(session.backlog) == 5
+    assert inbox.pending + len(session.delivery.backlog) == 5
 
 
 def written(session: Session[Delivered]) -> None:
@@ -125,7 +126,7 @@ def written(session: Session[Delivered]) -> None:
 
 def paused_since(session: Session[Delivered]) -> float | None:
     """Read afresh: mypy would otherwise keep the narrowing of an earlier check."""
-    return session.paused_since
+    return session.delivery.paused_since
 
 
 # -- the engine: the stall warning -----------------------------------------------------------
@@ -164,7 +165,7 @@ def test_a_subscription_holding_the_connection_still_is_warned_about_once(
         assert session.drain_backlog(T0 + 12)
         inbox.take_many([], inbox.max_pending)
         session.drain_backlog(T0 + 12)
-    assert not session.backlog
+    assert not session.delivery.backlog
     assert paused_since(session) is None
     assert any("again after 12.0 s" in r.getMessage() for r in caplog.records)
 

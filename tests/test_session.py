@@ -8,6 +8,8 @@ close sequence.
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,9 +18,13 @@ import stompy
 from stompy import Frame, encode
 from stompy._core.events import Connected, MessageReceived
 from stompy._engine.connecting import Handshake
+from stompy._engine.delivery import Delivery
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
+from stompy._engine.notices import Notice
 from stompy._engine.options import ClientOptions
+from stompy._engine.receipts import Receipts
+from stompy._engine.requests import REPLY_QUEUE, Requests
 from stompy._engine.session import Session
 from stompy._engine.state import ReceiptState, Status
 from stompy.errors import (
@@ -28,6 +34,7 @@ from stompy.errors import (
     LocalProtocolError,
     RemoteProtocolError,
     ServerError,
+    SubscriptionOverflow,
 )
 
 URL = "stomp://guest:secret@127.0.0.1:61613/vhost"
@@ -180,12 +187,12 @@ def test_messages_go_to_inboxes_then_the_backlog_and_resume_at_half() -> None:
     assert pumped.woke
     assert pumped.failure is None
     assert [d.event.message_id for d in inbox] == ["m-0", "m-1", "m-2", "m-3"]
-    assert len(session.backlog) == 6
+    assert len(session.delivery.backlog) == 6
     assert session.paused  # the transport stops reading now
     taken(inbox)
-    assert not session.wants_resume(inbox)  # 3 of 4: not half empty yet
+    assert not session.delivery.wants_resume(inbox)  # 3 of 4: not half empty yet
     taken(inbox)
-    assert session.wants_resume(inbox)
+    assert session.delivery.wants_resume(inbox)
     assert session.drain_backlog()
     assert [d.event.message_id for d in inbox] == ["m-2", "m-3", "m-4", "m-5"]
     assert all(d.epoch == 1 for d in inbox)
@@ -261,6 +268,63 @@ def test_an_inbox_keeps_what_fits_and_hands_it_out_oldest_first() -> None:
     assert inbox.pending == 0
 
 
+def test_delivery_on_its_own_routes_to_inboxes_requests_and_the_hook() -> None:
+    """The delivery needs no session: a requests table, a queue of hook calls, and
+    what ends a subscription whose consumer fell behind."""
+    requests: Requests[Delivered] = Requests()
+    notices: deque[Notice] = deque()
+    ended: list[str] = []
+
+    def end(inbox: Inbox[Delivered]) -> None:  # as the session does, less the frame
+        inbox.end()
+        assert delivery.remove(inbox)
+        ended.append(inbox.id)
+
+    options = ClientOptions(URL, on_unrouted=print)
+    delivery: Delivery[Delivered] = Delivery(options, requests, notices, end)
+    inbox: Inbox[Delivered] = Inbox("s", "/queue/a", "auto", {}, 1, "fail")
+    delivery.add(inbox)
+
+    def made(sub: str, *headers: tuple[str, str]) -> Delivered:
+        frame = Frame("MESSAGE", (("destination", "/queue/a"), ("subscription", sub), *headers))
+        return Delivered.made(frame, sub, "auto")
+
+    first = made("s")
+    delivery.route(first)
+    delivery.route(made("s"))  # no room, and overflow="fail": the subscription ends
+    assert ended == ["s"]
+    assert isinstance(inbox.failure, SubscriptionOverflow)
+    assert list(inbox) == [first]
+    delivery.route(made("s"))  # still in flight for it: dropped quietly
+    request = requests.new("/queue/rpc", 1)
+    reply = made(REPLY_QUEUE, ("correlation-id", request.correlation_id))
+    delivery.route(reply)
+    assert request.reply is reply
+    assert list(requests.take_replied()) == [request.correlation_id]
+    assert not requests.take_replied()  # told once
+    assert not notices
+    stray = made("nobody")
+    delivery.route(stray)
+    assert [(n.what, n.argument) for n in notices] == [("on_unrouted", stray)]
+    assert not delivery.paused
+
+
+def test_receipts_keep_only_what_somebody_waits_for() -> None:
+    receipts = Receipts()
+    receipts.came("r-1")  # nobody waits: not kept
+    receipts.expect("r-1")
+    assert "r-1" in receipts
+    assert not receipts.arrived("r-1")
+    receipts.expect_all(["r-2"])
+    receipts.came("r-1")
+    assert receipts.arrived("r-1")
+    assert not receipts.arrived("r-2")
+    receipts.forget("r-1")
+    assert "r-1" not in receipts
+    assert not receipts.arrived("r-1")
+    assert len(receipts) == 1
+
+
 def test_a_message_for_a_closed_subscription_is_dropped() -> None:
     session = make_session()
     establish(session)
@@ -279,7 +343,7 @@ def test_receipt_waits_end_in_each_way() -> None:
     proto = session.ready()
     rid = proto.send("/queue/a", b"x", receipt=True)
     assert rid is not None
-    session.expect(rid)
+    session.receipts.expect(rid)
     assert session.receipt_state(rid, 1) is ReceiptState.PENDING
     # The transport saw the end: the wait goes on until its verdict...
     session.saw_end(ConnectionLost("cut"))
@@ -295,11 +359,11 @@ def test_receipt_waits_end_in_each_way() -> None:
     session.receive(receipt(rid), T0)
     assert session.pump(T0).woke
     assert session.receipt_state(rid, 1) is ReceiptState.ARRIVED
-    session.forget(rid)
+    session.receipts.forget(rid)
     # A receipt of an earlier epoch never comes: the wait is lost.
     other = proto.send("/queue/a", b"y", receipt=True)
     assert other is not None
-    session.expect(other)
+    session.receipts.expect(other)
     session.lost(ConnectionLost("cut"))
     assert session.receipt_state(other, 1) is ReceiptState.LOST
     session.fail(ConnectionLost("for good"))
@@ -387,12 +451,12 @@ def test_delivery_keeps_order_and_bounds_whatever_the_consumer_does(
         elif inbox.pending:
             seen.append(taken(inbox).event.message_id)
             took += 1
-            if session.wants_resume(inbox):
+            if session.delivery.wants_resume(inbox):
                 session.drain_backlog()
         assert inbox.pending <= max_pending
-        assert session.paused == bool(session.backlog)
-        assert inbox.pending + len(session.backlog) + took == sent
-    while inbox.pending or session.backlog:  # bounded: each turn takes one message
+        assert session.paused == bool(session.delivery.backlog)
+        assert inbox.pending + len(session.delivery.backlog) + took == sent
+    while inbox.pending or session.delivery.backlog:  # bounded: each turn takes one message
         if inbox.pending:
             seen.append(taken(inbox).event.message_id)
         session.drain_backlog()

@@ -187,7 +187,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             if message is None:
                 self._ended()
                 return None
-        if self._session.wants_resume(inbox):
+        if self._delivery.wants_resume(inbox):
             self._io.make_room()
         return message
 

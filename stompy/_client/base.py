@@ -179,6 +179,7 @@ class SubscriptionBase(Generic[M]):
         self.max_pending = inbox.max_pending
         self.overflow = inbox.overflow
         self._session = session
+        self._delivery = session.delivery
         self._inbox = inbox
         self._telemetry = telemetry
 
@@ -228,7 +229,7 @@ class SubscriptionBase(Generic[M]):
         transport should now move the backlog."""
         inbox = self._inbox
         inbox.take_many(batch, max_messages)
-        return self._session.wants_resume(inbox)
+        return self._delivery.wants_resume(inbox)
 
     @staticmethod
     def _check_batch(max_messages: int, timeout: float | None) -> float | None:

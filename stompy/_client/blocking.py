@@ -152,7 +152,7 @@ class Subscription(SubscriptionBase[Message]):
         message = self._inbox.take()
         if message is None:
             return self._wait(timeout)
-        if self._session.backlog:
+        if self._delivery.backlog:
             self._made_room()
         return message
 
@@ -173,7 +173,7 @@ class Subscription(SubscriptionBase[Message]):
                     return None
                 io.push(waiting=True)  # what this thread sent goes out before it sleeps
                 io.cond.wait(remaining)
-        if self._session.backlog:
+        if self._delivery.backlog:
             self._made_room()
         return message
 
@@ -183,7 +183,7 @@ class Subscription(SubscriptionBase[Message]):
         move one message."""
         io = self._io
         with io.lock:
-            if self._session.wants_resume(self._inbox):
+            if self._delivery.wants_resume(self._inbox):
                 io.wake()
 
     def get_batch(self, max_messages: int, timeout: float | None = None) -> list[Message]:

@@ -268,7 +268,7 @@ class Call(Sends[M]):
         session = self.session
         timeout = session.options.receipt_timeout
         deadline = self.now + timeout if until is None else until
-        session.expect(rid)
+        session.receipts.expect(rid)
         try:
             while True:
                 state = session.receipt_state(rid, epoch, allow_closing=allow_closing)
@@ -279,7 +279,7 @@ class Call(Sends[M]):
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
                 yield from self._wait(Waiting.RECEIPT, deadline, rid)
         finally:
-            session.forget(rid)
+            session.receipts.forget(rid)
 
     def _unanswered(
         self, state: ReceiptState, lost: type[StompError], what: str, epoch: int
@@ -327,7 +327,9 @@ class Call(Sends[M]):
                 receipt=receipt,
             )
             if rid is not None:
-                session.expect(rid)  # before the flush, which may wait: it may come meanwhile
+                session.receipts.expect(
+                    rid
+                )  # before the flush, which may wait: it may come meanwhile
             yield from self.flush(until)
             if rid is None:
                 return
@@ -380,7 +382,7 @@ class Call(Sends[M]):
                     )
                 self.now = yield Wait(Waiting.REPLY, deadline, correlation_id=correlation_id)
         finally:
-            session.forget_request(request)
+            session.requests.forget(request)
 
     def send_some(
         self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None

@@ -2,7 +2,8 @@
 
 :meth:`Session.request` sends with ``reply-to`` naming :data:`REPLY_QUEUE`, a temporary
 queue private to the connection, and a fresh ``correlation-id``, and keeps the
-:class:`Request` in :attr:`Session.requests` until its waiter is done. The broker
+:class:`Request` in :attr:`Session.requests` (:class:`Requests`) until its waiter is
+done. The broker
 delivers the replies on a subscription of that name (RabbitMQ and the in-process broker
 make it implicitly; on ActiveMQ, :func:`subscribes_to_temp_queue`, the session
 subscribes itself), and the session hands each to the request :func:`answered` names.
@@ -11,15 +12,18 @@ subscribes itself), and the session hands each to the request :func:`answered` n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Final, Generic, TypeVar
 
+from stompy._core.events import MessageReceived
 from stompy._core.frames import Frame
 from stompy.errors import ConfigurationError, NoReplyTo
 
 __all__ = (
     "REPLY_QUEUE",
     "Request",
+    "Requests",
     "answered",
     "check_request_headers",
     "reply_address",
@@ -38,8 +42,10 @@ _SUBSCRIBE_TO_TEMP_QUEUE: Final = ("activemq/",)
 #: The headers :meth:`Session.request` writes itself.
 _REQUEST_HEADERS: Final = ("reply-to", "correlation-id")
 
-#: What a transport's message class is built from (see :class:`Session`).
-M = TypeVar("M")
+log: Final = logging.getLogger("stompy")
+
+#: A transport's message class (see :class:`Session`).
+M = TypeVar("M", bound=MessageReceived)
 
 
 class Request(Generic[M]):
@@ -54,6 +60,60 @@ class Request(Generic[M]):
         self.epoch = epoch
         #: The reply, once it came.
         self.reply: M | None = None
+
+
+class Requests(Generic[M]):
+    """The requests waiting for their reply, by ``correlation-id``, and those that got
+    it since the session's last pump (:meth:`take_replied`)."""
+
+    __slots__ = ("_made", "_replied", "_waiting")
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, Request[M]] = {}
+        self._made = 0
+        self._replied: list[str] = []
+
+    def __contains__(self, correlation_id: object) -> bool:
+        return correlation_id in self._waiting
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def new(self, destination: str, epoch: int) -> Request[M]:
+        """A request to ``destination`` on the connection of ``epoch``, with a fresh
+        ``correlation-id``; it waits until :meth:`forget`."""
+        self._made += 1
+        request: Request[M] = Request(f"stompy-{self._made}", destination, epoch)
+        self._waiting[request.correlation_id] = request
+        return request
+
+    def reply(self, message: M) -> None:
+        """``message`` came to :data:`REPLY_QUEUE`: the reply of the request it names,
+        or else dropped (that request timed out, or was answered already)."""
+        request = answered(self._waiting, message.frame)
+        if request is None:
+            log.debug(
+                "dropping a reply with correlation-id %r from %r: no request waits for "
+                "it (it timed out, or was answered already)",
+                message.frame.get("correlation-id"),
+                message.destination,
+            )
+            return
+        request.reply = message
+        self._replied.append(request.correlation_id)
+
+    def take_replied(self) -> Sequence[str]:
+        """The ``correlation-id`` of each request that got its reply since the last
+        call, in order."""
+        replied = self._replied
+        if not replied:
+            return ()
+        self._replied = []
+        return replied
+
+    def forget(self, request: Request[M]) -> None:
+        """The wait for ``request``'s reply is over: a reply that comes later is dropped."""
+        self._waiting.pop(request.correlation_id, None)
 
 
 def check_request_headers(headers: Mapping[str, str] | None) -> None:

@@ -9,23 +9,12 @@ bytes, wait, and wake the user's waits. Like the core, it does no I/O and reads 
 clock: time and randomness come in as arguments.
 
 The parts it decides over live in modules of their own: establishing a connection
-(:mod:`stompy._engine.connecting`), a subscription's inbox and prefetch
-(:mod:`stompy._engine.inbox`), the request/reply table (:mod:`stompy._engine.requests`) and the
-queued hook calls (:mod:`stompy._engine.notices`); import their names from there.
-
-Request/reply: :meth:`Session.request` sends with ``reply-to`` naming
-:data:`REPLY_QUEUE` and a fresh ``correlation-id``; :meth:`Session.pump` hands each
-reply to the request it answers. Any other MESSAGE that no inbox takes is logged as a
-WARNING, never dropped silently.
-
-Flow control: a subscription keeps at most ``max_pending`` received messages. In the
-client ack modes the session asks the broker to hold back more than that
-(:func:`subscribe_headers`: a prefetch of ``max_pending``), so one slow consumer never
-stops the connection. Where only the socket can pace (``auto``, or a broker that
-ignores the prefetch), the inbox's ``overflow`` decides: ``"pause"`` keeps what does
-not fit in the :attr:`Session.backlog` and the transport stops reading until the
-consumer catches up (a WARNING names the subscription after :data:`STALL_WARNING`
-seconds); ``"fail"`` ends that subscription with :class:`SubscriptionOverflow`.
+(:mod:`stompy._engine.connecting`), where a received message goes and when to stop
+reading (:mod:`stompy._engine.delivery`, over each subscription's
+:mod:`~stompy._engine.inbox`), the receipts and the replies that calls wait for
+(:mod:`stompy._engine.receipts`, :mod:`stompy._engine.requests`), what was
+acknowledged (:mod:`stompy._engine.acks`) and the queued hook calls
+(:mod:`stompy._engine.notices`); import their names from there.
 
 Heart-beats: the transport calls :meth:`Session.tick` at :meth:`Session.next_deadline`,
 with a probe that says whether bytes wait unread in its socket. Bytes that wait are a
@@ -53,6 +42,7 @@ from stompy._core.events import AckMode, Connected, MessageReceived, Receipt
 from stompy._core.protocol import MAX_BODY_OPTION, ClientProtocol
 from stompy._engine.acks import AckBook
 from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.delivery import Delivery
 from stompy._engine.inbox import Inbox, subscribe_headers
 from stompy._engine.message import MessageBase
 from stompy._engine.notices import Notice, queue_notice
@@ -64,10 +54,11 @@ from stompy._engine.options import (
     log_sent,
     take_output,
 )
+from stompy._engine.receipts import Receipts
 from stompy._engine.requests import (
     REPLY_QUEUE,
     Request,
-    answered,
+    Requests,
     check_request_headers,
     subscribes_to_temp_queue,
 )
@@ -87,7 +78,6 @@ from stompy.errors import (
     ProtocolError,
     ServerError,
     StompError,
-    SubscriptionOverflow,
     TooLargeForServer,
     _again,
 )
@@ -97,7 +87,6 @@ if TYPE_CHECKING:
 
 __all__ = (
     "MAX_OUTGOING",
-    "STALL_WARNING",
     "Pumped",
     "Session",
     "Subscribed",
@@ -109,13 +98,6 @@ log: Final = logging.getLogger("stompy")
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 
-#: Seconds a subscription may hold the connection still (its inbox full, the transport
-#: not reading) before a WARNING names it.
-STALL_WARNING: Final = 5.0
-
-#: How many ended subscription ids are remembered, so that messages still in flight
-#: for them are expected (DEBUG), not a surprise (WARNING).
-_ENDED_IDS: Final = 256
 #: A transport's message class: the core makes it of each MESSAGE, the session stamps it.
 M = TypeVar("M", bound=MessageBase)
 
@@ -253,10 +235,6 @@ class Session(Generic[M]):
         self.connected: Connected | None = None
         #: Encoded bytes not yet written, in order.
         self.outgoing = bytearray()
-        self.inboxes: dict[str, Inbox[M]] = {}
-        #: Messages that arrived while their inbox (or an earlier message's) was full.
-        #: While any wait here the transport stops reading: TCP pushes back on the broker.
-        self.backlog: deque[M] = deque()
         #: Whether a transport serves the session (reads, and will give a verdict when
         #: the connection ends): set by :meth:`install`, cleared by the transport.
         self.serving = False
@@ -272,28 +250,23 @@ class Session(Generic[M]):
         #: see ``Connection``); each message carries it.
         self.owner: object = None
         self._uniform = uniform
-        self._expected: set[str] = set()  # receipt ids somebody waits for
-        self._arrived: set[str] = set()  # ... of which these came
-        #: Requests waiting for their reply, by ``correlation-id``.
-        self.requests: dict[str, Request[M]] = {}
-        self._next_request = 0
-        self._replied: list[str] = []  # correlation ids answered during this pump
+        #: The receipts calls wait for.
+        self.receipts = Receipts()
+        #: The requests waiting for their reply.
+        self.requests: Requests[M] = Requests()
         self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
-        #: Ids of subscriptions ended lately (oldest first): their MESSAGEs still in
-        #: flight are expected.
-        self._ended_ids: dict[str, None] = {}
         #: Messages delivered so far (each one's ``_seq``), and what was answered.
         self._delivered = 0
         self.acks = AckBook()
         self._now = 0.0  # the time as the transport last said (for the backlog's clock)
-        #: Since when the backlog holds the connection still (``None``: it does not),
-        #: and whether the WARNING about it was logged.
-        self.paused_since: float | None = None
-        self._stall_warned = False
         #: Since when bytes wait to be written with no progress (``None``: none wait).
         self._write_since: float | None = None
         #: Hook calls for the transport to make, in order (see :class:`Notice`).
         self.notices: deque[Notice] = deque()
+        #: The subscriptions, and where each received message goes.
+        self.delivery: Delivery[M] = Delivery(
+            options, self.requests, self.notices, self._overflowed
+        )
         self._installed = 0  # connections established so far
         self._end_told = False  # on_disconnected was queued for the current connection
         #: Whether the stompy logger logs at DEBUG, as of the last :meth:`pump` (one look
@@ -329,7 +302,7 @@ class Session(Generic[M]):
         self.connected = handshake.connected
         self.outgoing = bytearray()
         self._write_since = None
-        self.backlog.clear()
+        self.delivery.backlog.clear()
         self.acks.clear()
         self.epoch += 1
         self.status = CONNECTED
@@ -337,8 +310,8 @@ class Session(Generic[M]):
         self.ending = None
         self.debug = log.isEnabledFor(logging.DEBUG)
         self._now = now
-        self._watch_backlog()
-        for inbox in self.inboxes.values():
+        self.delivery.watch(now, self.endpoint)
+        for inbox in self.delivery.inboxes.values():
             headers = subscribe_headers(inbox.ack, inbox.headers, inbox.max_pending)
             proto.subscribe(inbox.destination, ack=inbox.ack, id=inbox.id, headers=headers)
         self.flush(now)
@@ -487,10 +460,9 @@ class Session(Generic[M]):
         inbox: Inbox[M] = Inbox(
             sub_id, destination, ack, headers or {}, pending, overflow or options.overflow
         )
-        self.inboxes[sub_id] = inbox
-        self._ended_ids.pop(sub_id, None)
+        self.delivery.add(inbox)
         if rid is not None:
-            self.expect(rid)
+            self.receipts.expect(rid)
         return Subscribed(inbox, rid)
 
     def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> str | None:
@@ -499,16 +471,19 @@ class Session(Generic[M]):
         Messages already received stay in the inbox for the consumer.
         """
         inbox.end()
-        if self.inboxes.pop(inbox.id, None) is not None:
-            self._remember_ended(inbox.id)
+        if self.delivery.remove(inbox):
             self.acks.forget_subscription(inbox.id)
         proto = self.proto
         if self.status is CONNECTED and proto is not None and inbox.id in proto.subscriptions:
             rid = proto.unsubscribe(inbox.id, receipt=receipt)
             if rid is not None:
-                self.expect(rid)
+                self.receipts.expect(rid)
             return rid
         return None
+
+    def _overflowed(self, inbox: Inbox[M]) -> None:
+        """The delivery ended ``inbox``'s subscription: its consumer fell behind."""
+        self.unsubscribe(inbox, receipt=False)
 
     def begin(self) -> str:
         """BEGIN a transaction on the current connection; its id."""
@@ -536,7 +511,7 @@ class Session(Generic[M]):
             rid = proto.nack(event, transaction=transaction, receipt=receipt)
         acks.answered(command, event, transaction)
         if rid is not None:
-            self.expect(rid)
+            self.receipts.expect(rid)
         return rid
 
     def end_transaction(self, command: str, transaction: str, receipt: bool) -> str | None:
@@ -548,7 +523,7 @@ class Session(Generic[M]):
             rid = proto.abort(transaction, receipt=receipt)
         self.acks.ended(command, transaction)
         if rid is not None:
-            self.expect(rid)
+            self.receipts.expect(rid)
         return rid
 
     def request(
@@ -573,12 +548,14 @@ class Session(Generic[M]):
             # connection's first request makes it again.
             proto.subscribe(REPLY_QUEUE, ack="auto", id=REPLY_QUEUE)
             self._reply_subscribed = self.epoch
-        self._next_request += 1
-        correlation_id = f"stompy-{self._next_request}"
-        request: Request[M] = Request(correlation_id, destination, self.epoch)
+        request = self.requests.new(destination, self.epoch)
+        correlation_id = request.correlation_id
         sent = {"reply-to": REPLY_QUEUE, "correlation-id": correlation_id, **(headers or {})}
-        proto.send(destination, body, headers=sent, content_type=content_type)
-        self.requests[correlation_id] = request
+        try:
+            proto.send(destination, body, headers=sent, content_type=content_type)
+        except BaseException:
+            self.requests.forget(request)  # nothing went out: nothing to wait for
+            raise
         return request
 
     def reply_state(self, request: Request[M]) -> ReceiptState:
@@ -588,21 +565,13 @@ class Session(Generic[M]):
             return ReceiptState.ARRIVED
         return self._standing(request.epoch, allow_closing=False)
 
-    def forget_request(self, request: Request[M]) -> None:
-        """The wait for ``request``'s reply is over: a reply that comes later is dropped."""
-        self.requests.pop(request.correlation_id, None)
-
     # -- receipts --------------------------------------------------------------------------
-
-    def expect(self, rid: str) -> None:
-        """Keep the RECEIPT ``rid`` when it comes: somebody will wait for it."""
-        self._expected.add(rid)
 
     def expect_pending(self) -> None:
         """Keep every receipt the core waits for (a wait is about to let them arrive)."""
         proto = self.proto
         if proto is not None:
-            self._expected |= proto.pending_receipts
+            self.receipts.expect_all(proto.pending_receipts)
 
     def receipt_state(self, rid: str, epoch: int, *, allow_closing: bool = False) -> ReceiptState:
         """How the wait for ``rid``, asked in ``epoch``, stands; ``allow_closing`` is for
@@ -610,7 +579,7 @@ class Session(Generic[M]):
 
         While the transport has seen the end but not given its verdict, the wait goes on:
         the verdict says whether the session failed or the receipt is lost."""
-        if rid in self._arrived:
+        if self.receipts.arrived(rid):
             return ReceiptState.ARRIVED
         return self._standing(epoch, allow_closing=allow_closing)
 
@@ -626,11 +595,6 @@ class Session(Generic[M]):
         ):
             return ReceiptState.LOST
         return ReceiptState.PENDING
-
-    def forget(self, rid: str) -> None:
-        """The wait for ``rid`` is over, however it ended."""
-        self._expected.discard(rid)
-        self._arrived.discard(rid)
 
     # -- what the broker sent -----------------------------------------------------------
 
@@ -659,17 +623,22 @@ class Session(Generic[M]):
         return got.ended
 
     def pump(self, now: float | None) -> Pumped:
-        """Route every event the core has: a MESSAGE to its inbox (or the backlog), a
-        RECEIPT to its waiter, an ERROR or an end as the connection's failure."""
+        """Route every event the core has: a MESSAGE to :attr:`delivery`, a RECEIPT to
+        its waiter, an ERROR or an end as the connection's failure."""
         proto = self.proto
         assert proto is not None
         if now is not None:
             self._now = now
         failure: StompError | None = None
-        woke = self.drain_backlog()
-        deliver = self._deliver
+        delivery = self.delivery
+        woke = delivery.drain(self._now, self.endpoint)
+        route = delivery.route
         message_class = self.message_class
-        expected = self._expected
+        # The message the user gets is the core's event: what it lacks is set here,
+        # once, whether it goes to an inbox now, to the backlog (which install()
+        # empties, so the epoch stays true) or to a request.
+        epoch = self.epoch
+        owner = self.owner
         self.debug = debug = log.isEnabledFor(logging.DEBUG)
         try:
             event = proto.next_event()
@@ -677,11 +646,15 @@ class Session(Generic[M]):
                 if debug:
                     log.debug("received %r", event)
                 if isinstance(event, message_class):
-                    deliver(event)
+                    event._epoch = epoch
+                    event._owner = owner
+                    self._delivered = seq = self._delivered + 1
+                    event._seq = seq
+                    event._headers = None
+                    route(event)
                     woke = True
                 elif isinstance(event, Receipt):
-                    if event.receipt_id in expected:
-                        self._arrived.add(event.receipt_id)
+                    self.receipts.came(event.receipt_id)
                     woke = True
                 else:
                     failure = error_for_event(event)
@@ -693,142 +666,21 @@ class Session(Generic[M]):
                 event = proto.next_event()
         except ProtocolError as exc:
             failure = exc
-        self._watch_backlog()
+        delivery.watch(self._now, self.endpoint)
         self.flush(now)
-        replied = self._replied
-        if replied:
-            self._replied = []
-        return Pumped(woke or failure is not None, failure, replied)
-
-    def _deliver(self, event: M) -> None:
-        # The message the user gets is the core's event: what it lacks is set here,
-        # once, whether it goes to an inbox now, to the backlog (which install()
-        # empties, so the epoch stays true) or to a request.
-        event._epoch = self.epoch
-        event._owner = self.owner
-        self._delivered = seq = self._delivered + 1
-        event._seq = seq
-        event._headers = None
-        inbox = self.inboxes.get(event.subscription)
-        if inbox is None:
-            self._unrouted(event)
-            return
-        if self.backlog:
-            self.backlog.append(event)  # keep the order behind what already waits
-            return
-        if not inbox.offer(event):
-            if inbox.overflow == "fail":
-                self._overflow(inbox, event)
-            else:
-                self.backlog.append(event)
-
-    def _overflow(self, inbox: Inbox[M], event: M) -> None:
-        """``event`` does not fit in ``inbox``, whose ``overflow`` is ``"fail"``: end the
-        subscription (UNSUBSCRIBE) rather than stop reading; ``event`` is dropped."""
-        inbox.failure = SubscriptionOverflow(
-            f"subscription {inbox.id!r} to {inbox.destination!r} was ended: its consumer "
-            f"fell {inbox.max_pending} messages behind (overflow='fail'); messages after "
-            "those were not kept"
-        )
-        log.warning("%s", inbox.failure)
-        self.unsubscribe(inbox, receipt=False)
-        self._unrouted(event)
-
-    def _unrouted(self, event: M) -> None:
-        """A MESSAGE that no inbox takes: a request's reply, or else logged and dropped."""
-        if event.subscription == REPLY_QUEUE:
-            request = answered(self.requests, event.frame)
-            if request is not None:
-                request.reply = event
-                self._replied.append(request.correlation_id)
-            else:
-                log.debug(
-                    "dropping a reply with correlation-id %r from %r: no request waits for "
-                    "it (it timed out, or was answered already)",
-                    event.frame.get("correlation-id"),
-                    event.destination,
-                )
-            return
-        if event.subscription in self._ended_ids:
-            # Sent before the broker had our UNSUBSCRIBE: expected, not worth a WARNING.
-            log.debug(
-                "dropping a MESSAGE (message-id %r) for subscription %r, which ended",
-                event.message_id,
-                event.subscription,
-            )
-            return
-        if self.options.on_unrouted is not None:
-            log.debug("handing %s to on_unrouted: no subscription takes it", event)
-            self.notify("on_unrouted", self.options.on_unrouted, event)
-            return
-        log.warning(
-            "dropping a MESSAGE (message-id %r, destination %r) for subscription %r, "
-            "which this client has no open subscription for",
-            event.message_id,
-            event.destination,
-            event.subscription,
-        )
-
-    def _remember_ended(self, sub_id: str) -> None:
-        """Remember that subscription ``sub_id`` ended (a bounded number of them)."""
-        ended = self._ended_ids
-        ended[sub_id] = None
-        if len(ended) > _ENDED_IDS:
-            del ended[next(iter(ended))]
+        return Pumped(woke or failure is not None, failure, self.requests.take_replied())
 
     @property
     def paused(self) -> bool:
         """Whether the transport should stop reading until a consumer makes room."""
-        return bool(self.backlog)
-
-    def wants_resume(self, inbox: Inbox[M]) -> bool:
-        """After a consumer took from ``inbox``: is it time to move the backlog?
-
-        Half empty, not at every message, or each take would cost the transport a
-        wake-up to move one message.
-        """
-        return bool(self.backlog) and inbox.resume_due()
+        return bool(self.delivery.backlog)
 
     def drain_backlog(self, now: float | None = None) -> bool:
-        """Move what now fits from the backlog to the inboxes; whether any moved."""
+        """Move what now fits from the backlog to the inboxes (see
+        :meth:`Delivery.drain`); whether any moved."""
         if now is not None:
             self._now = now
-        backlog = self.backlog
-        if not backlog:
-            return False
-        moved = False
-        while backlog:
-            event = backlog[0]
-            inbox = self.inboxes.get(event.subscription)
-            if inbox is None:  # unsubscribed since it arrived
-                self._unrouted(event)
-            elif inbox.offer(event):
-                moved = True
-            elif inbox.overflow == "fail":
-                self._overflow(inbox, event)
-                moved = True  # its consumer must hear of it
-            else:
-                break
-            backlog.popleft()
-        if not backlog:
-            self._watch_backlog()
-        return moved
-
-    def _watch_backlog(self) -> None:
-        """Keep :attr:`paused_since` in step with the backlog; say when reading resumes
-        after a stall that was warned about."""
-        if self.backlog:
-            if self.paused_since is None:
-                self.paused_since = self._now
-                self._stall_warned = False
-        elif self.paused_since is not None:
-            if self._stall_warned:
-                log.info(
-                    "reading from %s again after %.1f s",
-                    self.endpoint,
-                    self._now - self.paused_since,
-                )
-            self.paused_since = None
+        return self.delivery.drain(self._now, self.endpoint)
 
     # -- time ----------------------------------------------------------------------------
 
@@ -860,9 +712,8 @@ class Session(Generic[M]):
         is the time, as the transport has it."""
         proto = self.proto
         best = proto.next_deadline() if proto is not None else None
-        since = self.paused_since
-        if since is not None and not self._stall_warned:
-            warn = since + STALL_WARNING
+        warn = self.delivery.stall_deadline()
+        if warn is not None:
             best = warn if best is None or warn < best else best
         stuck = self.write_deadline(self._now if now is None else now)
         if stuck is not None:
@@ -891,22 +742,7 @@ class Session(Generic[M]):
             if unread or (unread is None and self.paused):
                 proto.note_alive(now)
         proto.handle_timer(now)
-        since = self.paused_since
-        if since is not None and not self._stall_warned and now >= since + STALL_WARNING:
-            self._stall_warned = True
-            event = self.backlog[0] if self.backlog else None
-            inbox = self.inboxes.get(event.subscription) if event is not None else None
-            who = (
-                f"subscription {inbox.id!r} to {inbox.destination!r}" if inbox else "a subscription"
-            )
-            log.warning(
-                "%s has held the connection to %s still for %.1f s: its consumer is slower "
-                "than its messages come, and every other subscription, receipt and ERROR "
-                "waits behind it (see max_pending, overflow='fail' and client acks)",
-                who,
-                self.endpoint,
-                now - since,
-            )
+        self.delivery.warn_stall(now, self.endpoint)
         return self.pump(now)
 
     # -- the end of a connection, and of the session ------------------------------------
@@ -923,16 +759,7 @@ class Session(Generic[M]):
             self.ending = error  # what the calls of this epoch say they were lost to
         self.ended = (self.epoch, self.ending)
         self._told_end(error)
-        # Messages still set aside belong to the old connection: the broker redelivers
-        # the unacked ones, but auto-acked ones must not be dropped.
-        while self.backlog:
-            event = self.backlog.popleft()
-            inbox = self.inboxes.get(event.subscription)
-            if inbox is not None:
-                inbox.keep(event)
-            else:
-                self._unrouted(event)
-        self._watch_backlog()
+        self.delivery.release(self._now, self.endpoint)
         policy = self.options.reconnect
         if policy is None:
             log.warning("connection to %s lost: %s", self.endpoint, error)
@@ -973,7 +800,7 @@ class Session(Generic[M]):
             except StompError:
                 rid = None
             if rid is not None:
-                self.expect(rid)
+                self.receipts.expect(rid)
         if self.status in (CONNECTED, RECONNECTING):
             self.status = CLOSING
         return rid
@@ -982,5 +809,4 @@ class Session(Generic[M]):
         """The session is over: every subscription ends."""
         self._told_end(None)  # closed by the user (a loss was told as it happened)
         self.status = CLOSED
-        for inbox in self.inboxes.values():
-            inbox.end()
+        self.delivery.end_all()

@@ -1,0 +1,55 @@
+"""The RECEIPTs that calls wait for, and which of them came.
+
+A call that asks for a receipt (a send, a subscribe, the goodbye's DISCONNECT) tells
+:class:`Receipts` to :meth:`~Receipts.expect` it before its frame can be answered; the
+session's pump records each RECEIPT that comes (:meth:`~Receipts.came`), and the call,
+woken, asks the session how its wait stands
+(:meth:`~stompy._engine.session.Session.receipt_state`) and :meth:`~Receipts.forget` s
+it when done. A RECEIPT nobody waits for is not kept: the table stays as small as the
+waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ("Receipts",)
+
+
+class Receipts:
+    """The receipt ids somebody waits for, and which of them arrived."""
+
+    __slots__ = ("_arrived", "_expected")
+
+    def __init__(self) -> None:
+        self._expected: set[str] = set()
+        self._arrived: set[str] = set()
+
+    def __contains__(self, rid: object) -> bool:
+        """Whether somebody waits for the receipt ``rid``."""
+        return rid in self._expected
+
+    def __len__(self) -> int:
+        return len(self._expected)
+
+    def expect(self, rid: str) -> None:
+        """Keep the RECEIPT ``rid`` when it comes: somebody will wait for it."""
+        self._expected.add(rid)
+
+    def expect_all(self, rids: Iterable[str]) -> None:
+        """Keep each of ``rids`` when it comes."""
+        self._expected.update(rids)
+
+    def came(self, rid: str) -> None:
+        """The RECEIPT ``rid`` came; kept if somebody waits for it."""
+        if rid in self._expected:
+            self._arrived.add(rid)
+
+    def arrived(self, rid: str) -> bool:
+        """Whether the receipt ``rid`` that somebody waits for came."""
+        return rid in self._arrived
+
+    def forget(self, rid: str) -> None:
+        """The wait for ``rid`` is over, however it ended."""
+        self._expected.discard(rid)
+        self._arrived.discard(rid)
