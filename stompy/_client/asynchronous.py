@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import time
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from typing import Any, Final, Generic, NoReturn, TypeVar
@@ -30,7 +29,7 @@ from stompy._client.base import (
     transaction_id,
 )
 from stompy._engine import keywords as kw
-from stompy._engine.callbacks import report_callback_error
+from stompy._engine.callbacks import UNTRACED, call_awaiting, call_hook, handle_message, hooks_over
 from stompy._engine.calls import Call, Steps
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
@@ -533,55 +532,16 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         await self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
 
 
-#: The context of a user's function that nothing traces.
-_UNTRACED: Final = contextlib.nullcontext()
-
-
-async def _outcome(
-    call: Callable[[Any], object],
-    argument: object,
-    what: str,
-    around: contextlib.AbstractContextManager[None] = _UNTRACED,
-) -> None:
-    """Call the user's function (awaiting a coroutine function's result), inside
-    ``around``; report what it raises as an ``on_message`` callback's (logged, and
-    printed to stderr): it must not end the connection's task group."""
-    try:
-        with around:
-            result = call(argument)
-            if inspect.isawaitable(result):
-                await result
-    except Exception as exc:
-        report_callback_error(exc, what, argument)
-
-
 async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], object]) -> None:
-    """``on_message``: the callback for each message of ``sub``, until it ends; each in
-    a ``process`` span when traced. What it raises goes to the ``on_callback_error``
-    hook (awaited if a coroutine function), or without one is reported (logged, and
-    printed to stderr by :func:`sys.unraisablehook`); the next message comes either way."""
+    """``on_message``: the callback for each message of ``sub``, until it ends, as
+    :func:`~stompy._engine.callbacks.handle_message` says (a coroutine function's
+    result, and the ``on_callback_error`` hook's, awaited)."""
     telemetry = sub._telemetry
     on_error = sub._session.options.on_callback_error
     try:
         while (message := await sub._take(None)) is not None:
-            try:
-                with _UNTRACED if telemetry is None else telemetry.processing(message):
-                    result = callback(message)
-                    if inspect.isawaitable(result):
-                        await result
-            except Exception as exc:
-                what = f"the on_message callback of {sub!r}"
-                if on_error is None:
-                    report_callback_error(exc, what, message)
-                    continue
-                try:
-                    result = on_error(exc, message)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception as hook_exc:
-                    report_callback_error(
-                        hook_exc, f"the on_callback_error hook of {sub!r}", message
-                    )
+            around = UNTRACED if telemetry is None else telemetry.processing(message)
+            await call_awaiting(handle_message(callback, message, sub, on_error, around))
     except StompError as exc:
         log.debug("%r ended: %s", sub, exc)
 
@@ -591,13 +551,10 @@ async def _run_hooks(io: TaskIO[AsyncMessage]) -> None:
     session = io.session
     io.hooks_task = anyio.get_current_task().id
     try:
-        while True:
+        while not hooks_over(session):
             await io.noticed.take()
             while session.notices:
-                notice = session.notices.popleft()
-                await _outcome(notice.hook, notice.argument, f"the {notice.what} hook")
-            if session.status is CLOSED:
-                return
+                await call_awaiting(call_hook(session.notices.popleft()))
     finally:
         if io.hooks_done is not None:
             io.hooks_done.set()

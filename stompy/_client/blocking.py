@@ -34,7 +34,7 @@ from stompy._client.base import (
     transaction_id,
 )
 from stompy._engine import keywords as kw
-from stompy._engine.callbacks import report_callback_error
+from stompy._engine.callbacks import UNTRACED, call_plainly, handle_message
 from stompy._engine.calls import Call
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
@@ -243,30 +243,14 @@ class Subscription(SubscriptionBase[Message]):
 
     def _dispatch(self, callback: Callable[[Message], object]) -> None:
         """Run ``callback`` for each message, in its own thread (see ``on_message``),
-        each in a ``process`` span when traced. What it raises goes to the
-        ``on_callback_error`` hook, or without one is reported (logged, and printed to
-        stderr by :func:`sys.unraisablehook`); the next message comes either way."""
+        as :func:`~stompy._engine.callbacks.handle_message` says."""
         telemetry = self._telemetry
         on_error = self._session.options.on_callback_error
         try:
             while (message := self._take(None)) is not None:
-                try:
-                    if telemetry is None:
-                        callback(message)
-                    else:
-                        with telemetry.processing(message):
-                            callback(message)
-                except Exception as exc:
-                    what = f"the on_message callback of {self!r}"
-                    if on_error is None:
-                        report_callback_error(exc, what, message)
-                        continue
-                    try:
-                        on_error(exc, message)
-                    except Exception as hook_exc:
-                        report_callback_error(
-                            hook_exc, f"the on_callback_error hook of {self!r}", message
-                        )
+                around = UNTRACED if telemetry is None else telemetry.processing(message)
+                calling = handle_message(callback, message, self, on_error, around)
+                call_plainly(calling, "on_message")
         except StompError as exc:
             log.debug("%r ended: %s", self, exc)
 

@@ -12,16 +12,47 @@ report (and is reported the same way if it raises itself). A lifecycle hook that
 (``on_connected``...) is reported the same way too.
 
 Nothing here answers the message: see "A failing callback" in ``docs/acks.md``.
+
+Calling the application's functions is written once here for both clients: each call
+is a generator (:func:`handle_message`, :func:`call_hook`) that calls the function and,
+when what it returned is awaitable (a coroutine function's), yields it; a client runs
+it with :func:`call_plainly` (the blocking one: an awaitable cannot be awaited there,
+it is closed with a WARNING) or :func:`call_awaiting` (the anyio one: awaited, and what
+it raises thrown back in), so the rules of what is reported where cannot drift apart.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import sys
 import traceback
-from typing import Final
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, Final
 
-__all__ = ("report_callback_error",)
+from stompy._engine.state import CLOSED
+
+if TYPE_CHECKING:
+    from stompy._engine.notices import Notice
+    from stompy._engine.session import Session
+
+__all__ = (
+    "Calling",
+    "call_awaiting",
+    "call_hook",
+    "call_plainly",
+    "handle_message",
+    "hooks_over",
+    "report_callback_error",
+)
+
+#: A call of the application's function: yields what it returned when awaitable,
+#: and is sent nothing back (or thrown what the awaitable raised).
+Calling = Generator[Awaitable[object], None, None]
+
+#: The context of a call that nothing traces.
+UNTRACED: Final = contextlib.nullcontext()
 
 log: Final = logging.getLogger("stompy")
 
@@ -60,3 +91,73 @@ def report_callback_error(error: BaseException, what: str, about: object) -> Non
         stderr.flush()
     except Exception:  # a broken hook or stderr must not end the subscription
         log.exception("reporting the failure of %s failed", what)
+
+
+def handle_message(
+    callback: Callable[[Any], object],
+    message: object,
+    subscription: object,
+    on_error: Callable[[Exception, Any], object] | None,
+    around: contextlib.AbstractContextManager[object] = UNTRACED,
+) -> Calling:
+    """``callback(message)``, ``subscription``'s ``on_message``, inside ``around`` (its
+    ``process`` span when traced). What it raises goes to ``on_error`` (the
+    ``on_callback_error`` hook), or without one is reported (:func:`report_callback_error`);
+    what the hook raises is reported too. Raises nothing: the next message comes."""
+    try:
+        with around:
+            result = callback(message)
+            if inspect.isawaitable(result):
+                yield result
+    except Exception as exc:
+        if on_error is None:
+            report_callback_error(exc, f"the on_message callback of {subscription!r}", message)
+            return
+        try:
+            result = on_error(exc, message)
+            if inspect.isawaitable(result):
+                yield result
+        except Exception as hook_exc:
+            what = f"the on_callback_error hook of {subscription!r}"
+            report_callback_error(hook_exc, what, message)
+
+
+def call_hook(notice: Notice) -> Calling:
+    """The lifecycle hook call ``notice``; what it raises is reported, as an
+    ``on_message`` callback's is (:func:`report_callback_error`)."""
+    try:
+        result = notice.hook(notice.argument)
+        if inspect.isawaitable(result):
+            yield result
+    except Exception as exc:
+        report_callback_error(exc, f"the {notice.what} hook", notice.argument)
+
+
+def hooks_over(session: Session[Any]) -> bool:
+    """Whether the hooks' thread or task may end: the session is over and every hook
+    call it queued was made (none is queued once it is closed)."""
+    return session.status is CLOSED and not session.notices
+
+
+def call_plainly(calling: Calling, what: str) -> None:
+    """Run ``calling`` where nothing can be awaited (the blocking client, which calls
+    plain functions): an awaitable it returns is closed, with a WARNING naming ``what``."""
+    for result in calling:
+        if inspect.iscoroutine(result):
+            result.close()
+        log.warning("%s is a coroutine function: Connection calls plain ones", what)
+
+
+async def call_awaiting(calling: Calling) -> None:
+    """Run ``calling``, awaiting what it yields (the anyio client)."""
+    try:
+        awaitable = next(calling)
+        while True:
+            try:
+                await awaitable
+            except Exception as exc:
+                awaitable = calling.throw(exc)
+            else:
+                awaitable = calling.send(None)
+    except StopIteration:
+        pass

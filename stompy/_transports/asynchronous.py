@@ -44,15 +44,14 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from stompy._engine import lifecycle
 from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
-from stompy._engine.connecting import Attempts, Handshake
 from stompy._engine.message import MessageBase
 from stompy._engine.session import Session, failure_reason, transport_failed, while_writing
-from stompy._engine.state import CLOSED, CLOSING, NEW, RECONNECTING, Status
-from stompy._engine.urls import Endpoint
+from stompy._engine.state import CLOSED
 from stompy._transports.blocking import bytes_waiting
 from stompy._transports.signal import Signal
-from stompy.errors import ConnectFailed, ConnectionLost, LocalProtocolError, StompError
+from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
@@ -128,6 +127,8 @@ class TaskIO(Generic[M]):
     def __init__(self, session: Session[M]) -> None:
         self.session = session
         self.stream: anyio.abc.ByteStream | None = None
+        #: The stream being established (made by the lifecycle's ``Open`` step).
+        self._pending: anyio.abc.ByteStream | None = None
         self._out_ready = Signal()  # the writer has something to write
         #: :attr:`_out_ready` was set by :meth:`kick` and the writer has not taken it:
         #: the writer will write what is queued meanwhile, so a send need not set it.
@@ -286,15 +287,13 @@ class TaskIO(Generic[M]):
     async def open(self) -> None:
         """Establish the first connection (raises why not), enter the task group and
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
-        established = await self._attempt(self.session.connect_attempts())
-        if isinstance(established, Attempts):
-            raise established.error()
-        self._install(*established)
+        life = lifecycle.Lifecycle(self.session)
+        await self._run_steps(life)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
         try:
-            self.spawn(self._supervise)
+            self.spawn(functools.partial(self._supervise, life))
         except BaseException:  # closed meanwhile, by another task
             await self.leave(None)
             raise
@@ -403,85 +402,89 @@ class TaskIO(Generic[M]):
             raise _unwrapped(group) from None
 
     async def _close_stream(self) -> None:
+        """Close the current stream, saying the engine's farewell first (best effort,
+        bounded)."""
         stream = self.stream
         self.stream = None
         if stream is not None:
-            ws = self.session.ws
-            if ws is not None and not self.session.outgoing:
-                # Say goodbye the WebSocket way; best effort, bounded.
-                with anyio.move_on_after(1.0), contextlib.suppress(Exception):
-                    bye = ws.close()
-                    if bye:
-                        async with self._write_lock:
-                            await stream.send(bye)
+            with anyio.move_on_after(1.0), contextlib.suppress(Exception):
+                bye = lifecycle.farewell(self.session)
+                if bye:
+                    async with self._write_lock:
+                        await stream.send(bye)
             with contextlib.suppress(Exception):
                 await stream.aclose()
 
-    # -- establishing --------------------------------------------------------------------
+    # -- the lifecycle's steps -----------------------------------------------------------
 
-    async def _attempt(
-        self, attempts: Attempts
-    ) -> tuple[anyio.abc.ByteStream, Handshake] | Attempts:
-        """Go through ``attempts``; the first connection established, or the attempts
-        when none was (or the session was closed meanwhile)."""
-        session = self.session
-        for delay, endpoint in attempts:
-            await anyio.sleep(delay)
-            if session.status not in (NEW, RECONNECTING):
-                return attempts
-            try:
-                established = await self._establish(endpoint)
-            except StompError as exc:
-                attempts.failed(endpoint, exc)
-                continue
-            status: Status = session.status  # read again: close() may have come meanwhile
-            if status not in (NEW, RECONNECTING):
-                await self._abandon(established[0])
-                return attempts
-            return established
-        return attempts
-
-    async def _establish(self, endpoint: Endpoint) -> tuple[anyio.abc.ByteStream, Handshake]:
-        options = self.session.options
+    async def _run_steps(
+        self, life: lifecycle.Lifecycle[M], result: object = None
+    ) -> lifecycle.Serve | None:
+        """Resume ``life`` with ``result`` and run its steps until it asks to serve a
+        connection (returned, installed) or is over (``None``). Cancelled, it closes
+        the stream it was establishing."""
+        step = life.resume(anyio.current_time(), result)
         try:
-            context = options.ssl_context(endpoint)
-        except ValueError as exc:
-            raise ConnectFailed(str(exc)) from None
-        handshake = self.session.handshake(endpoint)
-        stream: anyio.abc.ByteStream | None = None
-        try:
-            with anyio.fail_after(options.connect_timeout):
-                if context is not None:
-                    stream = await anyio.connect_tcp(
-                        endpoint.host,
-                        endpoint.port,
-                        ssl_context=context,
-                        tls_hostname=endpoint.host,
-                        tls_standard_compatible=False,
-                    )
+            while step is not None and not isinstance(step, lifecycle.Serve):
+                try:
+                    result = await self._step(step)
+                except NETWORK_ERRORS as exc:  # TimeoutError is an OSError
+                    failure = lifecycle.link_error(exc, _connect_reason(exc))
+                    step = life.failed(anyio.current_time(), failure)
                 else:
-                    stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
-                await stream.send(handshake.first)
-                while handshake.connected is None:
-                    try:
-                        data = await stream.receive(_RECV_SIZE)
-                    except anyio.EndOfStream:
-                        data = b""
-                    reply = handshake.receive(data, anyio.current_time())
-                    if reply:
-                        await stream.send(reply)
-                return stream, handshake
-        except TimeoutError:
-            await self._abandon(stream)
-            raise ConnectFailed(
-                f"no CONNECTED from {endpoint} within the connect timeout"
-            ) from None
-        except NETWORK_ERRORS as exc:
-            await self._abandon(stream)
-            raise ConnectFailed(f"cannot connect to {endpoint}: {_connect_reason(exc)}") from exc
+                    step = life.resume(anyio.current_time(), result)
         except BaseException:
-            await self._abandon(stream)
+            life.close()
+            await self._abandon(self._pending)
+            self._pending = None
             raise
+        if step is not None:
+            self.stream = self._pending
+            self._pending = None
+            self.kick()
+            self.status_changed()
+        return step
+
+    async def _step(self, step: lifecycle.Step) -> object:
+        """Run one of the lifecycle's I/O steps; what it gave."""
+        if isinstance(step, (lifecycle.Open, lifecycle.Write, lifecycle.Read)):
+            with anyio.fail_after(step.deadline - anyio.current_time()):
+                return await self._on_link(step)
+        if isinstance(step, lifecycle.Pause):
+            with anyio.CancelScope(deadline=step.deadline):
+                await self._changed.wait()  # a close() pulses it
+        elif step is lifecycle.DROP:
+            await self._abandon(self._pending)
+            self._pending = None
+        elif step is lifecycle.HANG_UP:
+            with anyio.CancelScope(shield=True):
+                await self._close_stream()
+        else:
+            self.status_changed()
+        return None
+
+    async def _on_link(
+        self, step: lifecycle.Open | lifecycle.Write | lifecycle.Read
+    ) -> bytes | None:
+        """Open the stream being established, or write or read on it."""
+        if isinstance(step, lifecycle.Open):
+            host, port, tls = step.endpoint.host, step.endpoint.port, step.tls
+            if tls is None:
+                self._pending = await anyio.connect_tcp(host, port)
+            else:
+                self._pending = await anyio.connect_tcp(
+                    host, port, ssl_context=tls, tls_hostname=host, tls_standard_compatible=False
+                )
+            return None
+        stream = self._pending
+        assert stream is not None
+        if isinstance(step, lifecycle.Write):
+            await stream.send(step.data)
+            return None
+        try:
+            return await stream.receive(_RECV_SIZE)
+        except anyio.EndOfStream:
+            return b""
 
     @staticmethod
     async def _abandon(stream: anyio.abc.ByteStream | None) -> None:
@@ -489,24 +492,14 @@ class TaskIO(Generic[M]):
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await stream.aclose()
 
-    def _install(self, stream: anyio.abc.ByteStream, handshake: Handshake) -> None:
-        self.stream = stream
-        self.session.install(handshake, anyio.current_time())
-        self.kick()
-        self.status_changed()
-
     # -- the tasks -----------------------------------------------------------------------
 
-    async def _supervise(self) -> None:
-        """Run the epoch's tasks; reconnect or fail when the connection is lost."""
+    async def _supervise(self, life: lifecycle.Lifecycle[M]) -> None:
+        """Serve each connection the lifecycle makes, until it is over."""
         session = self.session
         try:
-            while True:
-                lost = await self._run_epoch()
-                if lost is None or session.status in (CLOSING, CLOSED):
-                    return
-                if not await self._reconnect(lost):
-                    return
+            while await self._run_steps(life, await self._run_epoch()) is not None:
+                pass
         finally:
             session.serving = False
             self._wake_answers()
@@ -646,20 +639,3 @@ class TaskIO(Generic[M]):
             if pumped.failure is not None:
                 self._end_epoch(scope, pumped.failure)
                 return
-
-    async def _reconnect(self, lost: StompError) -> bool:
-        """After a loss: reconnect if the policy says so; return whether to go on."""
-        session = self.session
-        attempts = session.lost(lost)
-        self.status_changed()
-        await self._close_stream()
-        if attempts is None:
-            return False
-        established = await self._attempt(attempts)
-        if isinstance(established, Attempts):
-            if session.status is RECONNECTING:
-                session.give_up(established)
-                self.status_changed()
-            return False
-        self._install(*established)
-        return True

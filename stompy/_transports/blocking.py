@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import select
 import selectors
 import socket
@@ -35,21 +34,13 @@ import threading
 import time
 from typing import Final, Generic, TypeVar
 
-from stompy._engine.callbacks import report_callback_error
+from stompy._engine import lifecycle
+from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
 from stompy._engine.calls import Call, Running, Steps
-from stompy._engine.connecting import Attempts, Handshake
 from stompy._engine.message import MessageBase
-from stompy._engine.session import (
-    MAX_OUTGOING,
-    Session,
-    failure_reason,
-    log,
-    transport_failed,
-    while_writing,
-)
-from stompy._engine.state import CLOSED, CLOSING, NEW, PROTOCOL_CLOSED, RECONNECTING, Status
-from stompy._engine.urls import Endpoint
-from stompy.errors import ConnectFailed, ConnectionLost, StompError
+from stompy._engine.session import MAX_OUTGOING, Session, log, transport_failed, while_writing
+from stompy._engine.state import CLOSED, CLOSING, PROTOCOL_CLOSED, Status
+from stompy.errors import ConnectionLost, StompError
 
 __all__ = ("IOThread", "bytes_waiting")
 
@@ -60,6 +51,8 @@ _RECV_SIZE: Final = 256 * 1024
 #: At most this much is read after a failed write, for the ERROR that says why.
 _LAST_WORDS: Final = 1024 * 1024
 _SEND_CHUNK: Final = 1024 * 1024
+#: The least time an establishing step is given (its deadline is checked before it).
+_SOON: Final = 0.001
 _TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
 
 
@@ -97,6 +90,8 @@ class IOThread(Generic[M]):
         self.thread: threading.Thread | None = None
         self._hooks: threading.Thread | None = None  # runs the lifecycle hooks
         self._sock: socket.socket | None = None
+        #: The socket being established (made by the lifecycle's ``Open`` step).
+        self._pending: socket.socket | None = None
         # Made at start(): a user thread writes a byte to wake the I/O thread.
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -190,14 +185,20 @@ class IOThread(Generic[M]):
 
     def connect(self) -> None:
         """Establish the first connection (raises why not) and start the I/O thread."""
-        established = self._attempt(self.session.connect_attempts())
-        if isinstance(established, Attempts):
-            raise established.error()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._install(*established)
-        thread = threading.Thread(target=self._main, name=f"stompy-io-{id(self):x}", daemon=True)
+        life = lifecycle.Lifecycle(self.session)
+        try:
+            serve = self._run_steps(life)
+        except BaseException:
+            with self.cond:
+                self._release()
+            raise
+        assert serve is not None  # the first connection's life ends only by raising
+        thread = threading.Thread(
+            target=self._main, args=(life,), name=f"stompy-io-{id(self):x}", daemon=True
+        )
         self.thread = thread
         thread.start()
         if self.session.options.hooked:
@@ -212,6 +213,7 @@ class IOThread(Generic[M]):
         with self.cond:
             self.cond.notify_all()
             self.wake()
+        self._cut_short()
         for thread in (self.thread, self._hooks):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)
@@ -227,6 +229,7 @@ class IOThread(Generic[M]):
             self.session.closed()
             self.cond.notify_all()
             self.wake()
+            self._cut_short()
             thread = self.thread
             if thread is None or not thread.is_alive():
                 self._release()
@@ -238,20 +241,11 @@ class IOThread(Generic[M]):
         while True:
             with cond:
                 while not session.notices:
-                    if session.status is CLOSED and not session.serving:
+                    if hooks_over(session):
                         return
                     cond.wait()
                 notice = session.notices.popleft()
-            try:
-                result = notice.hook(notice.argument)
-                if inspect.isawaitable(result):
-                    if inspect.iscoroutine(result):
-                        result.close()
-                    log.warning(
-                        "%s is a coroutine function: Connection calls plain ones", notice.what
-                    )
-            except Exception as exc:  # logged and printed to stderr, as on_message's
-                report_callback_error(exc, f"the {notice.what} hook", notice.argument)
+            call_plainly(call_hook(notice), notice.what)
 
     def _release(self) -> None:
         """Close the socket and the wake-up pair (under the lock)."""
@@ -260,90 +254,126 @@ class IOThread(Generic[M]):
             if wake is not None:
                 wake.close()
 
-    # -- establishing --------------------------------------------------------------------
+    # -- the lifecycle's steps -----------------------------------------------------------
 
-    def _attempt(self, attempts: Attempts) -> tuple[socket.socket, Handshake] | Attempts:
-        """Go through ``attempts``; the first connection established, or the attempts
-        when none was (or the session stopped wanting one)."""
-        session = self.session
-        for delay, endpoint in attempts:
-            with self.cond:
-                if delay:
-                    self.cond.wait(delay)  # close() cuts it short
-                if session.status not in (NEW, RECONNECTING):
-                    return attempts
-            try:
-                return self._establish(endpoint)
-            except StompError as exc:
-                attempts.failed(endpoint, exc)
-        return attempts
-
-    def _establish(self, endpoint: Endpoint) -> tuple[socket.socket, Handshake]:
-        options = self.session.options
-        deadline = time.monotonic() + options.connect_timeout
+    def _run_steps(
+        self, life: lifecycle.Lifecycle[M], result: object = None
+    ) -> lifecycle.Serve | None:
+        """Resume ``life`` with ``result`` and run its steps, each I/O outside the lock,
+        until it asks to serve a connection (returned, installed) or is over (``None``)."""
+        step = self._next_step(life, result)
         try:
-            context = options.ssl_context(endpoint)
-        except ValueError as exc:
-            raise ConnectFailed(str(exc)) from None
-        handshake = self.session.handshake(endpoint)
-        sock: socket.socket | None = None
-        try:
-            sock = socket.create_connection(
-                (endpoint.host, endpoint.port), timeout=options.connect_timeout
-            )
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if context is not None:
-                sock = context.wrap_socket(sock, server_hostname=endpoint.host)
-            sock.sendall(handshake.first)
-            while handshake.connected is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ConnectFailed(f"no CONNECTED from {endpoint} within the connect timeout")
-                sock.settimeout(remaining)
-                reply = handshake.receive(sock.recv(_RECV_SIZE), time.monotonic())
-                if reply:
-                    sock.sendall(reply)
-            sock.setblocking(False)
-            return sock, handshake
-        except (OSError, _ssl.SSLError) as exc:
-            if sock is not None:
-                sock.close()
-            raise ConnectFailed(f"cannot connect to {endpoint}: {failure_reason(exc)}") from exc
+            while step is not None and not isinstance(step, lifecycle.Serve):
+                try:
+                    result = self._step(step)
+                except OSError as exc:  # ssl.SSLError and socket.timeout are too
+                    step = self._next_step(life, failed=lifecycle.link_error(exc))
+                else:
+                    step = self._next_step(life, result)
         except BaseException:
-            if sock is not None:
-                sock.close()
+            self._drop()
             raise
+        if step is not None:
+            self._install()
+        return step
 
-    def _install(self, sock: socket.socket, handshake: Handshake) -> None:
+    def _next_step(
+        self,
+        life: lifecycle.Lifecycle[M],
+        result: object = None,
+        failed: lifecycle.LinkError | None = None,
+    ) -> lifecycle.Step | None:
+        """The step after one that gave ``result`` (or ``failed``), the engine's turn
+        under the lock; a pause is waited out in that same turn, so that the notify of a
+        close() that comes meanwhile cannot be missed."""
+        cond = self.cond
+        with cond:
+            now = time.monotonic()
+            step = life.resume(now, result) if failed is None else life.failed(now, failed)
+            while isinstance(step, lifecycle.Pause):
+                cond.wait(step.deadline - now)
+                now = time.monotonic()
+                step = life.resume(now)
+            return step
+
+    def _step(self, step: lifecycle.Step) -> object:
+        """Run one of the lifecycle's I/O steps; what it gave."""
+        sock = self._pending
+        if isinstance(step, lifecycle.Read):
+            assert sock is not None
+            sock.settimeout(max(_SOON, step.deadline - time.monotonic()))
+            return sock.recv(_RECV_SIZE)
+        if isinstance(step, lifecycle.Write):
+            assert sock is not None
+            sock.settimeout(max(_SOON, step.deadline - time.monotonic()))
+            sock.sendall(step.data)
+        elif isinstance(step, lifecycle.Open):
+            self._open(step)
+        elif step is lifecycle.DROP:
+            self._drop()
+        else:
+            with self.cond:
+                if step is lifecycle.HANG_UP:
+                    self._close_socket()
+                self.cond.notify_all()  # CHANGED, and the hang-up changed the socket
+        return None
+
+    def _open(self, step: lifecycle.Open) -> None:
+        endpoint = step.endpoint
+        timeout = max(_SOON, step.deadline - time.monotonic())
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+        self._pending = sock
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if step.tls is not None:
+            self._pending = step.tls.wrap_socket(sock, server_hostname=endpoint.host)
+
+    def _drop(self) -> None:
+        """Close the socket being established, if any."""
+        sock = self._pending
+        self._pending = None
+        if sock is not None:
+            sock.close()
+
+    def _cut_short(self) -> None:
+        """From another thread: end an establishing under way (its socket fails)."""
+        sock = self._pending
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # The plain socket's own: a TLS object must not be touched by two threads.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def _install(self) -> None:
+        """The socket just established becomes the current one."""
         with self.cond:
+            sock = self._pending
+            assert sock is not None
+            self._pending = None
+            sock.setblocking(False)
             self._sock = sock
             self._direct = None if isinstance(sock, _ssl.SSLSocket) else sock
-            self.session.install(handshake, time.monotonic())
             self.kick()
             self.cond.notify_all()
 
     def _close_socket(self) -> None:
+        """Close the current socket, saying the engine's farewell first (under the lock)."""
         sock = self._sock
         self._sock = None
         self._direct = None
         if sock is not None:
-            ws = self.session.ws
-            if ws is not None and not self.session.outgoing:
-                # Say goodbye the WebSocket way; best effort, the socket is closing.
-                with contextlib.suppress(OSError):
-                    sock.send(ws.close())
+            bye = lifecycle.farewell(self.session)
+            if bye:
+                with contextlib.suppress(OSError):  # best effort: the socket is closing
+                    sock.send(bye)
             with contextlib.suppress(OSError):
                 sock.close()
 
     # -- the I/O thread --------------------------------------------------------------------
 
-    def _main(self) -> None:
+    def _main(self, life: lifecycle.Lifecycle[M]) -> None:
         session = self.session
         try:
-            while True:
-                lost = self._serve()
-                if lost is None or not self._reconnect(lost):
-                    return
+            while self._run_steps(life, self._serve()) is not None:
+                pass
         except BaseException:  # a bug: never leave waiters hanging
             log.exception("stompy I/O thread failed")
             with self.cond:
@@ -522,27 +552,3 @@ class IOThread(Generic[M]):
                 self.session.wrote(time.monotonic())
             if len(out) <= MAX_OUTGOING:
                 self.cond.notify_all()
-
-    def _reconnect(self, lost: StompError) -> bool:
-        """After a loss: reconnect if the policy says so; return whether to go on."""
-        session = self.session
-        with self.cond:
-            self._close_socket()
-            attempts = session.lost(lost)
-            self.cond.notify_all()
-            if attempts is None:
-                return False
-        established = self._attempt(attempts)
-        with self.cond:
-            status: Status = session.status  # a local: another thread changes it
-            if isinstance(established, Attempts):
-                if status is RECONNECTING:
-                    session.give_up(established)
-                    self._close_socket()
-                    self.cond.notify_all()
-                return False
-            if status is not RECONNECTING:  # close() came meanwhile
-                established[0].close()
-                return False
-        self._install(*established)
-        return True
