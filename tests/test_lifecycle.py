@@ -34,12 +34,13 @@ from stompy._engine.lifecycle import (
     Step,
     Write,
     farewell,
+    why_ended,
 )
 from stompy._engine.options import ClientOptions
 from stompy._engine.session import Session
 from stompy._engine.state import Status
-from stompy.errors import ConnectFailed, ConnectionLost, StompError
-from tests.test_session import T0, Delivered, connected, make_session
+from stompy.errors import ConnectFailed, ConnectionLost, ServerError, StompError
+from tests.test_session import T0, Delivered, connected, establish, make_session, receipt
 
 TIMEOUT = 10.0
 QUICK = stompy.Reconnect(max_attempts=3, initial_delay=0.05, jitter=0.0)
@@ -239,6 +240,29 @@ def test_the_websocket_goodbye_is_a_close_frame_unless_bytes_are_unwritten() -> 
     assert farewell(ws_session) == b""  # it would corrupt the frame being written
     ws_session.outgoing.clear()
     assert farewell(ws_session)[:1] == b"\x88"  # a WebSocket close frame
+
+
+def test_why_a_connection_ended_after_a_pump() -> None:
+    """One rule for both transports' pumps (and the anyio timer's, which did not name
+    the unwritten bytes, and its reader, which waited for the end of the stream after
+    the DISCONNECT's receipt)."""
+    session = make_session()
+    establish(session)
+    assert why_ended(session, None, 0) is None  # nothing happened: it goes on
+    server_error = ServerError("refused", None)
+    assert why_ended(session, server_error, 0) is server_error
+    lost = why_ended(session, ConnectionLost("reset"), 2 * 1024 * 1024)
+    assert isinstance(lost, ConnectionLost)
+    assert "2097152 bytes were still to be written" in str(lost)
+    rid = session.begin_close()  # DISCONNECT, and its receipt: the core is closed
+    assert rid is not None
+    session.flush(T0)
+    session.outgoing.clear()
+    session.receive(receipt(rid), T0)
+    assert session.pump(T0).failure is None
+    closed = why_ended(session, None, 0)
+    assert isinstance(closed, ConnectionLost)
+    assert str(closed) == "closed"
 
 
 def test_an_io_error_is_taken_in_the_transports_words() -> None:

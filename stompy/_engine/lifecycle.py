@@ -26,6 +26,13 @@ The rules:
 * Any step of establishing that runs out of ``connect_timeout`` fails the attempt with
   "no CONNECTED ... within the connect timeout"; any other I/O failure with "cannot
   connect to ...: why".
+* After each pump (bytes read, a heart-beat deadline), :func:`why_ended` says whether
+  the connection ended: the failure the pump found (the end of the stream, an ERROR,
+  a WebSocket close already folded in by the transport), or the core closed with
+  nothing left to write (after the DISCONNECT's receipt: the blocking transport ended
+  there, the anyio one waited for the broker's end of stream; both end there now). A
+  :class:`ConnectionLost` with many bytes unwritten names the likely cause
+  (:func:`while_writing`: the anyio timer's failures did not).
 * A lost connection is closed (:data:`HANG_UP`, with the WebSocket's goodbye when the
   link was one: :func:`farewell`) before the session's verdict; every wait is woken
   once the status changed (:data:`CHANGED`).
@@ -40,10 +47,10 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._engine.connecting import Attempts, Handshake
 from stompy._engine.message import MessageBase
-from stompy._engine.session import failure_reason
-from stompy._engine.state import NEW, RECONNECTING, Status
+from stompy._engine.session import failure_reason, while_writing
+from stompy._engine.state import NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._engine.urls import Endpoint
-from stompy.errors import ConnectFailed, StompError
+from stompy.errors import ConnectFailed, ConnectionLost, StompError
 
 if TYPE_CHECKING:
     from stompy._engine.session import Session
@@ -62,6 +69,7 @@ __all__ = (
     "Write",
     "farewell",
     "link_error",
+    "why_ended",
 )
 
 M = TypeVar("M", bound=MessageBase)
@@ -176,6 +184,21 @@ Step = Open | Write | Read | Pause | Serve | Signal
 Steps = Generator[Step, object, None]
 
 _WANTING: Final = (NEW, RECONNECTING)
+
+
+def why_ended(session: Session[M], failure: StompError | None, unsent: int) -> StompError | None:
+    """After a pump that gave ``failure`` (``None``: none), with ``unsent`` bytes not
+    yet written: why the connection ended, or ``None`` when it goes on. The transport
+    ends the connection when this is not ``None`` (a failure while the session is
+    closing is the user's close, not a loss)."""
+    if failure is None:
+        proto = session.proto
+        if proto is None or proto.state is not PROTOCOL_CLOSED or session.outgoing:
+            return None
+        failure = ConnectionLost("closed")
+    if isinstance(failure, ConnectionLost):
+        return while_writing(failure, unsent)
+    return failure
 
 
 def farewell(session: Session[M]) -> bytes:

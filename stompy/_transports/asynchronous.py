@@ -47,7 +47,7 @@ import anyio.lowlevel
 from stompy._engine import lifecycle
 from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
 from stompy._engine.message import MessageBase
-from stompy._engine.session import Session, failure_reason, transport_failed, while_writing
+from stompy._engine.session import Session, failure_reason, transport_failed
 from stompy._engine.state import CLOSED
 from stompy._transports.blocking import bytes_waiting
 from stompy._transports.signal import Signal
@@ -566,11 +566,11 @@ class TaskIO(Generic[M]):
                             while session.outgoing:
                                 await self._drained.wait()
                         failure = ended
+                unsent = self._writing + len(session.outgoing)
+                failure = lifecycle.why_ended(session, failure, unsent)
                 if failure is not None or not data:
                     # After EOF there is nothing more to read: end here rather than
-                    # spin on EndOfStream (after a DISCONNECT receipt, failure is None).
-                    if isinstance(failure, ConnectionLost):
-                        failure = while_writing(failure, self._writing + len(session.outgoing))
+                    # spin on EndOfStream.
                     self._end_epoch(scope, failure)
                     return
         except NETWORK_ERRORS as exc:
@@ -636,6 +636,8 @@ class TaskIO(Generic[M]):
             pumped = session.tick(now, waiting)
             self._pumped(pumped.woke, pumped.replied)
             self.make_room()  # the pump may have moved the backlog the reader waits on
-            if pumped.failure is not None:
-                self._end_epoch(scope, pumped.failure)
+            unsent = self._writing + len(session.outgoing)
+            failure = lifecycle.why_ended(session, pumped.failure, unsent)
+            if failure is not None:
+                self._end_epoch(scope, failure)
                 return

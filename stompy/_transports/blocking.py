@@ -38,8 +38,8 @@ from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
 from stompy._engine.calls import Call, Running, Steps
 from stompy._engine.message import MessageBase
-from stompy._engine.session import MAX_OUTGOING, Session, log, transport_failed, while_writing
-from stompy._engine.state import CLOSED, CLOSING, PROTOCOL_CLOSED, Status
+from stompy._engine.session import MAX_OUTGOING, Session, log, transport_failed
+from stompy._engine.state import CLOSED, CLOSING, Status
 from stompy.errors import ConnectionLost, StompError
 
 __all__ = ("IOThread", "bytes_waiting")
@@ -482,13 +482,10 @@ class IOThread(Generic[M]):
                     with contextlib.suppress(OSError):
                         self._send(sock)
                     failure = ended
-                if failure is None and proto.state is PROTOCOL_CLOSED and not session.outgoing:
-                    failure = ConnectionLost("closed")
+                failure = lifecycle.why_ended(session, failure, len(session.outgoing))
                 if failure is not None:
                     if session.status is CLOSING:
                         return None
-                    if isinstance(failure, ConnectionLost):
-                        failure = while_writing(failure, len(session.outgoing))
                     session.saw_end(failure)
                     return failure
 
