@@ -128,17 +128,40 @@ class _Frame(Protocol):
     def __contains__(self, name: object) -> bool: ...
 
 
+#: The most of an ERROR body's first line that a :class:`ServerError`'s text shows.
+_BODY_LINE_SHOWN = 200
+
+
+def _body_line(body: bytes) -> str:
+    """The first line of an ERROR frame's body that says something, cut short."""
+    for line in body[: 4 * _BODY_LINE_SHOWN].decode("utf-8", "replace").splitlines():
+        line = line.strip()
+        if line:
+            if len(line) > _BODY_LINE_SHOWN:
+                return line[:_BODY_LINE_SHOWN] + "..."
+            return line
+    return ""
+
+
 class ServerError(StompError):
     """The server sent an ERROR frame; it closes the connection after it.
 
     ``frame`` is the ERROR frame, ``message`` its ``message`` header (or its body
-    when the header is missing).
+    when the header is missing), ``body`` the frame's whole body (``b""`` without a
+    frame). The error's text is the ``message``, then the body's first line (cut
+    short) when it says more: some brokers put the cause there ("See below" in the
+    header, the cause in the body: stompserver); then ``note``, what stompy knows of
+    the cause (a refused CONNECT: the ``host`` it sent and what sets it).
     """
 
-    def __init__(self, message: str, frame: _Frame | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, frame: _Frame | None = None, *, note: str = "") -> None:
+        body = frame.body if frame is not None else b""
+        said = _body_line(body)
+        text = f"{message}: {said}" if said and said not in message else message
+        super().__init__(f"{text} ({note})" if note else text)
         self.message = message
         self.frame = frame
+        self.body = body
 
 
 class NetworkError(StompError):
@@ -250,6 +273,7 @@ class TooLargeForServer(MessageTooLarge, ServerError):
         MessageTooLarge.__init__(self, message, limit=limit, size=size, option=option)
         self.message = message
         self.frame = frame
+        self.body = frame.body if frame is not None else b""
 
 
 # -- raising a stored failure again ---------------------------------------------------

@@ -27,6 +27,7 @@ from stompy.errors import (
     StompTimeout,
     TransactionLost,
     WebSocketClosed,
+    _again,
 )
 
 PARENTS: dict[type[Exception], tuple[type[BaseException], ...]] = {
@@ -156,10 +157,29 @@ def test_server_error_carries_the_frame() -> None:
     error = ServerError("no", frame)
     assert error.message == "no"
     assert error.frame is frame
-    assert str(error) == "no"
+    # The body's first line too: some brokers put the cause only there (issue 38).
+    assert str(error) == "no: details"
+    assert error.body == b"details"
     bare = ServerError("gone")
     assert bare.frame is None
+    assert bare.body == b""
     assert bare.args == ("gone",)
+
+
+def test_server_error_shows_the_first_line_of_the_body_cut_short() -> None:
+    # stompserver: "See below" in the header, the cause and a backtrace in the body.
+    body = b"\n  undefined method `find' for nil:NilClass\n  /usr/lib/ruby/queue.rb:12\n"
+    error = ServerError("See below", Frame("ERROR", (("message", "See below"),), body))
+    assert str(error) == "See below: undefined method `find' for nil:NilClass"
+    assert error.body == body  # the whole of it
+    long = ServerError("m", Frame("ERROR", (("message", "m"),), b"x" * 5000))
+    assert str(long) == "m: " + "x" * 200 + "..."
+    # Without a message header the core takes the body as the message: not said twice.
+    same = ServerError("only the body", Frame("ERROR", (), b"only the body"))
+    assert str(same) == "only the body"
+    # A copy raised again (errors._again) says the same and keeps the body.
+    again = _again(error)
+    assert (str(again), again.body, again.message) == (str(error), body, "See below")
 
 
 def test_websocket_closed_carries_the_close_code_and_reason() -> None:

@@ -51,8 +51,9 @@ def check_fresh(errors: list[BaseException], failure: BaseException | None) -> N
         assert error is not failure
         assert type(error) is ServerError
         assert error.__cause__ is failure
-        assert str(error) == str(failure) == "boom"
+        assert str(error) == str(failure) == "boom: the details"  # the body says more (issue 38)
         assert error.message == "boom"
+        assert error.body == b"the details"
         assert error.frame is failure.frame
     assert frames(errors[-1]) <= MOST_FRAMES, frames(errors[-1])
     assert frames(errors[-1]) <= frames(errors[0]) + 2

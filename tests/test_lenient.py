@@ -413,3 +413,78 @@ async def test_the_async_client_consumes_messages_without_message_id(
     assert len(without_id_warnings(caplog)) == 1
     (unsubscribe,) = [f for f in seen if f.command == "UNSUBSCRIBE"]
     assert unsubscribe.get("destination") == "/queue/live"
+
+
+def refuses_late(peer: Peer) -> None:
+    """Answer a SEND's refusal late, as the DISCONNECT arrives: an ERROR, then the end."""
+    peer.connected()
+    for _ in range(1000):  # bounded: the test sends a handful of frames
+        frame = peer.frame()
+        if frame.command == "DISCONNECT":
+            peer.send(
+                "ERROR",
+                ("message", "See below"),
+                body=b"write access to /queue/locked refused\nbacktrace...\n",
+            )
+            return
+    raise AssertionError("more than 1,000 frames")
+
+
+def said_at_close(caplog: pytest.LogCaptureFixture) -> None:
+    """The broker's ERROR during the close was said at INFO or above, as such."""
+    said = [r for r in caplog.records if r.levelno >= logging.INFO]
+    errors = [r for r in said if "write access to /queue/locked refused" in r.getMessage()]
+    assert errors, [r.getMessage() for r in said]
+    assert any(r.levelno == logging.WARNING and "ERROR" in r.getMessage() for r in errors)
+    # Nothing blames a lost connection without naming the ERROR.
+    for record in said:
+        if "lost" in record.getMessage():
+            assert "See below" in record.getMessage()
+
+
+def test_an_error_during_close_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    with (
+        caplog.at_level(logging.DEBUG, logger="stompy"),
+        scripted(refuses_late) as url,
+        stompy.Connection(url, receipt_timeout=TIMEOUT) as conn,
+    ):
+        conn.send("/queue/locked", "x")
+    said_at_close(caplog)
+
+
+@pytest.mark.anyio
+async def test_an_error_during_close_is_reported_async(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="stompy"), scripted(refuses_late) as url:
+        with anyio.fail_after(TIMEOUT):
+            async with stompy.AsyncConnection(url, receipt_timeout=TIMEOUT) as conn:
+                await conn.send("/queue/locked", "x")
+    said_at_close(caplog)
+
+
+def refused_connect_names_the_host(error: stompy.ServerError, host: str) -> None:
+    text = str(error)
+    assert error.message.startswith("CONNECT frame with unknown virtual host")
+    assert f"sent host:{host!r}" in text
+    assert "the host option sets it" in text
+
+
+@pytest.mark.parametrize(("path", "host"), [("", "/"), ("/other", "other")])
+def test_a_refused_connect_names_the_host_it_sent(path: str, host: str) -> None:
+    # CoilMQ refuses STOMP 1.2's CONNECT unless host is its machine's name.
+    with run_broker(virtual_hosts={"vh"}) as broker:
+        conn = stompy.Connection(broker.url + path, connect_timeout=TIMEOUT)
+        with pytest.raises(stompy.ServerError) as info:
+            conn.connect()
+        refused_connect_names_the_host(info.value, host)
+        # The option it names works.
+        with stompy.Connection(broker.url, host="vh", connect_timeout=TIMEOUT) as ok:
+            assert ok.connected
+
+
+@pytest.mark.anyio
+async def test_a_refused_connect_names_the_host_it_sent_async() -> None:
+    with run_broker(virtual_hosts={"vh"}) as broker:
+        with anyio.fail_after(TIMEOUT), pytest.raises(stompy.ServerError) as info:
+            async with stompy.AsyncConnection(broker.url, host="elsewhere"):
+                pass
+    refused_connect_names_the_host(info.value, "elsewhere")

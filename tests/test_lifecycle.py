@@ -20,8 +20,7 @@ import anyio.to_thread
 import pytest
 
 import stompy
-from stompy import Frame, encode
-from stompy._core.codec import FrameParser
+from stompy.protocol import Frame, FrameParser, encode
 from stompy._engine import lifecycle
 from stompy._engine.lifecycle import (
     DROP,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from stompy._core.events import Connected
-from stompy._engine.options import ClientOptions, error_for_event, take_output
+from stompy._engine.options import DEFAULT_VHOST, ClientOptions, error_for_event, take_output
 from stompy._engine.urls import Endpoint
 from stompy.errors import (
     ConnectFailed,
@@ -26,7 +26,7 @@ from stompy.errors import (
 if TYPE_CHECKING:
     from stompy._engine.websocket import WebSocket
 
-__all__ = ("Attempts", "Handshake")
+__all__ = ("Attempts", "Handshake", "refused")
 
 log: Final = logging.getLogger("stompy")
 
@@ -41,6 +41,8 @@ class Handshake:
     def __init__(self, options: ClientOptions, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.proto = options.start(endpoint)
+        #: The CONNECT's ``host`` header, which a refusal names.
+        self.host = options.vhost(endpoint)
         self.ws: WebSocket | None = None
         request = b""
         if endpoint.websocket:
@@ -80,7 +82,7 @@ class Handshake:
                 return reply
             failure = error_for_event(event)
             if isinstance(failure, ServerError):
-                raise failure
+                raise refused(failure, self.host)
             if failure is not None:
                 raise ConnectFailed(f"{endpoint} closed the connection during CONNECT")
             event = proto.next_event()
@@ -89,6 +91,20 @@ class Handshake:
                 raise ConnectFailed(f"{ended} during CONNECT")
             raise ended
         return reply
+
+
+def refused(failure: ServerError, host: str) -> ServerError:
+    """``failure``, the broker's ERROR in answer to CONNECT, naming the ``host`` header
+    sent and what sets it: a broker may refuse a virtual host it does not know (CoilMQ
+    takes only its machine's name with STOMP 1.2, RabbitMQ only its vhosts)."""
+    return ServerError(
+        failure.message,
+        failure.frame,
+        note=(
+            f"the broker refused the CONNECT, which sent host:{host!r}: the host option "
+            f"sets it, else the URL's path, else {DEFAULT_VHOST!r}"
+        ),
+    )
 
 
 class Attempts:

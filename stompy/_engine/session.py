@@ -662,6 +662,8 @@ class Session(Generic[M]):
                         if isinstance(failure, ServerError):
                             failure = too_large(failure, proto)
                             self.notify("on_error", self.options.on_error, failure)
+                            if self.status is CLOSING:
+                                self._error_while_closing(failure)
                         break
                 event = proto.next_event()
         except ProtocolError as exc:
@@ -669,6 +671,14 @@ class Session(Generic[M]):
         delivery.watch(self._now, self.endpoint)
         self.flush(now)
         return Pumped(woke or failure is not None, failure, self.requests.take_replied())
+
+    def _error_while_closing(self, failure: ServerError) -> None:
+        """The broker's ERROR ended the connection while it was closing: no call raises
+        it any more, so it is said here, and the wait for the DISCONNECT's receipt
+        names it rather than a lost connection."""
+        log.warning("the broker sent an ERROR while %s was closing: %s", self.endpoint, failure)
+        if self.ending is None:
+            self.ending = failure
 
     @property
     def paused(self) -> bool:
