@@ -488,3 +488,59 @@ async def test_a_refused_connect_names_the_host_it_sent_async() -> None:
             async with stompy.AsyncConnection(broker.url, host="elsewhere"):
                 pass
     refused_connect_names_the_host(info.value, "elsewhere")
+
+
+def echoes_to_subscribers(peer: Peer) -> None:
+    """Answer each SEND with a ``reply-to`` with a MESSAGE to that destination, as a
+    broker without temporary queues does (CoilMQ, stompserver): only to a subscription
+    to it (the reply is the request's body upper-cased); nothing without one."""
+    peer.connected()
+    subscriptions: dict[str, str] = {}  # destination -> id
+    for n in range(1000):  # bounded: the test sends a handful of frames
+        frame = peer.frame()
+        if frame.command == "SUBSCRIBE":
+            subscriptions[frame.get("destination") or ""] = frame.get("id") or ""
+        reply_to = frame.get("reply-to")
+        if frame.command == "SEND" and reply_to in subscriptions:
+            peer.send(
+                "MESSAGE",
+                ("destination", reply_to),
+                ("subscription", subscriptions[reply_to]),
+                ("message-id", f"m-{n}"),
+                ("correlation-id", frame.get("correlation-id") or ""),
+                body=frame.body.upper(),
+            )
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            peer.send("RECEIPT", ("receipt-id", receipt))
+        if frame.command == "DISCONNECT":
+            return
+    raise AssertionError("more than 1,000 frames")
+
+
+def test_request_subscribes_to_its_replies_on_a_broker_not_known_to_do_it() -> None:
+    # The CONNECTED of the raw server says server:raw/1.0: no RabbitMQ.
+    with (
+        scripted(echoes_to_subscribers) as url,
+        stompy.Connection(url, receipt_timeout=TIMEOUT) as conn,
+    ):
+        assert conn.request("/queue/rpc", "ping", timeout=TIMEOUT).text == "PING"
+        assert conn.request("/queue/rpc", "again", timeout=TIMEOUT).text == "AGAIN"
+
+
+@pytest.mark.anyio
+async def test_request_subscribes_to_its_replies_on_a_broker_not_known_to_do_it_async() -> None:
+    with scripted(echoes_to_subscribers) as url, anyio.fail_after(TIMEOUT):
+        async with stompy.AsyncConnection(url, receipt_timeout=TIMEOUT) as conn:
+            reply = await conn.request("/queue/rpc", "ping", timeout=TIMEOUT)
+            assert reply.text == "PING"
+
+
+def test_request_implicit_on_such_a_broker_times_out_saying_so() -> None:
+    with (
+        scripted(echoes_to_subscribers) as url,
+        stompy.Connection(url, receipt_timeout=TIMEOUT) as conn,
+        pytest.raises(stompy.RequestTimeout) as info,
+    ):
+        conn.request("/queue/rpc", "ping", timeout=0.2, reply_subscription="implicit")
+    assert "reply_subscription='explicit'" in str(info.value)

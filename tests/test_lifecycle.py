@@ -20,7 +20,6 @@ import anyio.to_thread
 import pytest
 
 import stompy
-from stompy.protocol import Frame, FrameParser, encode
 from stompy._engine import lifecycle
 from stompy._engine.lifecycle import (
     DROP,
@@ -39,6 +38,7 @@ from stompy._engine.options import ClientOptions
 from stompy._engine.session import Session
 from stompy._engine.state import Status
 from stompy.errors import ConnectFailed, ConnectionLost, ServerError, StompError
+from stompy.protocol import Frame, FrameParser, encode
 from tests.test_session import T0, Delivered, connected, establish, make_session, receipt
 
 TIMEOUT = 10.0

@@ -71,9 +71,20 @@ def ask(
     return Call(session, T0).request(destination, "ping", opts)
 
 
-def connected_session(**options: object) -> Session[Delivered]:
+def connect(session: Session[Delivered], server: str | None) -> None:
+    """Establish a connection whose CONNECTED frame names ``server`` (or none)."""
+    handshake = session.handshake(session.options.endpoints[0])
+    headers = (("version", "1.2"), *((("server", server),) if server is not None else ()))
+    handshake.receive(encode(Frame("CONNECTED", headers)), T0)
+    session.install(handshake, T0)
+
+
+def connected_session(
+    server: str | None = "RabbitMQ/3.12.1", **options: object
+) -> Session[Delivered]:
+    """A session connected to a broker that delivers replies implicitly (RabbitMQ)."""
     session = make_session(**options)
-    establish(session)
+    connect(session, server)
     session.outgoing.clear()
     return session
 
@@ -213,29 +224,88 @@ def test_a_request_refuses_the_headers_it_writes_itself() -> None:
     assert len(session.requests) == 0
 
 
-def test_activemq_gets_a_subscribe_to_the_temp_queue_once_per_connection() -> None:
-    def connect(session: Session[Delivered], server: str) -> None:
-        handshake = session.handshake(session.options.endpoints[0])
-        headers = (("version", "1.2"), ("server", server))
-        handshake.receive(encode(Frame("CONNECTED", headers)), T0)
-        session.install(handshake, T0)
-
+@pytest.mark.parametrize("server", ["ActiveMQ/5.17.2", "coilmq/1.1.0", None])
+def test_other_brokers_get_a_subscribe_to_a_reply_destination_once_per_connection(
+    server: str | None,
+) -> None:
+    # Only RabbitMQ (and the in-process broker) deliver replies on a subscription of
+    # their own: every other broker, or one that does not say what it is, needs one.
     session = make_session(reconnect=stompy.Reconnect())
-    connect(session, "ActiveMQ/5.17.2")
+    connect(session, server)
     for _ in range(2):
         Running(ask(session)).resume()
-    subscribes = sent_frames(session, "SUBSCRIBE")
-    assert subscribes == [{"destination": REPLY_QUEUE, "id": REPLY_QUEUE, "ack": "auto"}]
+    (subscribe,) = sent_frames(session, "SUBSCRIBE")
+    reply_to = subscribe["destination"]
+    # A name of its own: on a broker without temporary queues, two requesters on one
+    # name would take each other's replies.
+    assert reply_to.startswith(REPLY_QUEUE + "-")
+    assert subscribe == {"destination": reply_to, "id": REPLY_QUEUE, "ack": "auto"}
     session.lost(ConnectionLost("cut"))
-    connect(session, "ActiveMQ/5.17.2")
+    connect(session, server)
     assert sent_frames(session, "SUBSCRIBE") == []  # not replayed ...
     Running(ask(session)).resume()
-    assert len(sent_frames(session, "SUBSCRIBE")) == 1  # ... made at the first request
+    (again,) = sent_frames(session, "SUBSCRIBE")  # ... made at the first request
+    assert again["destination"] != reply_to
+    # The replies come on that subscription, as on RabbitMQ.
+    steps = ask(session)
+    wait = next(steps)
+    (request,) = sent_frames(session, "SEND")
+    assert request["reply-to"] == again["destination"]
+    assert deliver(session, reply(wait.correlation_id, "pong")) == [wait.correlation_id]
 
-    rabbit = make_session()
-    connect(rabbit, "RabbitMQ/3.10.8")
-    Running(ask(rabbit)).resume()
-    assert sent_frames(rabbit, "SUBSCRIBE") == []  # RabbitMQ refuses one
+
+@pytest.mark.parametrize("server", ["RabbitMQ/3.10.8", "stompy-broker/0.1"])
+def test_rabbitmq_and_the_in_process_broker_subscribe_the_connection_themselves(
+    server: str,
+) -> None:
+    session = make_session()
+    connect(session, server)
+    Running(ask(session)).resume()
+    assert sent_frames(session, "SUBSCRIBE") == []  # RabbitMQ refuses one
+
+
+@pytest.mark.parametrize(
+    ("server", "asked", "subscribes"),
+    [("RabbitMQ/3.10.8", "explicit", True), ("ActiveMQ/5.17.2", "implicit", False)],
+)
+def test_reply_subscription_overrides_the_choice(server: str, asked: str, subscribes: bool) -> None:
+    session = make_session()
+    connect(session, server)
+    Running(ask(session, reply_subscription=asked)).resume()
+    assert bool(sent_frames(session, "SUBSCRIBE")) is subscribes
+
+
+def test_reply_subscription_is_checked_before_anything_is_sent() -> None:
+    session = connected_session()
+    with pytest.raises(ConfigurationError, match="reply_subscription"):
+        drive(ask(session, reply_subscription="sometimes"), time_passes)
+    with pytest.raises(TypeError, match="reply_subscription"):
+        drive(ask(session, reply_subscription=True), time_passes)
+    assert not session.outgoing
+    assert len(session.requests) == 0
+
+
+@pytest.mark.parametrize(
+    ("server", "asked", "said"),
+    [
+        ("RabbitMQ/3.10.8", "auto", "implicit, for server 'RabbitMQ/3.10.8'"),
+        ("RabbitMQ/3.10.8", "implicit", "implicit, asked for"),
+        ("coilmq/1.1.0", "auto", "explicit, for server 'coilmq/1.1.0'"),
+        (None, "explicit", "explicit, asked for"),
+    ],
+)
+def test_the_timeout_says_how_the_replies_were_awaited(
+    server: str | None, asked: str, said: str
+) -> None:
+    session = connected_session(server)
+    with pytest.raises(RequestTimeout) as info:
+        drive(ask(session, timeout=1.0, reply_subscription=asked), time_passes)
+    text = str(info.value)
+    assert said in text
+    if said.startswith("implicit"):
+        assert "reply_subscription='explicit'" in text
+    else:
+        assert f"SUBSCRIBE to {REPLY_QUEUE}-" in text
 
 
 def test_reply_goes_to_reply_to_with_the_correlation_id() -> None:

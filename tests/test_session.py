@@ -296,7 +296,7 @@ def test_delivery_on_its_own_routes_to_inboxes_requests_and_the_hook() -> None:
     assert isinstance(inbox.failure, SubscriptionOverflow)
     assert list(inbox) == [first]
     delivery.route(made("s"))  # still in flight for it: dropped quietly
-    request = requests.new("/queue/rpc", 1)
+    request = requests.new("/queue/rpc", 1, "implicit")
     reply = made(REPLY_QUEUE, ("correlation-id", request.correlation_id))
     delivery.route(reply)
     assert request.reply is reply

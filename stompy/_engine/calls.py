@@ -30,7 +30,7 @@ from stompy._engine.inbox import Inbox
 from stompy._engine.keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._engine.message import MessageBase
 from stompy._engine.options import Outgoing, check_overflow
-from stompy._engine.requests import reply_address
+from stompy._engine.requests import REPLY_SUBSCRIPTIONS, reply_address, timed_out
 from stompy._engine.session import MAX_OUTGOING, Session, log
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy.errors import (
@@ -38,7 +38,6 @@ from stompy.errors import (
     ConnectionLost,
     MessageTooLarge,
     ReceiptTimeout,
-    RequestTimeout,
     StompError,
     StompTimeout,
     TransactionLost,
@@ -359,11 +358,13 @@ class Call(Sends[M]):
         (:class:`TypeError` for one not a number), or a header it writes.
         """
         timeout = check_seconds("timeout", options.get("timeout", REQUEST_TIMEOUT))
+        route = options.get("reply_subscription", "auto")
+        check_choice("reply_subscription", route, REPLY_SUBSCRIPTIONS)
         session = self.session
         yield from self.ready()
         deadline = self.now + timeout
         request = session.request(
-            destination, body, options.get("headers"), options.get("content_type")
+            destination, body, options.get("headers"), options.get("content_type"), route
         )
         correlation_id = request.correlation_id
         try:
@@ -376,10 +377,7 @@ class Call(Sends[M]):
                 what = f"the reply to the request to {destination!r} ({correlation_id!r})"
                 self._unanswered(state, ConnectionLost, what, request.epoch)
                 if self.now >= deadline:
-                    raise RequestTimeout(
-                        f"no reply to the request to {destination!r} (correlation-id "
-                        f"{correlation_id!r}) within {timeout} s"
-                    )
+                    raise timed_out(request, timeout)
                 self.now = yield Wait(Waiting.REPLY, deadline, correlation_id=correlation_id)
         finally:
             session.requests.forget(request)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Final, Generic, TypedDict, TypeVar, cast
+from typing import Final, Generic, Literal, TypedDict, TypeVar, cast
 
 from stompy._core.events import AckMode, MessageReceived
 from stompy._core.parser import FrameLimits
@@ -135,12 +135,17 @@ class SubscribeOptions(TypedDict, total=False):
 
 class RequestOptions(TypedDict, total=False):
     """The keywords of ``request()``: the request's ``headers`` and ``content_type`` (as
-    for ``send()``; ``reply-to`` and ``correlation-id`` are the request's own), and
-    ``timeout``, the seconds to wait for the reply (30 by default)."""
+    for ``send()``; ``reply-to`` and ``correlation-id`` are the request's own),
+    ``timeout``, the seconds to wait for the reply (30 by default), and
+    ``reply_subscription``, how the replies reach the connection: ``"auto"`` (the
+    default: by the broker's CONNECTED ``server`` header), ``"implicit"`` (the broker
+    subscribes the connection itself, as RabbitMQ does) or ``"explicit"`` (the
+    connection subscribes to its reply destination, as ActiveMQ and most brokers need)."""
 
     headers: Mapping[str, str] | None
     content_type: str | None
     timeout: float
+    reply_subscription: Literal["auto", "implicit", "explicit"]
 
 
 class OneShotOptions(TypedDict, total=False):

@@ -1,44 +1,63 @@
 """Request/reply: where a request asks for its reply, and which request a reply answers.
 
-:meth:`Session.request` sends with ``reply-to`` naming :data:`REPLY_QUEUE`, a temporary
-queue private to the connection, and a fresh ``correlation-id``, and keeps the
-:class:`Request` in :attr:`Session.requests` (:class:`Requests`) until its waiter is
-done. The broker
-delivers the replies on a subscription of that name (RabbitMQ and the in-process broker
-make it implicitly; on ActiveMQ, :func:`subscribes_to_temp_queue`, the session
-subscribes itself), and the session hands each to the request :func:`answered` names.
-:func:`reply_address` is the other side: where a reply to a received message goes.
+:meth:`Session.request` sends with ``reply-to`` naming a temporary queue and a fresh
+``correlation-id``, and keeps the :class:`Request` in :attr:`Session.requests` until its
+waiter is done. How the replies reach the connection depends on the broker, told by the
+``server`` header of its CONNECTED frame (:func:`explicit_replies`):
+
+* *implicit*: RabbitMQ (and the in-process broker) rewrite ``reply-to:`` :data:`REPLY_QUEUE`
+  into a queue private to the connection and deliver its replies on a subscription
+  they make themselves, whose id is that name (a SUBSCRIBE to it is refused);
+* *explicit*: every other broker (ActiveMQ, CoilMQ, stompserver...) delivers only to a
+  SUBSCRIBE. The session makes one at the connection's first request, to a name of its
+  own under ``/temp-queue/`` (:func:`reply_destination`: ActiveMQ makes it a temporary
+  queue of the connection, other brokers a destination nobody else uses) with
+  :data:`REPLY_QUEUE` as its id.
+
+Either way the replies arrive with ``subscription`` set to :data:`REPLY_QUEUE`, and the
+session hands each to the request :func:`answered` names. ``request(...,
+reply_subscription=...)`` overrides the choice; a :class:`RequestTimeout` says which way
+was used (:func:`timed_out`). :func:`reply_address` is the other side: where a reply to
+a received message goes.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, Literal, TypeVar, get_args
 
 from stompy._core.events import MessageReceived
 from stompy._core.frames import Frame
-from stompy.errors import ConfigurationError, NoReplyTo
+from stompy.errors import ConfigurationError, NoReplyTo, RequestTimeout
 
 __all__ = (
     "REPLY_QUEUE",
+    "REPLY_SUBSCRIPTIONS",
+    "ReplySubscription",
     "Request",
     "Requests",
     "answered",
     "check_request_headers",
+    "explicit_replies",
     "reply_address",
-    "subscribes_to_temp_queue",
+    "reply_destination",
+    "timed_out",
 )
 
-#: The temporary queue a session's requests name in ``reply-to``. RabbitMQ (and the
-#: in-process broker) rewrite it into a queue private to the connection and deliver
-#: its replies on an implicit subscription whose id is this name; ActiveMQ wants a
-#: SUBSCRIBE to it, which the session makes with this name as the id. Either way the
-#: replies arrive with ``subscription`` set to it, and are removed with the connection.
+#: The temporary queue a session's requests name in ``reply-to`` on a broker that
+#: delivers the replies implicitly (RabbitMQ), and the subscription id of the replies
+#: in either way.
 REPLY_QUEUE: Final = "/temp-queue/stompy-replies"
-#: ``server`` header prefixes (lower case) of brokers on which the requester must
-#: SUBSCRIBE to its temporary queue itself (RabbitMQ refuses that SUBSCRIBE).
-_SUBSCRIBE_TO_TEMP_QUEUE: Final = ("activemq/",)
+#: How ``request()`` gets its replies: ``"auto"`` (by the broker's ``server`` header),
+#: ``"implicit"`` (the broker subscribes the connection itself, as RabbitMQ does), or
+#: ``"explicit"`` (the connection SUBSCRIBEs to its reply destination).
+ReplySubscription = Literal["auto", "implicit", "explicit"]
+REPLY_SUBSCRIPTIONS: Final[tuple[str, ...]] = get_args(ReplySubscription)
+#: ``server`` header prefixes (lower case) of the brokers that deliver the replies to a
+#: ``reply-to:/temp-queue/...`` on a subscription of their own making.
+_IMPLICIT_REPLIES: Final = ("rabbitmq/", "stompy-broker/")
 #: The headers :meth:`Session.request` writes itself.
 _REQUEST_HEADERS: Final = ("reply-to", "correlation-id")
 
@@ -51,13 +70,15 @@ M = TypeVar("M", bound=MessageReceived)
 class Request(Generic[M]):
     """One request waiting for its reply (see :meth:`Session.request`)."""
 
-    __slots__ = ("correlation_id", "destination", "epoch", "reply")
+    __slots__ = ("correlation_id", "destination", "epoch", "reply", "route")
 
-    def __init__(self, correlation_id: str, destination: str, epoch: int) -> None:
+    def __init__(self, correlation_id: str, destination: str, epoch: int, route: str = "") -> None:
         self.correlation_id = correlation_id
         self.destination = destination
         #: The connection it was sent on: its reply can only come on that one.
         self.epoch = epoch
+        #: How its reply was awaited, in words (for :func:`timed_out`).
+        self.route = route
         #: The reply, once it came.
         self.reply: M | None = None
 
@@ -79,11 +100,12 @@ class Requests(Generic[M]):
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def new(self, destination: str, epoch: int) -> Request[M]:
+    def new(self, destination: str, epoch: int, route: str) -> Request[M]:
         """A request to ``destination`` on the connection of ``epoch``, with a fresh
-        ``correlation-id``; it waits until :meth:`forget`."""
+        ``correlation-id``, its replies awaited by ``route`` (in words); it waits until
+        :meth:`forget`."""
         self._made += 1
-        request: Request[M] = Request(f"stompy-{self._made}", destination, epoch)
+        request: Request[M] = Request(f"stompy-{self._made}", destination, epoch, route)
         self._waiting[request.correlation_id] = request
         return request
 
@@ -126,10 +148,29 @@ def check_request_headers(headers: Mapping[str, str] | None) -> None:
         )
 
 
-def subscribes_to_temp_queue(server: str | None) -> bool:
-    """Whether the broker of CONNECTED ``server`` wants a SUBSCRIBE to
-    :data:`REPLY_QUEUE` before replies to it arrive (ActiveMQ)."""
-    return server is not None and server.lower().startswith(_SUBSCRIBE_TO_TEMP_QUEUE)
+def explicit_replies(server: str | None, asked: str) -> bool:
+    """Whether the connection must SUBSCRIBE to its reply destination: ``asked`` (a
+    :data:`ReplySubscription`) says so, or with ``"auto"`` the broker of CONNECTED
+    ``server`` is none known to subscribe the connection itself."""
+    if asked != "auto":
+        return asked == "explicit"
+    return server is None or not server.lower().startswith(_IMPLICIT_REPLIES)
+
+
+def reply_destination() -> str:
+    """A fresh reply destination for an explicit subscription: a name under
+    ``/temp-queue/`` no other connection uses (on a broker without temporary queues,
+    two requesters on one name would take each other's replies)."""
+    return f"{REPLY_QUEUE}-{secrets.token_hex(6)}"
+
+
+def timed_out(request: Request[M], timeout: float) -> RequestTimeout:
+    """The error of ``request``, whose reply did not come within ``timeout`` seconds:
+    it says how the replies were awaited, and what to try otherwise."""
+    return RequestTimeout(
+        f"no reply to the request to {request.destination!r} (correlation-id "
+        f"{request.correlation_id!r}) within {timeout} s; {request.route}"
+    )
 
 
 def answered(requests: Mapping[str, Request[M]], reply: Frame) -> Request[M] | None:

@@ -60,7 +60,8 @@ from stompy._engine.requests import (
     Request,
     Requests,
     check_request_headers,
-    subscribes_to_temp_queue,
+    explicit_replies,
+    reply_destination,
 )
 from stompy._engine.state import (
     CLOSED,
@@ -255,6 +256,7 @@ class Session(Generic[M]):
         #: The requests waiting for their reply.
         self.requests: Requests[M] = Requests()
         self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
+        self._reply_to = REPLY_QUEUE  # ... and the destination of that subscription
         #: Messages delivered so far (each one's ``_seq``), and what was answered.
         self._delivered = 0
         self.acks = AckBook()
@@ -532,25 +534,41 @@ class Session(Generic[M]):
         body: bytes | str,
         headers: Mapping[str, str] | None,
         content_type: str | None,
+        reply_subscription: str = "auto",
     ) -> Request[M]:
-        """SEND a request on the current connection: ``reply-to`` is :data:`REPLY_QUEUE`,
-        ``correlation-id`` a fresh one. The request waits in :attr:`requests` until
-        :meth:`forget_request`.
+        """SEND a request on the current connection: ``reply-to`` is where the replies
+        come (see :mod:`stompy._engine.requests`: :data:`REPLY_QUEUE`, or a destination
+        the connection subscribes to at its first request), ``correlation-id`` a fresh
+        one. The request waits in :attr:`requests` until :meth:`forget_request`.
 
         Raises :class:`ConfigurationError` (nothing sent) when ``headers`` has either.
         """
         proto = self.ready()
         check_request_headers(headers)
         server = self.connected.server if self.connected is not None else None
-        if self._reply_subscribed != self.epoch and subscribes_to_temp_queue(server):
-            # ActiveMQ: replies to a /temp-queue/ reach only a SUBSCRIBE to it; the id is
-            # its name, so that they are routed as on RabbitMQ. Not replayed: the next
-            # connection's first request makes it again.
-            proto.subscribe(REPLY_QUEUE, ack="auto", id=REPLY_QUEUE)
-            self._reply_subscribed = self.epoch
-        request = self.requests.new(destination, self.epoch)
+        explicit = explicit_replies(server, reply_subscription)
+        reply_to = REPLY_QUEUE
+        if explicit:
+            if self._reply_subscribed != self.epoch:
+                # Replies reach only a SUBSCRIBE here; its id is REPLY_QUEUE, so that
+                # they are routed as on RabbitMQ. Not replayed: the next connection's
+                # first request makes it again.
+                self._reply_to = reply_destination()
+                proto.subscribe(self._reply_to, ack="auto", id=REPLY_QUEUE)
+                self._reply_subscribed = self.epoch
+            reply_to = self._reply_to
+        chosen = "asked for" if reply_subscription != "auto" else f"for server {server!r}"
+        if explicit:
+            route = f"its replies were awaited on a SUBSCRIBE to {reply_to} (explicit, {chosen})"
+        else:
+            route = (
+                f"its replies were awaited on the subscription a broker makes itself for "
+                f"reply-to:{reply_to}, as RabbitMQ does (implicit, {chosen}); a broker "
+                "that does not needs request(..., reply_subscription='explicit')"
+            )
+        request = self.requests.new(destination, self.epoch, route)
         correlation_id = request.correlation_id
-        sent = {"reply-to": REPLY_QUEUE, "correlation-id": correlation_id, **(headers or {})}
+        sent = {"reply-to": reply_to, "correlation-id": correlation_id, **(headers or {})}
         try:
             proto.send(destination, body, headers=sent, content_type=content_type)
         except BaseException:
