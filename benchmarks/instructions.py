@@ -13,7 +13,7 @@ message costs, set-up and interpreter start-up left out. Paths:
 * ``asyncio-consume``, ``asyncio-publish``, ``trio-consume``, ``trio-publish``: the
   same with ``AsyncConnection`` on that anyio backend (run when named);
 
-and, asked for by name, ``broker-send``: the test broker (``BrokerCore``, no sockets)
+and, asked for by name, ``broker-send``: the test broker (``MessageStore``, no sockets)
 taking SENDs as the Spark connector writes them (100-byte bodies, ``persistent`` and
 ``stompy-dedup-id`` headers), in 64 KiB chunks, one receipt at the end;
 
@@ -64,7 +64,8 @@ def _broker_send(count: int) -> Callable[[], object]:
     """The broker's SEND ingest: a connected session and the chunks to feed it."""
     from benchmarks import codec, workload
     from stompy._core.encoder import encode_frame
-    from stompy.testing import BrokerConfig, BrokerCore
+    from stompy.testing import BrokerConfig
+    from stompy.testing._core.store import MessageStore
 
     body = b"x" * 100
     sends = []
@@ -79,8 +80,8 @@ def _broker_send(count: int) -> Callable[[], object]:
             headers.append(("receipt", "done"))
         sends.append(encode_frame("SEND", headers, body, "1.2"))
     chunks = workload.chunks(b"".join(sends), codec.CHUNK) if count else []
-    core = BrokerCore(BrokerConfig(max_queue=count + 1))
-    session = core.open_session(0.0)
+    store = MessageStore(BrokerConfig(max_queue=count + 1))
+    session = store.open_connection(0.0)
     session.receive_data(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00", 0.0)
     session.data_to_send(0.0)
 

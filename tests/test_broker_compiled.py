@@ -1,11 +1,11 @@
 """The test broker's core compiled (mypyc, in a wheel) and as Python behave the same.
 
-A wheel compiles ``stompy/testing/_core/broker.py``; its ``.py`` is installed beside it. Here
-that source is loaded a second time, as Python, and both cores are driven with the
-same frames from the same clients: every byte each session writes, the counters and
-what the broker says about its connections must agree. Run on the editable install
-both are Python (the test still drives the pure core through every scenario); under
-``nox -s wheel`` the first is the compiled one.
+A wheel compiles the modules of ``stompy/testing/_core/``; their ``.py`` files are
+installed beside them. Here those sources are loaded a second time, as Python, and both
+brokers are driven with the same frames from the same clients: every byte each client
+connection writes, the counters and what the broker says about its connections must
+agree. Run on the editable install both are Python (the test still drives the pure
+broker through every scenario); under ``nox -s wheel`` the first is the compiled one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from hypothesis import given, settings
@@ -22,20 +22,44 @@ from hypothesis import strategies as st
 
 from stompy._core.encoder import encode
 from stompy._core.frames import VERSIONS, Frame
-from stompy.testing._core import broker as _broker
+from stompy.testing._core import records as _records
+from stompy.testing._core import store as _store
+
+#: The modules of ``stompy/testing/_core/``, each after those it imports.
+MODULES = ("records", "destinations", "connection", "store")
 
 
-def _load_pure() -> ModuleType:
-    """``broker.py`` loaded as Python under another name, whatever ``_broker`` is."""
-    name = "stompy.testing._broker_as_python"
-    source = Path(_broker.__file__).with_name("broker.py")
-    spec = importlib.util.spec_from_file_location(name, source)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses looks its module up while it runs
-    spec.loader.exec_module(module)
-    return module
+def _load_pure() -> SimpleNamespace:
+    """The broker's modules loaded again from their ``.py`` files, whatever the
+    imported ones are, each importing the Python copies of the others.
+
+    They are loaded under their own names (they import each other by those), and the
+    imported modules are put back afterwards."""
+    package = "stompy.testing._core"
+    folder = Path(_store.__file__).parent
+    saved = {name: sys.modules.pop(f"{package}.{name}") for name in MODULES}
+    loaded: dict[str, ModuleType] = {}
+    try:
+        for name in MODULES:
+            spec = importlib.util.spec_from_file_location(
+                f"{package}.{name}", folder / f"{name}.py"
+            )
+            assert spec is not None
+            assert spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            # dataclasses and the imports of the next modules look it up there.
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            loaded[name] = module
+    finally:
+        for name, module in saved.items():
+            sys.modules[f"{package}.{name}"] = module
+    return SimpleNamespace(
+        BrokerConfig=loaded["records"].BrokerConfig,
+        MessageStore=loaded["store"].MessageStore,
+        records=loaded["records"],
+        modules=loaded,
+    )
 
 
 PURE = _load_pure()
@@ -90,17 +114,15 @@ def actions(draw: st.DrawFn) -> tuple[int, str, Any]:
     return who, kind, (headers, body)
 
 
-def _run(
-    module: ModuleType, versions: list[str], steps: list[tuple[int, str, Any]]
-) -> list[object]:
-    """What one broker core does with ``steps``: everything it wrote and said."""
-    core = module.BrokerCore(module.BrokerConfig(prefetch=2, max_queue=5))
-    core._token = "t0ken"  # random in each core: the same here, so ids compare
-    core._message_prefix = "message-t0ken-"
+def _run(module: Any, versions: list[str], steps: list[tuple[int, str, Any]]) -> list[object]:
+    """What one broker does with ``steps``: everything it wrote and said."""
+    store = module.MessageStore(module.BrokerConfig(prefetch=2, max_queue=5))
+    store._token = "t0ken"  # random in each store: the same here, so ids compare
+    store._message_prefix = "message-t0ken-"
     seen: list[object] = []
     sessions = []
     for version in versions:
-        session = core.open_session(0.0, "peer")
+        session = store.open_connection(0.0, "peer")
         connect = Frame("CONNECT", (("accept-version", version), ("host", "h")))
         session.receive_data(encode(connect, "1.0"), 0.0)
         sessions.append(session)
@@ -123,9 +145,9 @@ def _run(
         seen.append((session.state.value, session.buffered, session.close_reason))
     for session in sessions:
         seen.append(session.data_to_send(99.0))
-    seen.append(dataclasses.astuple(core.stats))
-    seen.append([dataclasses.astuple(info) for info in core.connection_infos()])
-    seen.append([(d, core.queue_depth(d), core.unacked_count(d)) for d in core.destinations()])
+    seen.append(dataclasses.astuple(store.stats))
+    seen.append([dataclasses.astuple(info) for info in store.connection_infos()])
+    seen.append([(d, store.queue_depth(d), store.unacked_count(d)) for d in store.destinations()])
     return seen
 
 
@@ -134,12 +156,18 @@ def _run(
     versions=st.lists(st.sampled_from(VERSIONS), min_size=3, max_size=3),
     steps=st.lists(actions(), min_size=10, max_size=40),
 )
-def test_the_compiled_and_the_python_broker_core_agree(
+def test_the_compiled_and_the_python_broker_agree(
     versions: list[str], steps: list[tuple[int, str, Any]]
 ) -> None:
-    assert _run(_broker, versions, steps) == _run(PURE, versions, steps)
+    imported = SimpleNamespace(BrokerConfig=_records.BrokerConfig, MessageStore=_store.MessageStore)
+    assert _run(imported, versions, steps) == _run(PURE, versions, steps)
 
 
 def test_the_python_copy_is_python() -> None:
-    assert str(PURE.__file__).endswith(".py")
-    assert not PURE._COMPILED
+    for module in PURE.modules.values():
+        assert str(module.__file__).endswith(".py")
+    assert not PURE.records._COMPILED
+    assert PURE.MessageStore is not _store.MessageStore
+    # The copies use each other, not the imported modules.
+    connection = PURE.MessageStore().open_connection(0.0)
+    assert type(connection) is PURE.modules["connection"].ClientConnection

@@ -327,16 +327,16 @@ async def test_client_that_does_not_read_gets_backpressure() -> None:
 
 
 async def test_a_bug_ends_only_its_own_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stompy.testing import ServerSession
+    from stompy.testing._core.connection import ClientConnection
 
-    original = ServerSession.receive_data
+    original = ClientConnection.receive_data
 
-    def flaky(self: ServerSession, data: bytes, now: float) -> None:
+    def flaky(self: ClientConnection, data: bytes, now: float) -> None:
         if b"BUG" in data:
             raise RuntimeError("simulated bug")
         original(self, data, now)
 
-    monkeypatch.setattr(ServerSession, "receive_data", flaky)
+    monkeypatch.setattr(ClientConnection, "receive_data", flaky)
     async with serve() as broker, client(broker) as good, client(broker) as victim:
         await victim.stream.send(b"BUG")
         assert await victim.eof() == b""

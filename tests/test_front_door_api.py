@@ -211,7 +211,6 @@ HANDED_OUT = frozenset(
         "FaultProxy",
         "Message",
         "MessageReceived",
-        "ServerSession",
         "Subscription",
         "Transaction",
     }
@@ -291,7 +290,6 @@ VALID: dict[str, Callable[[World], Any]] = {
     "url_or_urls": lambda w: w.url,
     "version": lambda w: "1.2",
     # for one call's parameter
-    "SessionState:value": lambda w: next(iter(stompy.testing.SessionState)).value,
     "State:value": lambda w: next(iter(stompy.State)).value,
 }
 
@@ -304,14 +302,12 @@ SERVERS = frozenset({"AsyncBroker", "AsyncFaultProxy", "Broker", "FaultProxy"})
 #: Made without a broker, for their methods.
 CORE_OBJECTS: dict[str, Callable[[], Any]] = {
     "BrokerConfig": lambda: stompy.testing.BrokerConfig(),
-    "BrokerCore": lambda: stompy.testing.BrokerCore(),
     "ClientProtocol": lambda: stompy.ClientProtocol(),
     "Frame": _frame,
     "FrameParser": lambda: stompy.FrameParser("1.2"),
     "MessageReceived": lambda: events.MessageReceived(_frame(), "1", "auto"),
     "ProxyStats": lambda: stompy.testing.ProxyStats(),
     "Reconnect": lambda: stompy.Reconnect(),
-    "ServerSession": lambda: stompy.testing.BrokerCore().open_session(0.0),
 }
 
 

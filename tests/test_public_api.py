@@ -130,3 +130,30 @@ def test_the_reference_documents_each_public_name_once() -> None:
             assert path in entries, f"{path} is public but not in the reference"
     for module_name in ("stompy.errors", "stompy.events", "stompy.engine"):
         assert module_name in entries
+
+
+def test_the_testing_surface_is_what_a_test_of_an_application_needs() -> None:
+    """A broker (in a thread or an event loop), its options and what it reports, and
+    the fault proxy; the broker's insides stay in ``stompy.testing._core``."""
+    import stompy.testing
+
+    assert set(stompy.testing.__all__) == {
+        "AsyncBroker",
+        "AsyncFaultProxy",
+        "Broker",
+        "BrokerConfig",
+        "BrokerOptions",
+        "BrokerStats",
+        "ConnectionInfo",
+        "FaultProxy",
+        "ProxyConnectionInfo",
+        "ProxyStats",
+        "SubscriberInfo",
+        "fault_proxy",
+        "run_broker",
+        "run_fault_proxy",
+        "serve",
+    }
+    for internal in ("BrokerCore", "ServerSession", "SessionState", "StoredMessage"):
+        with pytest.raises(AttributeError):
+            getattr(stompy.testing, internal)

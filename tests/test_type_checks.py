@@ -18,7 +18,8 @@ import pytest
 import stompy
 from stompy import ClientProtocol, ConfigurationError, Frame, FrameParser, StompError, encode
 from stompy._core.heartbeat import format_heartbeat
-from stompy.testing import Broker, BrokerConfig, BrokerCore, serve
+from stompy.testing import Broker, BrokerConfig, serve
+from stompy.testing._core.store import MessageStore
 
 #: Every wait of these tests is bounded by this many seconds.
 LIMIT = 10.0
@@ -135,15 +136,15 @@ def test_broker_config_names_the_field() -> None:
     wrong_type(lambda: make(users=["guest"]), "users")
 
 
-def test_broker_core_refuses_wrong_types() -> None:
-    loose: Any = BrokerCore
+def test_broker_store_refuses_wrong_types() -> None:
+    loose: Any = MessageStore
     wrong_type(lambda: loose({"prefetch": 1}), "config")
-    core: Any = BrokerCore()
-    wrong_type(lambda: core.open_session("now"), "now")
-    wrong_type(lambda: core.open_session(0.0, 7), "peer")
+    core: Any = MessageStore()
+    wrong_type(lambda: core.open_connection("now"), "now")
+    wrong_type(lambda: core.open_connection(0.0, 7), "peer")
     wrong_type(lambda: core.queue_depth(7), "destination")
     wrong_type(lambda: core.unacked_count(7), "destination")
-    session = core.open_session(0.0)
+    session = core.open_connection(0.0)
     wrong_type(lambda: session.receive_data(b"", "now"), "now")
     wrong_type(lambda: session.receive_data(None, 0.0), "data")
     wrong_type(lambda: session.data_to_send("now"), "now")

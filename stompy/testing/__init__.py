@@ -32,15 +32,11 @@ from typing import TYPE_CHECKING, Any
 from stompy._public import publish
 
 if TYPE_CHECKING:
-    from stompy.testing._core.broker import (
+    from stompy.testing._core.records import (
         BrokerConfig,
-        BrokerCore,
         BrokerOptions,
         BrokerStats,
         ConnectionInfo,
-        ServerSession,
-        SessionState,
-        StoredMessage,
         SubscriberInfo,
     )
     from stompy.testing._proxy import (
@@ -59,22 +55,22 @@ __all__ = (
     "AsyncFaultProxy",
     "Broker",
     "BrokerConfig",
-    "BrokerCore",
     "BrokerOptions",
     "BrokerStats",
     "ConnectionInfo",
     "FaultProxy",
     "ProxyConnectionInfo",
     "ProxyStats",
-    "ServerSession",
-    "SessionState",
-    "StoredMessage",
     "SubscriberInfo",
     "fault_proxy",
     "run_broker",
     "run_fault_proxy",
     "serve",
 )
+
+# What a test of an application needs: a broker (in a thread, or in an event loop),
+# its options and what it reports, and the fault proxy. The broker's insides (the
+# store, the per-connection protocol handler) are private: stompy.testing._core.
 
 # Imported on first use: the pytest plugin lives in this package and is loaded by
 # every pytest run, so importing the package must cost next to nothing.
@@ -95,11 +91,11 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    home = _HOMES.get(name, "_core.broker")
+    home = _HOMES.get(name, "_core.records")
     module = importlib.import_module(f"{__name__}.{home}")
     # Every public name of that module at once, documented, shown and pickled as
     # stompy.testing's (stompy/_public.py).
-    names = [public for public in __all__ if _HOMES.get(public, "_core.broker") == home]
+    names = [public for public in __all__ if _HOMES.get(public, "_core.records") == home]
     publish(vars(module), names, __name__)
     globals().update((public, getattr(module, public)) for public in names)
     return globals()[name]

@@ -1,23 +1,23 @@
 """The broker's anyio transport: it moves bytes and keeps time, and decides nothing.
 
-Every connection is one :class:`~stompy.testing._core.broker.ServerSession` served by three
-tasks in one task group:
+Every connection is one :class:`~stompy.testing._core.connection.ClientConnection` (the
+broker's side of it, without I/O) served by three tasks in one task group:
 
-* the reader feeds received bytes to the session; it stops reading while the
-  session's unsent output is over its bound (a client that sends without reading
+* the reader feeds received bytes to the client connection; it stops reading while
+  its unsent output is over its bound (a client that sends without reading
   gets TCP backpressure) and while the connection is paused;
-* the writer is the only task that writes: it drains the session's output, and once
-  the session is closing (ERROR or DISCONNECT receipt queued) it flushes, half-closes
+* the writer is the only task that writes: it drains the output, and once the connection
+  is closing (ERROR or DISCONNECT receipt queued) it flushes, half-closes
   and waits for the client's EOF, so the last frame is not lost to a reset;
-* the timer sleeps until the session's next deadline (CONNECT timeout, heart-beats)
+* the timer sleeps until the connection's next deadline (CONNECT timeout, heart-beats)
   and bounds the closing: a client that neither reads nor closes is cut off after
   ``LINGER`` seconds.
 
 Any anyio byte stream can be served (:meth:`AsyncBroker.serve_stream`), so another
 framing only needs to present itself as one: with ``serve(websocket=True)`` a second
 listener runs the WebSocket handshake and serves a
-:class:`~stompy._engine.websocket.WebSocketStream` over the same core (same queues, same
-sessions), writing one STOMP frame per WebSocket message.
+:class:`~stompy._engine.websocket.WebSocketStream` over the same store (same queues, same
+connections), writing one STOMP frame per WebSocket message.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from stompy._checks import check_type, wrong_type
 from stompy._engine.keywords import check, keys
 from stompy._transports.signal import Signal
 from stompy.errors import StompError
-from stompy.testing._core.broker import BrokerConfig, BrokerCore, BrokerOptions, SessionState
+from stompy.testing._core.records import BrokerConfig, BrokerOptions, ConnectionState
+from stompy.testing._core.store import MessageStore
 from stompy.testing._shared import (
     CHUNK,
     STREAM_ERRORS,
@@ -52,7 +53,8 @@ from stompy.testing._shared import (
 
 if TYPE_CHECKING:
     from stompy._engine.websocket import WebSocketStream
-    from stompy.testing._core.broker import BrokerStats, ConnectionInfo, ServerSession
+    from stompy.testing._core.connection import ClientConnection
+    from stompy.testing._core.records import BrokerStats, ConnectionInfo
 
 __all__ = ("BROKER_OPTIONS", "LINGER", "AsyncBroker", "serve", "tls_context")
 
@@ -69,12 +71,14 @@ _STREAM_METHODS: Final = ("receive", "send", "aclose")
 
 
 class _Connection:
-    """One served stream and its session."""
+    """One served stream and the broker's side of it."""
 
-    def __init__(self, broker: AsyncBroker, stream: anyio.abc.ByteStream, session: ServerSession):
+    def __init__(
+        self, broker: AsyncBroker, stream: anyio.abc.ByteStream, client: ClientConnection
+    ) -> None:
         self.broker = broker
         self.stream = stream
-        self.session = session
+        self.client = client
         self.scope = anyio.CancelScope()
         #: The client closed its side (or the stream broke).
         self.eof = False
@@ -94,7 +98,7 @@ class _Connection:
                 await self._changed.wait()
 
     async def run(self) -> None:
-        session = self.session
+        client = self.client
         with self.scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read)
@@ -113,13 +117,13 @@ class _Connection:
                     await self.wait()
                 tg.cancel_scope.cancel()
         if self.dropped:
-            session.close("dropped by the broker")
+            client.close("dropped by the broker")
 
     async def _read(self) -> None:
-        session = self.session
+        client = self.client
         while True:
-            while not session.wants_data:
-                if session.state is SessionState.CLOSED:
+            while not client.wants_data:
+                if client.state is ConnectionState.CLOSED:
                     return
                 await self.wait()
             try:
@@ -128,58 +132,56 @@ class _Connection:
                 data = b""
             if not data:
                 self.eof = True
-                if not session.finished:
-                    session.receive_eof()
+                if not client.finished:
+                    client.receive_eof()
                 self.notify()
                 self.broker._wake()
                 return
-            was_waiting = session.state is SessionState.AWAITING_CONNECT
-            session.receive_data(data, anyio.current_time())
-            if was_waiting and session.state is SessionState.CONNECTED:
+            was_waiting = client.state is ConnectionState.AWAITING_CONNECT
+            client.receive_data(data, anyio.current_time())
+            if was_waiting and client.state is ConnectionState.CONNECTED:
                 logger.info(
                     "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
-                    session.id,
-                    session.version,
-                    session.login,
-                    session.host,
-                    session.heartbeats,
+                    client.id,
+                    client.version,
+                    client.login,
+                    client.host,
+                    client.heartbeats,
                 )
             self.broker._wake()
 
     async def _write(self) -> None:
-        session = self.session
+        client = self.client
         ws = self.broker._websocket_stream(self.stream)
         while True:
-            if not session.paused:
-                # Over WebSocket each frame is a message of its own: note the frames
-                # before the session joins them.
-                frames = list(session._out) if ws is not None else []
-                data = session.data_to_send(anyio.current_time())
+            if not client.paused:
+                # Over WebSocket each frame is a message of its own.
+                frames = client.frames_to_send(anyio.current_time())
                 self.broker._wake()
-                if data:
+                if frames:
                     try:
-                        if ws is not None and sum(map(len, frames)) == len(data):
+                        if ws is not None:
                             await ws.send_frames(frames)
                         else:
-                            await self.stream.send(data)
+                            await self.stream.send(b"".join(frames))
                     except STREAM_ERRORS:
                         self.eof = True
-                        session.close("connection lost")
+                        client.close("connection lost")
                         self.broker._wake()
                         return
                     self.notify()
                     continue
-                if session.finished:
+                if client.finished:
                     return
             await self.wait()
 
     async def _time(self) -> None:
-        session = self.session
-        while not session.finished:
-            deadline = session.next_deadline()
+        client = self.client
+        while not client.finished:
+            deadline = client.next_deadline()
             now = anyio.current_time()
             if deadline is not None and deadline <= now:
-                session.handle_timer(now)
+                client.handle_timer(now)
                 self.broker._wake()
                 continue
             await self.wait(None if deadline is None else deadline - now)
@@ -197,14 +199,14 @@ class AsyncBroker:
 
     def __init__(
         self,
-        core: BrokerCore,
+        store: MessageStore,
         host: str,
         port: int,
         *,
         tls: bool = False,
         ws_port: int | None = None,
     ) -> None:
-        self._core = core
+        self._store = store
         #: The address the broker listens on, as given to :func:`serve`.
         self.host = host
         #: The real port (never 0).
@@ -236,31 +238,31 @@ class AsyncBroker:
 
     @property
     def config(self) -> BrokerConfig:
-        return self._core.config
+        return self._store.config
 
     # -- inspection --------------------------------------------------------------------
 
     def queue_depth(self, destination: str) -> int:
         """Messages waiting in a queue (not counting delivered, unacked ones)."""
-        return self._core.queue_depth(destination)
+        return self._store.queue_depth(destination)
 
     def unacked_count(self, destination: str | None = None) -> int:
         """Messages delivered and not yet acknowledged, for one destination or all."""
-        return self._core.unacked_count(destination)
+        return self._store.unacked_count(destination)
 
     @property
     def connections(self) -> tuple[ConnectionInfo, ...]:
         """A snapshot of every open connection (session id, login, version, ...)."""
-        return self._core.connection_infos()
+        return self._store.connection_infos()
 
     @property
     def stats(self) -> BrokerStats:
         """A snapshot of the broker's counters."""
-        return self._core.stats
+        return self._store.stats
 
     def destinations(self) -> tuple[str, ...]:
         """Destinations that currently hold messages or subscriptions."""
-        return self._core.destinations()
+        return self._store.destinations()
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Poll ``predicate`` until it is true; raise :class:`TimeoutError` after ``timeout``."""
@@ -278,7 +280,7 @@ class AsyncBroker:
             connection.dropped = True
             connection.scope.cancel()
         with anyio.move_on_after(LINGER + 1.0):
-            while any(c.session.id in self._connections for c in connections):
+            while any(c.client.id in self._connections for c in connections):
                 await anyio.sleep(0.002)
         return len(connections)
 
@@ -290,7 +292,7 @@ class AsyncBroker:
         zeroes :attr:`stats`. The configuration stays. Returns once done.
         """
         await self.drop_all_connections()
-        self._core.reset()  # also ends a connection that came in meanwhile
+        self._store.reset()  # also ends a connection that came in meanwhile
         for connection in list(self._connections.values()):
             connection.notify()
 
@@ -311,14 +313,14 @@ class AsyncBroker:
         Raises :class:`KeyError` for an unknown session id.
         """
         for connection in self._select(session):
-            connection.session.pause()
+            connection.client.pause()
             connection.notify()
 
     def resume(self, session: str | None = None) -> None:
         """Undo :meth:`pause`; heart-beat clocks restart now."""
         now = anyio.current_time()
         for connection in self._select(session):
-            connection.session.resume(now)
+            connection.client.resume(now)
             connection.notify()
         self._wake()
 
@@ -329,14 +331,14 @@ class AsyncBroker:
         """
         check_type("session", session, str, "a session id (a str)")
         (connection,) = self._select(session)
-        connection.session.send_raw(data)
+        connection.client.send_raw(data)
         self._wake()
 
     # -- serving -----------------------------------------------------------------------
 
     def _wake(self) -> None:
-        for session in self._core.pop_ready():
-            connection = self._connections.get(session.id)
+        for client in self._store.pop_ready():
+            connection = self._connections.get(client.id)
             if connection is not None:
                 connection.notify()
 
@@ -350,23 +352,23 @@ class AsyncBroker:
         """
         if not all(callable(getattr(stream, name, None)) for name in _STREAM_METHODS):
             raise wrong_type("stream", "an anyio byte stream", stream)
-        session = self._core.open_session(anyio.current_time(), peer)
-        connection = _Connection(self, stream, session)
-        self._connections[session.id] = connection
-        logger.info("%s: connection from %s", session.id, peer or "?")
+        client = self._store.open_connection(anyio.current_time(), peer)
+        connection = _Connection(self, stream, client)
+        self._connections[client.id] = connection
+        logger.info("%s: connection from %s", client.id, peer or "?")
         try:
             await connection.run()
         except Exception:
-            self._core.record_internal_error()
-            logger.exception("%s: internal error", session.id)
+            self._store.record_internal_error()
+            logger.exception("%s: internal error", client.id)
         finally:
-            session.close("closed")
-            del self._connections[session.id]
+            client.close("closed")
+            del self._connections[client.id]
             self._wake()
             with anyio.CancelScope(shield=True):
                 with suppress(*STREAM_ERRORS):
                     await stream.aclose()
-            logger.info("%s: closed (%s)", session.id, session.close_reason)
+            logger.info("%s: closed (%s)", client.id, client.close_reason)
 
     async def _serve_socket(self, stream: anyio.abc.ByteStream) -> None:
         await self.serve_stream(stream, peer_name(stream))
@@ -377,7 +379,7 @@ class AsyncBroker:
 
         peer = peer_name(stream)
         try:
-            with anyio.fail_after(self._core.config.connect_timeout):
+            with anyio.fail_after(self._store.config.connect_timeout):
                 ws = await WebSocketStream.accept(stream)
         except (TimeoutError, StompError, *STREAM_ERRORS) as exc:
             logger.info("WebSocket handshake from %s failed: %s", peer or "?", exc)
@@ -430,7 +432,7 @@ async def serve(
     check(options, BROKER_OPTIONS, "serve")
     check_listener("serve", host, port=port, websocket_port=websocket_port)
     context = tls_context(ssl, ssl_context)
-    core = BrokerCore(BrokerConfig(**options))
+    store = MessageStore(BrokerConfig(**options))
     if websocket:
         import stompy._engine.websocket  # noqa: F401  (fail now, with the extra named)
     listeners: list[anyio.abc.Listener[Any]] = []
@@ -443,7 +445,7 @@ async def serve(
             ws_tcp = await anyio.create_tcp_listener(local_host=host, local_port=websocket_port)
             listeners.append(_secured(ws_tcp, context))
             ws_port = ws_tcp.listeners[0].extra(SocketAttribute.local_port)
-        broker = AsyncBroker(core, host, real_port, tls=context is not None, ws_port=ws_port)
+        broker = AsyncBroker(store, host, real_port, tls=context is not None, ws_port=ws_port)
         async with serving_task_group() as tg:
             tg.start_soon(listeners[0].serve, broker._serve_socket, tg)
             logger.info("listening on %s", broker.url)

@@ -10,7 +10,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from typing_extensions import Unpack
 
 from stompy._engine.keywords import check
-from stompy.testing._core.broker import BrokerConfig, BrokerOptions, BrokerStats, ConnectionInfo
+from stompy.testing._core.records import BrokerConfig, BrokerOptions, BrokerStats, ConnectionInfo
 from stompy.testing._server import BROKER_OPTIONS, AsyncBroker, serve, tls_context
 from stompy.testing._shared import InThread, check_listener
 
