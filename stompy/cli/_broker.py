@@ -22,6 +22,9 @@ def broker_options(args: argparse.Namespace) -> dict[str, Any]:
         options["max_queue"] = args.max_queue
     if args.max_stored_bytes is not None:
         options["max_stored_bytes"] = args.max_stored_bytes
+    for name in ("max_backlog_bytes", "max_subscriptions", "max_partial_bytes", "frame_timeout"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     if args.users:
         options["users"] = dict(args.users)
     if args.vhost:

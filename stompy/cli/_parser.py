@@ -188,7 +188,33 @@ _BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = 
         "--max-stored-bytes",
         values.positive(int),
         "N",
-        "body bytes all queues hold at most (default 256 MiB)",
+        "body bytes the broker holds at most, queues and slow topic subscribers' "
+        "backlogs (default 256 MiB)",
+    ),
+    (
+        "--max-backlog-bytes",
+        values.positive(int),
+        "N",
+        "body bytes one topic subscription holds for a slow consumer; over it, its oldest "
+        "are dropped, with a warning (default 64 MiB)",
+    ),
+    (
+        "--max-subscriptions",
+        values.positive(int),
+        "N",
+        "subscriptions one connection holds at most (default 1000)",
+    ),
+    (
+        "--max-partial-bytes",
+        values.positive(int),
+        "N",
+        "bytes of unfinished frames all connections hold at most (default 128 MiB)",
+    ),
+    (
+        "--frame-timeout",
+        values.positive(float),
+        "S",
+        "seconds a client has to finish a frame it started (default 60)",
     ),
     (
         "--websocket",

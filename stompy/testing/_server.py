@@ -22,17 +22,19 @@ connections), writing one STOMP frame per WebSocket message.
 
 from __future__ import annotations
 
+import errno
 import logging
 import ssl as _ssl
 import sys
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
+from anyio.streams.stapled import MultiListener
 from anyio.streams.tls import TLSListener
 from typing_extensions import Unpack
 
@@ -66,6 +68,12 @@ LINGER: Final = 2.0
 #: The keywords :func:`serve` and :func:`~stompy.testing.run_broker` pass on to
 #: :class:`BrokerConfig`; any other is refused with a ``TypeError`` naming the call.
 BROKER_OPTIONS: Final = keys(BrokerOptions)
+#: ``accept()``'s errors while the process (or the system) is out of file descriptors
+#: or socket memory: the broker waits for some to be freed, and serves on meanwhile.
+_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: Seconds between attempts to accept while out of descriptors. The connections that
+#: wait meanwhile are in the listening socket's backlog.
+ACCEPT_RETRY: Final = 0.1
 #: What :meth:`AsyncBroker.serve_stream` calls on its stream.
 _STREAM_METHODS: Final = ("receive", "send", "aclose")
 
@@ -138,7 +146,11 @@ class _Connection:
                 self.broker._wake()
                 return
             was_waiting = client.state is ConnectionState.AWAITING_CONNECT
+            before = client.next_deadline()
             client.receive_data(data, anyio.current_time())
+            after = client.next_deadline()
+            if after is not None and (before is None or after < before):
+                self.notify()  # the timer sleeps until a later deadline, or none
             if was_waiting and client.state is ConnectionState.CONNECTED:
                 logger.info(
                     "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
@@ -438,12 +450,12 @@ async def serve(
     listeners: list[anyio.abc.Listener[Any]] = []
     try:
         tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
-        listeners.append(_secured(tcp, context))
+        listeners.append(_secured(_PatientListener(tcp), context))
         real_port = tcp.listeners[0].extra(SocketAttribute.local_port)
         ws_port: int | None = None
         if websocket:
             ws_tcp = await anyio.create_tcp_listener(local_host=host, local_port=websocket_port)
-            listeners.append(_secured(ws_tcp, context))
+            listeners.append(_secured(_PatientListener(ws_tcp), context))
             ws_port = ws_tcp.listeners[0].extra(SocketAttribute.local_port)
         broker = AsyncBroker(store, host, real_port, tls=context is not None, ws_port=ws_port)
         async with serving_task_group() as tg:
@@ -480,6 +492,63 @@ def tls_context(
             f"not {ssl!r}"
         )
     return ssl
+
+
+class _PatientListener(anyio.abc.Listener[anyio.abc.SocketStream]):
+    """TCP listeners that, out of file descriptors, wait for some to be freed and
+    accept again, rather than end the broker: anyio's let ``accept()``'s ``OSError``
+    out of the task group, and every connection would go with it."""
+
+    def __init__(self, tcp: MultiListener[anyio.abc.SocketStream]) -> None:
+        self._tcp = tcp
+        #: Whether accepting waits for descriptors now (warned once each time).
+        self._short = False
+
+    async def serve(
+        self,
+        handler: Callable[[anyio.abc.SocketStream], Any],
+        task_group: anyio.abc.TaskGroup | None = None,
+    ) -> None:
+        async with anyio.create_task_group() as own:
+            for listener in self._tcp.listeners:
+                # What create_tcp_listener() makes: they accept one at a time.
+                socket_listener = cast(anyio.abc.SocketListener, listener)
+                own.start_soon(self._accept, socket_listener, handler, task_group or own)
+
+    async def _accept(
+        self,
+        listener: anyio.abc.SocketListener,
+        handler: Callable[[anyio.abc.SocketStream], Any],
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except (OSError, anyio.BrokenResourceError) as exc:
+                # anyio's trio backend raises the OSError as the cause of its own.
+                error = exc if isinstance(exc, OSError) else exc.__cause__
+                if not isinstance(error, OSError) or error.errno not in _OUT_OF_DESCRIPTORS:
+                    raise
+                if not self._short:
+                    self._short = True
+                    logger.warning(
+                        "out of file descriptors (%s): new connections wait until some "
+                        "close (raise the limit with ulimit -n)",
+                        error.strerror,
+                    )
+                await anyio.sleep(ACCEPT_RETRY)
+                continue
+            if self._short:
+                self._short = False
+                logger.warning("file descriptors are free again: accepting connections")
+            task_group.start_soon(handler, stream)
+
+    async def aclose(self) -> None:
+        await self._tcp.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        return self._tcp.extra_attributes
 
 
 def _secured(

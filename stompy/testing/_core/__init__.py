@@ -51,7 +51,12 @@ Flow control: a connection receives no deliveries while its unsent output is abo
 while it holds ``prefetch`` unacknowledged messages. Deliveries resume when the
 transport drains the output or the client acks. Messages wait in their queue (or a
 topic subscription's backlog) meanwhile: storage is in memory, bounded by
-``max_queue`` and ``max_stored_bytes``. A SEND over those bounds gets an ERROR that
-names the limit; a topic backlog over ``max_queue`` drops its oldest message (with
-one WARNING per subscription).
+``max_queue`` and ``max_stored_bytes`` (queues and backlogs together), and each
+backlog by ``max_backlog_bytes``. A SEND to a queue over those bounds gets an ERROR
+that names the limit; a topic backlog over them drops its oldest message (with one
+WARNING per subscription): a slow subscriber never makes its topic refuse a SEND.
+
+Unfinished frames are bounded too: all connections together hold at most
+``max_partial_bytes`` of them, and a frame must be finished ``frame_timeout`` seconds
+after its first byte arrived; else the connection gets an ERROR and is closed.
 """

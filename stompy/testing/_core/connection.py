@@ -46,6 +46,7 @@ from stompy.testing._core.records import (
     ConnectionInfo,
     Reject,
     SubscriberInfo,
+    logger,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +68,14 @@ _SEND_DESTINATION: Final = "SEND\ndestination:"
 _CONTROL_LINE: Final = re.compile(
     f"\n(?:(?:{'|'.join(sorted(_BROKER_HEADERS))}):|reply-to:{TEMP_QUEUE_PREFIX})"
 )
+
+
+def _too_many_subscriptions(limit: int, what: str) -> str:
+    return (
+        f"too many subscriptions for {what}: this connection has {limit}, the broker's "
+        f"max_subscriptions limit (raise it with serve(max_subscriptions=...) or stompy "
+        "broker --max-subscriptions)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +119,10 @@ class ClientConnection:
         #: subscriptions, by id (the ``/temp-queue/NAME`` itself).
         self._temp_queues: dict[str, Subscription] = {}
         self._released = False
+        #: Bytes of an unfinished frame the parser holds, counted in the store.
+        self._partial = 0
+        #: When the first byte of the unfinished frame arrived (None: no such frame).
+        self._frame_started: float | None = None
 
     # -- views -------------------------------------------------------------------------
 
@@ -341,11 +354,46 @@ class ClientConnection:
                 self._error(Reject("malformed frame received", body=str(exc)), None)
                 return
             if frame is None:
-                return
+                break
+            self._frame_started = None
             try:
                 self._handle(frame, now)
             except Reject as reject:
                 self._error(reject, frame)
+        if self.state in READING:
+            self._hold_partial(now)
+
+    def _hold_partial(self, now: float) -> None:
+        """Count what the parser holds of an unfinished frame in the store, and since
+        when; ERROR when all connections together hold more than ``max_partial_bytes``."""
+        held = self._parser.buffered
+        if not held:
+            self._frame_started = None
+        elif self._frame_started is None:
+            self._frame_started = now
+        if held == self._partial:
+            return
+        total = self.store.hold_partial(held - self._partial)
+        self._partial = held
+        limit = self._config.max_partial_bytes
+        if held and total > limit:
+            logger.warning(
+                "%s: unfinished frames hold %d bytes, over max_partial_bytes (%d): "
+                "this connection, which holds %d of them, is closed",
+                self.id,
+                total,
+                limit,
+                held,
+            )
+            self._error(
+                Reject(
+                    f"unfinished frames of all connections hold {total} bytes, the broker's "
+                    f"max_partial_bytes limit is {limit} (this connection holds {held} of "
+                    "them; raise it with serve(max_partial_bytes=...) or stompy broker "
+                    "--max-partial-bytes)"
+                ),
+                None,
+            )
 
     def receive_eof(self) -> None:
         """The client closed the connection."""
@@ -371,6 +419,11 @@ class ClientConnection:
             return
         self._released = True
         self._heartbeat = None
+        # What follows is discarded: the parser's buffer goes now.
+        self.store.hold_partial(-self._partial)
+        self._partial = 0
+        self._frame_started = None
+        self._parser = FrameParser(self.version, self._config.limits)
         # "Any started transactions which have not been committed will be implicitly
         # aborted if the client sends a DISCONNECT frame or if the TCP connection
         # fails for any reason." (1.2, BEGIN)
@@ -560,7 +613,7 @@ class ClientConnection:
         if sub is None:
             limit = self._config.max_subscriptions
             if len(self._subscriptions) >= limit:
-                raise Reject(f"too many subscriptions (the limit is {limit}) for {name!r}")
+                raise Reject(_too_many_subscriptions(limit, f"reply-to {name!r}"))
             if name in self._subscriptions:
                 raise Reject(f"reply-to {name!r}: a subscription of this connection has that id")
             sub = self.store.open_temp_queue(self, name)
@@ -592,7 +645,7 @@ class ClientConnection:
         if ack not in _ACK_MODES:
             raise Reject(f"invalid ack mode {ack!r}: want auto, client or client-individual")
         if len(self._subscriptions) >= config.max_subscriptions:
-            raise Reject(f"too many subscriptions (the limit is {config.max_subscriptions})")
+            raise Reject(_too_many_subscriptions(config.max_subscriptions, repr(sub_id)))
         prefetch = config.prefetch
         requested = frame.get("prefetch-count")
         if requested is not None:
@@ -732,12 +785,19 @@ class ClientConnection:
         """When :meth:`handle_timer` must next be called (``None``: never)."""
         if self.state is AWAITING:
             return self._opened + self._config.connect_timeout
-        if self.state is CONNECTED and self._heartbeat and not self.paused:
-            return self._heartbeat.deadline()
-        return None
+        if self.state is not CONNECTED or self.paused:
+            return None
+        deadline = None if self._heartbeat is None else self._heartbeat.deadline()
+        started = self._frame_started
+        if started is not None:
+            frame_deadline = started + self._config.frame_timeout
+            if deadline is None or frame_deadline < deadline:
+                deadline = frame_deadline
+        return deadline
 
     def handle_timer(self, now: float) -> None:
-        """Queue a heart-beat EOL when one is due; drop a silent or late client."""
+        """Queue a heart-beat EOL when one is due; drop a silent or late client, and
+        one that started a frame and did not finish it within ``frame_timeout``."""
         if self.state is AWAITING:
             if now >= self._opened + self._config.connect_timeout:
                 self._error(
@@ -745,8 +805,30 @@ class ClientConnection:
                     None,
                 )
             return
+        if self.state is not CONNECTED or self.paused:
+            return
+        started = self._frame_started
+        if started is not None and now >= started + self._config.frame_timeout:
+            timeout = self._config.frame_timeout
+            logger.warning(
+                "%s: a frame started %.3f s ago is not finished (%d bytes of it arrived), "
+                "over frame_timeout (%g s): the connection is closed",
+                self.id,
+                now - started,
+                self._partial,
+                timeout,
+            )
+            self._error(
+                Reject(
+                    f"frame not finished within {timeout:g} s ({self._partial} bytes of it "
+                    f"arrived): the broker's frame_timeout limit (raise it with "
+                    "serve(frame_timeout=...) or stompy broker --frame-timeout)"
+                ),
+                None,
+            )
+            return
         beat = self._heartbeat
-        if self.state is not CONNECTED or beat is None or self.paused:
+        if beat is None:
             return
         if beat.peer_dead(now):
             self.store.count_heartbeat_timeout()
@@ -777,6 +859,8 @@ class ClientConnection:
         if self._heartbeat is not None:
             self._heartbeat.sent(now)
             self._heartbeat.received(now)
+        if self._frame_started is not None:
+            self._frame_started = now  # the broker did not read meanwhile
         if self.state is CONNECTED:
             for sub in list(self._subscriptions.values()):
                 self.store.deliver_waiting(sub.destination)

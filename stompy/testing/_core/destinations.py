@@ -113,6 +113,7 @@ class Subscription:
     __slots__ = (
         "ack",
         "backlog",
+        "backlog_bytes",
         "by_message_id",
         "connection",
         "destination",
@@ -141,6 +142,8 @@ class Subscription:
         self.temporary = temporary
         #: Topic messages waiting until this subscription can take them.
         self.backlog: deque[StoredMessage] = deque()
+        #: Body bytes of ``backlog``.
+        self.backlog_bytes = 0
         #: message-id -> ack id of the unacknowledged deliveries, in delivery order.
         self.by_message_id: dict[str, str] = {}
         #: Whether its backlog dropped a message yet (warned once).

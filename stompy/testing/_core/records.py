@@ -97,11 +97,15 @@ class BrokerConfig:
     #: Messages a queue (or a topic subscription's backlog) holds at most: room for
     #: tests of realistic size (``max_stored_bytes`` bounds the memory).
     max_queue: int = 1_000_000
-    #: Body bytes all queues together hold at most.
+    #: Body bytes the broker holds at most: the queues' messages, and the topic
+    #: messages waiting for subscribers slower than their topic (counted once for each
+    #: subscription that waits for one).
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Unsent output per connection above which deliveries to it pause.
     write_buffer: int = 1024 * 1024
+    #: Subscriptions one connection holds at most (its temporary queues included).
     max_subscriptions: int = 1000
+    #: Transactions one connection has open at most.
     max_transactions: int = 100
     #: SEND, ACK and NACK frames one transaction holds at most.
     max_transaction_frames: int = 10_000
@@ -121,6 +125,17 @@ class BrokerConfig:
     #: ``/topic/news`` -> ``/queue/DLQ.topic.news``), as ActiveMQ's individual
     #: dead-letter strategy. Needs ``max_redeliveries``.
     dead_letter_queue: str | None = None
+    #: Body bytes one topic subscription holds at most for a consumer slower than its
+    #: topic. A topic message that finds it full (or the broker at ``max_stored_bytes``)
+    #: is dropped for that subscriber, its oldest waiting messages first, with one
+    #: WARNING per subscription: a SEND to a topic is never refused for a slow consumer.
+    max_backlog_bytes: int = 64 * 1024 * 1024
+    #: Bytes of frames not yet complete that all connections together hold at most; the
+    #: connection whose bytes go over gets an ERROR naming the limit, and is closed.
+    max_partial_bytes: int = 128 * 1024 * 1024
+    #: Seconds a client has to finish a frame once its first byte arrived; then an
+    #: ERROR, and the connection is closed. (CONNECT has ``connect_timeout``.)
+    frame_timeout: float = 60.0
 
     def __post_init__(self, max_queue_depth: int | None) -> None:
         if max_queue_depth is not None:
@@ -150,6 +165,9 @@ class BrokerConfig:
         check_integer("max_stored_bytes", self.max_stored_bytes, 1)
         check_integer("write_buffer", self.write_buffer, 1)
         check_integer("max_subscriptions", self.max_subscriptions, 1)
+        check_integer("max_backlog_bytes", self.max_backlog_bytes, 1)
+        check_integer("max_partial_bytes", self.max_partial_bytes, 1)
+        check_seconds("frame_timeout", self.frame_timeout, positive=True)
         check_integer("max_transactions", self.max_transactions, 1)
         check_integer("max_transaction_frames", self.max_transaction_frames, 1)
         check_seconds("connect_timeout", self.connect_timeout, positive=True)
@@ -215,6 +233,9 @@ class BrokerOptions(TypedDict, total=False):
     server_name: str
     max_redeliveries: int | None
     dead_letter_queue: str | None
+    max_backlog_bytes: int
+    max_partial_bytes: int
+    frame_timeout: float
 
 
 @dataclass(slots=True)
@@ -255,6 +276,12 @@ class BrokerStats:
     """Connections dropped because the client's heart-beats stopped."""
     internal_errors: int = 0
     """Bugs: exceptions the transport caught while serving a connection."""
+    bytes_stored: int = 0
+    """Body bytes held when the snapshot was taken: messages in queues, and topic
+    messages waiting for slow subscribers (see ``max_stored_bytes``)."""
+    bytes_partial: int = 0
+    """Bytes of unfinished frames held when the snapshot was taken, all connections
+    together (see ``max_partial_bytes``)."""
 
 
 @dataclass(frozen=True, slots=True)

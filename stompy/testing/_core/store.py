@@ -45,7 +45,10 @@ class MessageStore:
         self._ready: dict[str, ClientConnection] = {}
         #: Counted as they happen; ``connections_open`` is filled in by :attr:`stats`.
         self._counters = BrokerStats()
+        #: Body bytes of the queues' messages and of the topic subscriptions' backlogs.
         self._stored_bytes = 0
+        #: Bytes of unfinished frames, all connections together.
+        self._partial_bytes = 0
         self._token = secrets.token_hex(3)
         #: Message ids are this and a number (one f-string part less per SEND).
         self._message_prefix = f"message-{self._token}-"
@@ -97,6 +100,12 @@ class MessageStore:
 
     def count_heartbeat_timeout(self) -> None:
         self._counters.heartbeat_timeouts += 1
+
+    def hold_partial(self, change: int) -> int:
+        """A connection holds ``change`` more bytes of unfinished frames (fewer when
+        negative); return what all of them hold now."""
+        self._partial_bytes += change
+        return self._partial_bytes
 
     def next_ack_id(self) -> str:
         """A new ack id, unique in this broker."""
@@ -155,7 +164,12 @@ class MessageStore:
         for connection in self.connections.values():
             if connection.state in READING:
                 open_now += 1
-        return replace(self._counters, connections_open=open_now)
+        return replace(
+            self._counters,
+            connections_open=open_now,
+            bytes_stored=self._stored_bytes,
+            bytes_partial=self._partial_bytes,
+        )
 
     # -- what a connection asks of the store -------------------------------------------
 
@@ -256,7 +270,9 @@ class MessageStore:
         if sub.temporary:
             self._discard(dest)  # private to its connection: nobody else can read it
         self._counters.messages_dropped += len(sub.backlog)
+        self._stored_bytes -= sub.backlog_bytes
         sub.backlog.clear()
+        sub.backlog_bytes = 0
         if unacked and not dest.is_topic:
             # Delivered but never acked: the client may not have processed them.
             self._requeue(dest, unacked)
@@ -276,7 +292,11 @@ class MessageStore:
         ``max_redeliveries`` go to the dead-letter queue)."""
         self._counters.messages_nacked += len(messages)
         if sub.destination.is_topic:
-            sub.backlog.extendleft(reversed(self._given_back(messages)))
+            again = self._given_back(messages)
+            size = sum(len(m.body) for m in again)
+            sub.backlog.extendleft(reversed(again))
+            sub.backlog_bytes += size
+            self._stored_bytes += size
         else:
             self._requeue(sub.destination, messages)
         self.deliver_waiting(sub.destination)
@@ -286,7 +306,10 @@ class MessageStore:
         if dest.is_topic:
             for sub in dest.subscriptions:
                 while sub.backlog and sub.can_accept():
-                    self._deliver(sub, sub.backlog.popleft())
+                    message = sub.backlog.popleft()
+                    sub.backlog_bytes -= len(message.body)
+                    self._stored_bytes -= len(message.body)
+                    self._deliver(sub, message)
             return
         subs = dest.subscriptions
         while dest.messages and subs:
@@ -365,19 +388,42 @@ class MessageStore:
         self.deliver_waiting(dest)
 
     def _add_backlog(self, sub: Subscription, message: StoredMessage) -> None:
+        """Keep a topic message for a subscription that cannot take it now; over its
+        bounds, drop the oldest (this one, when the broker is full without it)."""
+        size = len(message.body)
         sub.backlog.append(message)
-        if len(sub.backlog) > self.config.max_queue:
-            sub.backlog.popleft()
+        sub.backlog_bytes += size
+        self._stored_bytes += size
+        config = self.config
+        while sub.backlog:
+            if len(sub.backlog) > config.max_queue:
+                limit, value, flag = "max_queue", config.max_queue, "max-queue"
+            elif sub.backlog_bytes > config.max_backlog_bytes:
+                limit, value = "max_backlog_bytes", config.max_backlog_bytes
+                flag = "max-backlog-bytes"
+            elif self._stored_bytes > config.max_stored_bytes:
+                limit, value = "max_stored_bytes", config.max_stored_bytes
+                flag = "max-stored-bytes"
+            else:
+                return
+            dropped = sub.backlog.popleft()
+            sub.backlog_bytes -= len(dropped.body)
+            self._stored_bytes -= len(dropped.body)
             self._counters.messages_dropped += 1
             if not sub.dropped:
                 sub.dropped = True
                 logger.warning(
-                    "%s: the backlog of subscription %r to %r reached max_queue (%d): its "
-                    "oldest messages are dropped (raise max_queue, or consume faster)",
+                    "%s: the backlog of subscription %r to %r reached %s (%d): its oldest "
+                    "messages are dropped for this subscriber, slower than its topic "
+                    "(raise the limit with serve(%s=...) or stompy broker --%s, or consume "
+                    "faster)",
                     sub.connection.id,
                     sub.id,
                     sub.destination.name,
-                    self.config.max_queue,
+                    limit,
+                    value,
+                    limit,
+                    flag,
                 )
 
     def _discard(self, dest: Destination) -> None:
