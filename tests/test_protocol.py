@@ -42,6 +42,7 @@ def connected(
     now: float = 0.0,
     strict: bool = True,
     limits: FrameLimits | None = None,
+    message_class: type[MessageReceived] = MessageReceived,
 ) -> ClientProtocol:
     """A protocol that sent CONNECT and got CONNECTED; its outgoing buffer is drained."""
     proto = ClientProtocol(
@@ -50,6 +51,7 @@ def connected(
         heartbeat_tolerance=tolerance,
         strict=strict,
         limits=limits or FrameLimits(),
+        message_class=message_class,
     )
     proto.connect("/")
     proto.data_to_send()
@@ -724,7 +726,9 @@ def test_a_message_is_a_message_received_unless_the_transport_names_its_class() 
     assert proto.message_class is MessageReceived
     proto.subscribe("/q", id="S", ack="client")
     assert type(message(proto, "S")) is MessageReceived
-    proto.message_class = Tagged
+    proto = connected("1.2", message_class=Tagged)
+    assert proto.message_class is Tagged
+    proto.subscribe("/q", id="S", ack="client")
     made = message(proto, "S", mid="m-2")
     assert type(made) is Tagged
     assert (made.subscription, made.ack_mode, made.message_id, made.body) == (
@@ -738,10 +742,20 @@ def test_a_message_is_a_message_received_unless_the_transport_names_its_class() 
     assert made.tag == "mine"
 
 
+def test_the_message_class_is_fixed_when_the_protocol_is_made() -> None:
+    proto = ClientProtocol(message_class=Tagged)
+    with pytest.raises(AttributeError):
+        proto.message_class = MessageReceived  # type: ignore[misc]
+    assert proto.message_class is Tagged
+    wrongs: list[Any] = [Frame, "Tagged", Tagged(Frame("MESSAGE"), "S", "auto")]
+    for wrong in wrongs:
+        with pytest.raises(TypeError):
+            ClientProtocol(message_class=wrong)
+
+
 @pytest.mark.parametrize("how", ["subscription", "closed", "1.0"])
 def test_every_routing_makes_the_transports_class(how: str) -> None:
-    proto = connected("1.0" if how == "1.0" else "1.2")
-    proto.message_class = Tagged
+    proto = connected("1.0" if how == "1.0" else "1.2", message_class=Tagged)
     sub = proto.subscribe("/q", id="S", ack="client")
     if how == "closed":
         proto.unsubscribe(sub)
@@ -764,8 +778,7 @@ def test_every_routing_makes_the_transports_class(how: str) -> None:
 def test_a_transports_message_is_acked_as_the_event_is(
     version: str, expected: tuple[tuple[str, str], ...]
 ) -> None:
-    proto = connected(version)
-    proto.message_class = Tagged
+    proto = connected(version, message_class=Tagged)
     proto.subscribe("/q", id="S", ack="client")
     made = message(proto, "S")
     assert type(made) is Tagged

@@ -45,15 +45,14 @@ class MessageReceived:
     ``MessageReceived(frame, subscription, ack_mode)``; read-only like the other events,
     and like them it compares by value. A plain class rather than a dataclass: one is
     made per message received, and mypyc compiles the ``__init__`` written here, where
-    a dataclass's generated one stays interpreted (making one cost 2,900 instructions
-    in the compiled core, 1,560 now).
+    a dataclass's generated one stays interpreted (docs/performance.md has the cost).
 
     It may be subclassed, also when the core is compiled: the clients' messages
-    (``stompy.Message``, ``stompy.AsyncMessage``) are subclasses that
-    :attr:`ClientProtocol.message_class <stompy.ClientProtocol.message_class>` makes
-    the core produce, so that a received message is one object, not an event and a
-    wrapper around it. A subclass keeps this ``__init__``; compiled code reads the
-    three attributes directly, and the properties through the subclass.
+    (``stompy.Message``, ``stompy.AsyncMessage``) are subclasses that the core is made
+    to produce (``ClientProtocol(message_class=...)``), so that a received message is
+    one object, not an event and another object around it. A subclass keeps this
+    ``__init__``; compiled code reads the three attributes directly, and the properties
+    through the subclass.
     """
 
     __slots__ = ("ack_mode", "frame", "subscription")

@@ -52,6 +52,7 @@ from stompy._checks import (
     check_type,
     check_versions,
     refuse_time,
+    wrong_type,
 )
 from stompy._core.encoder import encode, encode_frame, encode_send
 from stompy._core.events import (
@@ -195,6 +196,11 @@ class ClientProtocol:
     strict by default: ``strict=False`` keeps undefined escapes such as ``\\t``
     literally and accepts a body on a frame that may not have one, for brokers that
     send them anyway. What we send is always strict.
+
+    ``message_class`` is the class of the :class:`MessageReceived` events: the event
+    itself, or a subclass made with the same arguments (a client's message, so that what
+    the core makes of a MESSAGE is the object the user receives). It is fixed for the
+    connection: :attr:`message_class` is read-only.
     """
 
     def __init__(
@@ -205,6 +211,7 @@ class ClientProtocol:
         heartbeat_tolerance: float = 2.0,
         limits: FrameLimits = DEFAULT_LIMITS,
         strict: bool = True,
+        message_class: type[MessageReceived] = MessageReceived,
     ) -> None:
         # The clients' checks (ClientOptions), here too: the core is public.
         offered = tuple(sorted(set(check_versions("versions", versions, VERSIONS))))
@@ -212,6 +219,8 @@ class ClientProtocol:
         self.heartbeats = check_heartbeats("heartbeats", heartbeats, MAX_INTERVAL)
         self.heartbeat_tolerance = check_number("heartbeat_tolerance", heartbeat_tolerance, 1.0)
         check_type("limits", limits, FrameLimits, "a FrameLimits")
+        if not (isinstance(message_class, type) and issubclass(message_class, MessageReceived)):
+            raise wrong_type("message_class", "MessageReceived or a subclass", message_class)
         #: "Receiving is strict by default": with ``strict=False`` undefined escapes are
         #: kept literally and a body on a bodiless frame is accepted.
         self.strict = strict
@@ -226,10 +235,7 @@ class ClientProtocol:
         #: (:data:`MAX_BODY_HEADER`); ``None``: unknown.
         self.max_body: int | None = None
         self._max_body = _NO_LIMIT
-        #: The class of the :class:`MessageReceived` events: the event itself, or a
-        #: subclass that is made with the same arguments. The clients set theirs, so
-        #: that what the core makes of a MESSAGE is the message the user receives.
-        self.message_class: type[MessageReceived] = MessageReceived
+        self._message_class = message_class
         self._parser = FrameParser(V10, limits, strict=strict)
         self._out: list[bytes] = []
         self._events: list[Event] = []  # made by timers, not frames (at most one)
@@ -250,6 +256,11 @@ class ClientProtocol:
         self._next_id = 0
 
     # -- read-only views ---------------------------------------------------------------
+
+    @property
+    def message_class(self) -> type[MessageReceived]:
+        """The class of the :class:`MessageReceived` events, given when it was made."""
+        return self._message_class
 
     @property
     def subscriptions(self) -> Mapping[str, SubscriptionInfo]:
@@ -860,7 +871,7 @@ class ClientProtocol:
         info = self._subscriptions.get(sub_id)
         if info is None:
             return self._route_unknown(frame, sub_id)
-        cls = self.message_class
+        cls = self._message_class
         if cls is MessageReceived:  # compiled, made natively rather than by calling a type
             return MessageReceived(frame, sub_id, info.ack)
         return cls(frame, sub_id, info.ack)
@@ -869,10 +880,10 @@ class ClientProtocol:
         """Route a MESSAGE for ``sub_id``, which is no open subscription."""
         if sub_id in self._closed_subscriptions:
             # In flight when we unsubscribed: delivered, though nobody waits for it.
-            return self.message_class(frame, sub_id, "auto")
+            return self._message_class(frame, sub_id, "auto")
         if sub_id in self._temp_queues:
             # A reply through a temp queue we named in reply-to (RabbitMQ).
-            return self.message_class(frame, sub_id, "auto")
+            return self._message_class(frame, sub_id, "auto")
         raise RemoteProtocolError(f"MESSAGE for subscription {sub_id!r}, which we never made")
 
     def _without_message_id(self, frame: Frame) -> MessageReceived:
@@ -896,7 +907,7 @@ class ClientProtocol:
             if info is None:
                 event = self._route_unknown(frame, sub_id)
             else:
-                event = self.message_class(frame, sub_id, info.ack)
+                event = self._message_class(frame, sub_id, info.ack)
         ack = event.ack_mode
         if ack != "auto":
             raise RemoteProtocolError(
@@ -944,13 +955,13 @@ class ClientProtocol:
                     )
                     break
         if first is not None:
-            return self.message_class(frame, first.id, first.ack)
+            return self._message_class(frame, first.id, first.ack)
         for info in reversed(self._closed_subscriptions.values()):
             if info.destination == destination:
-                return self.message_class(frame, info.id, "auto")
+                return self._message_class(frame, info.id, "auto")
         if len(self._subscriptions) == 1:
             info = next(iter(self._subscriptions.values()))
-            return self.message_class(frame, info.id, info.ack)
+            return self._message_class(frame, info.id, info.ack)
         raise RemoteProtocolError(
             f"MESSAGE for {destination!r} without a subscription header matches none of "
             f"{len(self._subscriptions)} subscriptions"

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from stompy._core.events import Connected
+from stompy._core.events import Connected, MessageReceived
 from stompy._engine.options import DEFAULT_VHOST, ClientOptions, error_for_event, take_output
 from stompy._engine.urls import Endpoint
 from stompy.errors import (
@@ -35,12 +35,18 @@ class Handshake:
     """Establishing one connection: the WebSocket upgrade (if any), CONNECT, CONNECTED.
 
     The transport writes :attr:`first`, then hands every chunk it reads to
-    :meth:`receive` and writes what it returns, until :attr:`connected` is set.
+    :meth:`receive` and writes what it returns, until :attr:`connected` is set. Its
+    protocol makes a ``message_class`` of each MESSAGE.
     """
 
-    def __init__(self, options: ClientOptions, endpoint: Endpoint) -> None:
+    def __init__(
+        self,
+        options: ClientOptions,
+        endpoint: Endpoint,
+        message_class: type[MessageReceived] = MessageReceived,
+    ) -> None:
         self.endpoint = endpoint
-        self.proto = options.start(endpoint)
+        self.proto = options.start(endpoint, message_class)
         #: The CONNECT's ``host`` header, which a refusal names.
         self.host = options.vhost(endpoint)
         self.ws: WebSocket | None = None

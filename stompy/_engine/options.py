@@ -349,13 +349,16 @@ class ClientOptions:
         urls = ", ".join(str(e) for e in self.endpoints)
         return f"ClientOptions({urls!r}, login={self.login!r}, host={self.host!r})"
 
-    def new_protocol(self) -> ClientProtocol:
+    def new_protocol(
+        self, message_class: type[MessageReceived] = MessageReceived
+    ) -> ClientProtocol:
         return ClientProtocol(
             versions=self.versions,
             heartbeats=self.heartbeats,
             heartbeat_tolerance=self.heartbeat_tolerance,
             limits=self.limits,
             strict=self.strict,
+            message_class=message_class,
         )
 
     def credentials(self, endpoint: Endpoint) -> tuple[str | None, str | None]:
@@ -370,9 +373,12 @@ class ClientOptions:
             return self.host
         return endpoint.vhost if endpoint.vhost is not None else DEFAULT_VHOST
 
-    def start(self, endpoint: Endpoint) -> ClientProtocol:
-        """A fresh protocol with the CONNECT frame for ``endpoint`` queued."""
-        proto = self.new_protocol()
+    def start(
+        self, endpoint: Endpoint, message_class: type[MessageReceived] = MessageReceived
+    ) -> ClientProtocol:
+        """A fresh protocol with the CONNECT frame for ``endpoint`` queued, making
+        ``message_class`` of each MESSAGE."""
+        proto = self.new_protocol(message_class)
         login, passcode = self.credentials(endpoint)
         proto.connect(self.vhost(endpoint), login=login, passcode=passcode, headers=self.headers)
         return proto

@@ -284,7 +284,7 @@ class Session(Generic[M]):
     # -- establishing --------------------------------------------------------------------
 
     def handshake(self, endpoint: Endpoint) -> Handshake:
-        return Handshake(self.options, endpoint)
+        return Handshake(self.options, endpoint, self.message_class)
 
     def connect_attempts(self) -> Attempts:
         """The attempts of the first connect: one round, or the reconnect policy's."""
@@ -298,7 +298,6 @@ class Session(Generic[M]):
         assert handshake.connected is not None
         proto = handshake.proto
         self.proto = proto
-        proto.message_class = self.message_class
         self.ws = handshake.ws
         self.endpoint = handshake.endpoint
         self.connected = handshake.connected
