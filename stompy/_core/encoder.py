@@ -267,8 +267,8 @@ def _escaped_header_text(headers: Sequence[tuple[str, str]], version: str) -> st
     """
     try:
         # Unpacking refuses what is not a pair (a 1-tuple and a 3-tuple would otherwise
-        # pass the counts below together, about 2,000 instructions a frame cheaper);
-        # str.join, unlike an f-string, refuses a name or value that is not a str.
+        # pass the counts below together); str.join, unlike an f-string, refuses a name
+        # or value that is not a str.
         lines = ["\x00".join((key, value)) for key, value in headers if key != "content-length"]
     except (TypeError, ValueError) as exc:
         raise (_not_pairs(headers) or exc) from None

@@ -168,9 +168,9 @@ class State(enum.Enum):
     CLOSED = "CLOSED"
 
 
-#: The states as module constants, for the methods that run per frame: on CPython 3.11
-#: looking up an Enum's member on its class (``State.CONNECTED``) costs about 900
-#: instructions, a module constant a few dozen.
+#: The states as module constants, for the methods that run per frame: an Enum's member
+#: looked up on its class (``State.CONNECTED``) costs many times what a module constant
+#: does (docs/performance.md, "Figures behind the core's comments").
 _IDLE: Final = State.IDLE
 _CONNECTING: Final = State.CONNECTING
 _CONNECTED: Final = State.CONNECTED
