@@ -28,7 +28,8 @@ from stompy._compiled import COMPILED
 from stompy._core.events import AckMode
 from stompy._core.parser import FrameLimits
 from stompy._engine.keywords import ConnectionOptions
-from stompy._engine.options import Outgoing, Overflow, Reconnect
+from stompy._engine.options import Overflow, Reconnect
+from stompy._engine.outgoing import Outgoing
 from stompy._engine.urls import Endpoint, parse_url
 from stompy._public import publish
 from stompy._version import __version__ as __version__

@@ -9,8 +9,9 @@ import pytest
 import stompy
 from stompy import Frame, Reconnect
 from stompy._core.events import ConnectionClosed, Error, HeartbeatTimedOut, Receipt
+from stompy._engine.failures import error_for_event
 from stompy._engine.message import MessageBase
-from stompy._engine.options import ClientOptions, error_for_event
+from stompy._engine.options import ClientOptions
 from stompy._engine.urls import parse_url
 from stompy.errors import (
     ConfigurationError,

@@ -33,7 +33,7 @@ from stompy._engine.callbacks import UNTRACED, call_awaiting, call_hook, handle_
 from stompy._engine.calls import Call, Steps
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
-from stompy._engine.options import Outgoing, log, split_for_sending
+from stompy._engine.outgoing import Outgoing, log, split_for_sending
 from stompy._engine.session import MAX_OUTGOING
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
 from stompy._transports.asynchronous import TaskIO

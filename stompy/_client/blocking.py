@@ -38,7 +38,7 @@ from stompy._engine.callbacks import UNTRACED, call_plainly, handle_message
 from stompy._engine.calls import Call
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
-from stompy._engine.options import Outgoing, log, split_for_sending
+from stompy._engine.outgoing import Outgoing, log, split_for_sending
 from stompy._engine.session import MAX_OUTGOING
 from stompy._engine.state import CONNECTED, NEW, RECONNECTING
 from stompy._transports.blocking import IOThread

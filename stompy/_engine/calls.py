@@ -29,7 +29,8 @@ from stompy._core.protocol import ClientProtocol
 from stompy._engine.inbox import Inbox
 from stompy._engine.keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._engine.message import MessageBase
-from stompy._engine.options import Outgoing, check_overflow
+from stompy._engine.options import check_overflow
+from stompy._engine.outgoing import Outgoing
 from stompy._engine.requests import REPLY_SUBSCRIPTIONS, reply_address, timed_out
 from stompy._engine.session import MAX_OUTGOING, Session, log
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState

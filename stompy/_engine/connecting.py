@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from stompy._core.events import Connected, MessageReceived
-from stompy._engine.options import DEFAULT_VHOST, ClientOptions, error_for_event, take_output
+from stompy._engine.failures import error_for_event
+from stompy._engine.options import DEFAULT_VHOST, ClientOptions
+from stompy._engine.outgoing import take_output
 from stompy._engine.urls import Endpoint
 from stompy.errors import (
     ConnectFailed,

@@ -46,8 +46,8 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.failures import failure_reason, while_writing
 from stompy._engine.message import MessageBase
-from stompy._engine.session import failure_reason, while_writing
 from stompy._engine.state import NEW, PROTOCOL_CLOSED, RECONNECTING, Status
 from stompy._engine.urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError

@@ -1,17 +1,15 @@
 """A client's options: the constructors' keywords, the reconnect policy, and what
-they decide (the CONNECT frame, TLS, the WebSocket upgrade, how an event that ends a
-connection becomes an exception, how outgoing frames are taken and logged).
+they decide (the CONNECT frame, TLS, the WebSocket upgrade).
 
 Everything here is free of I/O, and the same for the blocking and the async client.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 import re
 import ssl as _ssl
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
@@ -27,7 +25,7 @@ from stompy._checks import (
     check_versions,
     wrong_type,
 )
-from stompy._core.events import ConnectionClosed, Error, Event, HeartbeatTimedOut, MessageReceived
+from stompy._core.events import MessageReceived
 from stompy._core.frames import VERSIONS
 from stompy._core.heartbeat import MAX_INTERVAL
 from stompy._core.parser import DEFAULT_LIMITS, FrameLimits
@@ -36,8 +34,6 @@ from stompy._engine.urls import Endpoint, parse_urls
 from stompy.errors import (
     ConfigurationError,
     ConnectFailed,
-    ConnectionLost,
-    HeartbeatTimeout,
     ServerError,
     StompError,
 )
@@ -45,59 +41,7 @@ from stompy.errors import (
 if TYPE_CHECKING:
     from stompy._engine.websocket import WebSocket
 
-__all__ = (
-    "SEND_CHUNK",
-    "split_for_sending",
-    "ClientOptions",
-    "Outgoing",
-    "Overflow",
-    "Reconnect",
-    "check_overflow",
-    "error_for_event",
-    "log",
-    "log_sent",
-    "take_output",
-)
-
-log: Final = logging.getLogger("stompy")
-
-#: Messages :meth:`~stompy.Connection.send_many` queues per turn: enough that locking
-#: and waking the writer cost nothing per message, few enough that the writer is not
-#: kept waiting long (and a paused connection is noticed soon).
-SEND_CHUNK: Final = 512
-
-_PASSCODE_LINE: Final = re.compile(rb"^passcode:[^\r\n]*", re.MULTILINE)
-_LOGGED_BYTES: Final = 4096
-
-
-def log_sent(data: bytes, where: object) -> None:
-    """Log outgoing frames at DEBUG, the passcode masked (never in a log line)."""
-    if log.isEnabledFor(logging.DEBUG):
-        shown = _PASSCODE_LINE.sub(b"passcode:********", data[:_LOGGED_BYTES])
-        more = f" (+{len(data) - _LOGGED_BYTES} bytes)" if len(data) > _LOGGED_BYTES else ""
-        log.debug("to %s: %r%s", where, shown, more)
-
-
-def take_output(
-    proto: ClientProtocol, ws: WebSocket | None, now: float | None, where: object = None
-) -> bytes:
-    """Drain the core's frames as wire bytes: as they are, or one WebSocket message each.
-
-    With ``where`` they are logged, as STOMP: a masked WebSocket frame carries its key,
-    so logging the wire bytes would not even hide the passcode.
-    """
-    if ws is None:
-        data = proto.data_to_send(now)
-        if data and where is not None:
-            log_sent(data, where)
-        return data
-    frames = proto.frames_to_send(now)
-    if not frames:
-        return b""
-    if where is not None and log.isEnabledFor(logging.DEBUG):
-        log_sent(b"".join(frames), where)
-    return ws.send_frames(frames)
-
+__all__ = ("ClientOptions", "Overflow", "Reconnect", "check_overflow")
 
 _HTTP_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HTTP_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
@@ -183,49 +127,6 @@ class Reconnect:
                 yield max(0.0, delay + uniform(-spread, spread))
                 delay = min(self.max_delay, delay * self.multiplier)
             attempt += 1
-
-
-@dataclass(slots=True)
-class Outgoing:
-    """One message for :meth:`~stompy.Connection.send_many`: what :meth:`~stompy.Connection.send`
-    takes, as one object, so that many can be handed over at once."""
-
-    destination: str
-    body: bytes | str = b""
-    headers: Mapping[str, str] | None = None
-    content_type: str | None = None
-
-
-def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] | Outgoing]:
-    """``send_many``'s order of work: chunks of at most :data:`SEND_CHUNK` messages to
-    queue at once, then the last message alone, since it may carry the receipt.
-
-    A message that is not an :class:`Outgoing` (a body, a ``(destination, body)``
-    tuple) is a :class:`TypeError` naming it, raised before its chunk is sent.
-    """
-    chunk: list[Outgoing] = []
-    held: Outgoing | None = None
-    for message in messages:
-        if type(message) is not Outgoing and not isinstance(message, Outgoing):
-            raise _not_outgoing(message)
-        if held is not None:
-            chunk.append(held)
-            if len(chunk) == SEND_CHUNK:
-                yield chunk
-                chunk = []
-        held = message
-    if chunk:
-        yield chunk
-    if held is not None:
-        yield held
-
-
-def _not_outgoing(item: object) -> TypeError:
-    shown = repr(item) if len(repr(item)) <= 80 else repr(item)[:80] + "..."
-    return TypeError(
-        "send_many(): each message must be a stompy.Outgoing(destination, body, "
-        f"headers=..., content_type=...), got {shown} ({type(item).__name__})"
-    )
 
 
 SslArg = bool | _ssl.SSLContext | None
@@ -415,14 +316,3 @@ class ClientOptions:
                 raise bad_value("ssl", f"cannot be False: {endpoint} needs TLS", False)
             return _ssl.create_default_context()
         return None
-
-
-def error_for_event(event: Event) -> StompError | None:
-    """The exception a connection-ending event becomes, or ``None`` for other events."""
-    if isinstance(event, Error):
-        return ServerError(event.message, event.frame)
-    if isinstance(event, HeartbeatTimedOut):
-        return HeartbeatTimeout(f"no data from the server for {event.silence:.1f} s")
-    if isinstance(event, ConnectionClosed):
-        return ConnectionLost("the server closed the connection")
-    return None

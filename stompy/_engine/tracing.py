@@ -47,7 +47,8 @@ from stompy._core.frames import Frame
 from stompy._engine.calls import Call, Sends, Steps
 from stompy._engine.keywords import RequestOptions
 from stompy._engine.message import MessageBase
-from stompy._engine.options import ClientOptions, Outgoing
+from stompy._engine.options import ClientOptions
+from stompy._engine.outgoing import Outgoing
 from stompy._engine.session import Session
 from stompy._engine.urls import Endpoint
 from stompy._version import __version__

@@ -46,8 +46,9 @@ import anyio.lowlevel
 
 from stompy._engine import lifecycle
 from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
+from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
-from stompy._engine.session import Session, failure_reason, transport_failed
+from stompy._engine.session import Session
 from stompy._engine.state import CLOSED
 from stompy._transports.blocking import bytes_waiting
 from stompy._transports.signal import Signal

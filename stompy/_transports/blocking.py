@@ -37,8 +37,9 @@ from typing import Final, Generic, TypeVar
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
 from stompy._engine.calls import Call, Running, Steps
+from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
-from stompy._engine.session import MAX_OUTGOING, Session, log, transport_failed
+from stompy._engine.session import MAX_OUTGOING, Session, log
 from stompy._engine.state import CLOSED, CLOSING, Status
 from stompy.errors import ConnectionLost, StompError
 

@@ -43,7 +43,7 @@ from typing import Any, Final, TypeVar
 import pyarrow as pa
 
 from stompy._client.blocking import Connection, Message, Subscription
-from stompy._engine.options import Outgoing
+from stompy._engine.outgoing import Outgoing
 from stompy.errors import ConfigurationError
 from stompy.spark._arrow import READ_SCHEMA, message_batch
 from stompy.spark._options import MAX_PREFETCH, ReadSettings, WriteSettings

@@ -1,0 +1,107 @@
+"""What goes out: the messages :meth:`~stompy.Connection.send_many` takes and the chunks
+it queues them in, and the core's encoded frames taken as wire bytes and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from stompy._core.protocol import ClientProtocol
+
+if TYPE_CHECKING:
+    from stompy._engine.websocket import WebSocket
+
+__all__ = (
+    "SEND_CHUNK",
+    "Outgoing",
+    "log",
+    "log_sent",
+    "split_for_sending",
+    "take_output",
+)
+
+log: Final = logging.getLogger("stompy")
+
+#: Messages :meth:`~stompy.Connection.send_many` queues per turn: enough that locking
+#: and waking the writer cost nothing per message, few enough that the writer is not
+#: kept waiting long (and a paused connection is noticed soon).
+SEND_CHUNK: Final = 512
+
+_PASSCODE_LINE: Final = re.compile(rb"^passcode:[^\r\n]*", re.MULTILINE)
+_LOGGED_BYTES: Final = 4096
+
+
+def log_sent(data: bytes, where: object) -> None:
+    """Log outgoing frames at DEBUG, the passcode masked (never in a log line)."""
+    if log.isEnabledFor(logging.DEBUG):
+        shown = _PASSCODE_LINE.sub(b"passcode:********", data[:_LOGGED_BYTES])
+        more = f" (+{len(data) - _LOGGED_BYTES} bytes)" if len(data) > _LOGGED_BYTES else ""
+        log.debug("to %s: %r%s", where, shown, more)
+
+
+def take_output(
+    proto: ClientProtocol, ws: WebSocket | None, now: float | None, where: object = None
+) -> bytes:
+    """Drain the core's frames as wire bytes: as they are, or one WebSocket message each.
+
+    With ``where`` they are logged, as STOMP: a masked WebSocket frame carries its key,
+    so logging the wire bytes would not even hide the passcode.
+    """
+    if ws is None:
+        data = proto.data_to_send(now)
+        if data and where is not None:
+            log_sent(data, where)
+        return data
+    frames = proto.frames_to_send(now)
+    if not frames:
+        return b""
+    if where is not None and log.isEnabledFor(logging.DEBUG):
+        log_sent(b"".join(frames), where)
+    return ws.send_frames(frames)
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One message for :meth:`~stompy.Connection.send_many`: what :meth:`~stompy.Connection.send`
+    takes, as one object, so that many can be handed over at once."""
+
+    destination: str
+    body: bytes | str = b""
+    headers: Mapping[str, str] | None = None
+    content_type: str | None = None
+
+
+def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] | Outgoing]:
+    """``send_many``'s order of work: chunks of at most :data:`SEND_CHUNK` messages to
+    queue at once, then the last message alone, since it may carry the receipt.
+
+    A message that is not an :class:`Outgoing` (a body, a ``(destination, body)``
+    tuple) is a :class:`TypeError` naming it, raised before its chunk is sent.
+    """
+    chunk: list[Outgoing] = []
+    held: Outgoing | None = None
+    for message in messages:
+        if type(message) is not Outgoing and not isinstance(message, Outgoing):
+            raise _not_outgoing(message)
+        if held is not None:
+            chunk.append(held)
+            if len(chunk) == SEND_CHUNK:
+                yield chunk
+                chunk = []
+        held = message
+    if chunk:
+        yield chunk
+    if held is not None:
+        yield held
+
+
+def _not_outgoing(item: object) -> TypeError:
+    shown = repr(item) if len(repr(item)) <= 80 else repr(item)[:80] + "..."
+    return TypeError(
+        "send_many(): each message must be a stompy.Outgoing(destination, body, "
+        f"headers=..., content_type=...), got {shown} ({type(item).__name__})"
+    )
