@@ -41,7 +41,7 @@ class MessageBase(MessageReceived):
     (:class:`~stompy.events.MessageReceived`).
 
     No ``__init__`` of its own: the core makes it as a ``MessageReceived`` (compiled,
-    natively), and :meth:`stompy._engine.session.Session.pump` sets the three fields below
+    natively), and :meth:`stompy._engine.session.Session.pump` sets the fields below
     before anyone sees it. Unlike the core's event it compares by identity and is
     hashable, as a message always was.
     """
@@ -57,7 +57,7 @@ class MessageBase(MessageReceived):
     _answered: str | None
     #: ``headers``, made when first asked for.
     _headers: Mapping[str, str] | None
-    #: What answers it: the blocking client's I/O thread, the async connection.
+    #: What answers it: the client's link to its connection (``stompy._client``).
     _owner: Any
 
     #: How to open a connection whose messages are of this class: what the error of a
@@ -91,7 +91,8 @@ class MessageBase(MessageReceived):
 
     @property
     def event(self) -> MessageReceived:
-        """The core's event for it: the message itself (it was a wrapper once)."""
+        """The core's :class:`~stompy.events.MessageReceived` for it: the message
+        itself, which is one."""
         return self
 
     @property

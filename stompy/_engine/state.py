@@ -25,9 +25,10 @@ class Status(enum.Enum):
         return self.value
 
 
-# The members bound to names once: looking one up on its class (``Status.CONNECTED``)
-# goes through the enum machinery, ~1,000 instructions on Python 3.11, where a module
-# global is one cached load. For the checks made per message sent or received.
+# The members bound to names once, for the checks made per message sent or received:
+# looking one up on its class (``Status.CONNECTED``) goes through the enum machinery,
+# where a module global is one cached load (docs/performance.md, "Costs the code is
+# shaped by").
 NEW: Final = Status.NEW
 CONNECTED: Final = Status.CONNECTED
 RECONNECTING: Final = Status.RECONNECTING
