@@ -122,30 +122,30 @@ class Write:
         return f"<Write {len(self.data)} bytes until {self.deadline}>"
 
 
-class Read:
+class _Until:
+    """A step that ends by ``deadline`` at the latest."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} until {self.deadline}>"
+
+
+class Read(_Until):
     """Read what comes from the link being established, by ``deadline``; the result:
     the bytes (``b""`` at the end of the stream)."""
 
-    __slots__ = ("deadline",)
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-
-    def __repr__(self) -> str:
-        return f"<Read until {self.deadline}>"
+    __slots__ = ()
 
 
-class Pause:
+class Pause(_Until):
     """Wait until ``deadline``, or until the session's status changes (a close), or
     sooner: the lifecycle asks again if it must."""
 
-    __slots__ = ("deadline",)
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-
-    def __repr__(self) -> str:
-        return f"<Pause until {self.deadline}>"
+    __slots__ = ()
 
 
 class Serve:
