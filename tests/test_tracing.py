@@ -518,8 +518,9 @@ def test_a_tally_keeps_at_most_its_limit_of_attribute_sets() -> None:
 def test_the_spark_connector_carries_the_trace_context(otel: Recorded, broker: Broker) -> None:
     # Writes inject the task's context into every message; reads keep it in `headers`.
     pytest.importorskip("pyarrow")
-    from stompy.spark._core import TaskIdentity, WriteColumns, drain, write_partition
+    from stompy.spark._batch_read import drain
     from stompy.spark._options import parse_read_options, parse_write_options
+    from stompy.spark._write import TaskIdentity, WriteColumns, write_partition
 
     destination = queue()
     write = parse_write_options({"url": broker.url, "destination": destination})

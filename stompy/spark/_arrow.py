@@ -11,6 +11,7 @@ all the entries at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from typing import Final
@@ -26,6 +27,7 @@ __all__ = (
     "READ_SCHEMA",
     "from_ipc",
     "message_batch",
+    "now_us",
     "to_ipc",
 )
 
@@ -51,6 +53,11 @@ READ_ARROW_SCHEMA: Final = pa.schema(
         ("offset", pa.int64()),
     ]
 )
+
+
+def now_us() -> int:
+    """The ``received_at`` clock: microseconds since the epoch."""
+    return time.time_ns() // 1000
 
 
 def message_batch(

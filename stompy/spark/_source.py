@@ -1,4 +1,5 @@
-"""The PySpark side of the ``stomp`` data source: thin adapters over :mod:`._core`.
+"""The PySpark side of the ``stomp`` data source: thin adapters over the plain-Python
+modules (:mod:`._batch_read`, :mod:`._stream_read`, :mod:`._write`).
 
 Which process runs what (this decides what may hold a socket):
 
@@ -38,21 +39,22 @@ from pyspark.sql.types import StructType
 
 from stompy.errors import ConfigurationError
 from stompy.spark._arrow import READ_SCHEMA, from_ipc
-from stompy.spark._core import (
-    BATCH_ID_PROPERTY,
-    QUERY_ID_PROPERTY,
-    TaskIdentity,
-    WriteColumns,
-    drain,
-    write_partition,
-)
+from stompy.spark._batch_read import drain
+from stompy.spark._offsets import offset_dict, offset_value
 from stompy.spark._options import (
     ReadSettings,
     WriteSettings,
     parse_read_options,
     parse_write_options,
 )
-from stompy.spark._stream import StreamConsumer, offset_dict, offset_value
+from stompy.spark._stream_read import StreamConsumer
+from stompy.spark._write import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    TaskIdentity,
+    WriteColumns,
+    write_partition,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
@@ -184,7 +186,7 @@ def _limit(limit: object, default: int) -> tuple[int | None, bool]:
 
 
 class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
-    """Streaming read from subscriptions held next to the driver (see :mod:`._core`)."""
+    """Streaming read from subscriptions held next to the driver (see :mod:`._stream_read`)."""
 
     def __init__(self, settings: ReadSettings) -> None:
         self.settings = settings

@@ -18,8 +18,9 @@ from tests.interop._support import BrokerTarget
 pa = pytest.importorskip("pyarrow", reason="the Spark connector needs pyarrow")
 
 from stompy.spark._arrow import from_ipc  # noqa: E402
-from stompy.spark._core import StreamConsumer, drain  # noqa: E402
+from stompy.spark._batch_read import drain  # noqa: E402
 from stompy.spark._options import ReadSettings, parse_read_options  # noqa: E402
+from stompy.spark._stream_read import StreamConsumer  # noqa: E402
 
 
 def settings(broker: BrokerTarget, streaming: bool, **options: str) -> ReadSettings:

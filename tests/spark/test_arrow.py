@@ -9,7 +9,7 @@ from stompy._core.encoder import encode
 from stompy._core.frames import Frame
 from stompy._core.parser import FrameParser
 from stompy._engine.message import MessageBase
-from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch
+from stompy.spark._arrow import READ_ARROW_SCHEMA, READ_SCHEMA, message_batch
 
 names = st.sampled_from(["destination", "message-id", "redelivered", "content-type", "k", "a:b"])
 values = st.sampled_from(["", "true", "false", "/queue/x", "ID:host:1", "a\\b", "line\nbreak"])
@@ -87,3 +87,18 @@ def test_a_header_in_some_frames_only_is_null_in_the_others() -> None:
     assert [row["content_type"] for row in rows] == ["text/plain", None, "a/b"]
     assert [row["redelivered"] for row in rows] == [False, False, True]
     assert [row["destination"] for row in rows] == ["", "", ""]
+
+
+def test_read_schema_lists_the_row_fields() -> None:
+    names = [part.split()[0] for part in READ_SCHEMA.split(", ")]
+    assert names == [
+        "destination",
+        "subscription",
+        "message_id",
+        "redelivered",
+        "content_type",
+        "headers",
+        "body",
+        "received_at",
+        "offset",
+    ]

@@ -31,7 +31,6 @@ import stompy.spark
 from stompy.errors import ConfigurationError
 from stompy.spark import StompCommitMessage, StompDataSource
 from stompy.spark._arrow import READ_ARROW_SCHEMA, READ_SCHEMA
-from stompy.spark._core import TriggerNotSupported
 from stompy.spark._source import (
     StompBatch,
     StompPartition,
@@ -41,6 +40,7 @@ from stompy.spark._source import (
     _limit,
     report,
 )
+from stompy.spark._stream_read import TriggerNotSupported
 from stompy.testing import Broker, run_broker
 
 #: PySpark 4.2 added read limits (and the Trigger.AvailableNow mixin).

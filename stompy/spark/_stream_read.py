@@ -1,18 +1,17 @@
-"""The streaming read: the subscriptions next to the driver and the offsets Spark sees.
+"""The streaming read: the subscriptions next to the driver, and what Spark plans from them.
 
 A subscription in ``client`` ack mode per destination (each on a connection of its
-own) lives in the process that plans the micro-batches (next to the driver).
-:class:`OffsetBook` numbers the messages as they arrive; Spark's offset ``{"seq": k}``
-means "every message numbered below ``k``". A planned batch carries its rows to the
-executors inside its partitions, as Arrow IPC bytes. Nothing is acknowledged before
-Spark is done with it: Spark runs micro-batches one after the other, so when it asks
-for the next batch's end (``latestOffset``) or plans it (the ``start`` of
-``partitions``) every batch planned before is in the sink; ``commit(end)``, which
-Spark calls one batch late, is a third trigger. One cumulative ACK per subscription
-and batch. Whatever was not acknowledged when the process ends is redelivered by the
-broker, so a query restarted from its checkpoint loses nothing; a batch that Spark
-replays from an earlier run comes back empty because its messages are redelivered
-(numbered anew) instead.
+own) lives in the process that plans the micro-batches (next to the driver). An
+:class:`~stompy.spark._offsets.OffsetBook` numbers the messages as they arrive, and
+Spark's offsets count them. A planned batch carries its rows to the executors inside
+its partitions, as Arrow IPC bytes. Nothing is acknowledged before Spark is done with
+it: Spark runs micro-batches one after the other, so when it asks for the next batch's
+end (``latestOffset``) or plans it (the ``start`` of ``partitions``) every batch
+planned before is in the sink; ``commit(end)``, which Spark calls one batch late, is a
+third trigger. One cumulative ACK per subscription and batch. Whatever was not
+acknowledged when the process ends is redelivered by the broker, so a query restarted
+from its checkpoint loses nothing; a batch that Spark replays from an earlier run
+comes back empty because its messages are redelivered (numbered anew) instead.
 
 The work per message happens off Spark's path: an *intake* thread takes the messages
 from the subscriptions as they arrive, numbers them and turns them into Arrow columns
@@ -33,28 +32,19 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import islice, repeat
-from typing import Any, Final, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 import pyarrow as pa
 
 from stompy._client.blocking import Connection, Message, Subscription
 from stompy.errors import ConfigurationError, StompError, _again
-from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch, to_ipc
+from stompy.spark._acks import ack_each_subscription
+from stompy.spark._arrow import READ_ARROW_SCHEMA, message_batch, now_us, to_ipc
+from stompy.spark._offsets import OffsetBook
 from stompy.spark._options import ReadSettings
 
-__all__ = (
-    "OffsetBook",
-    "Planned",
-    "StreamConsumer",
-    "TriggerNotSupported",
-    "ack_each_subscription",
-    "now_us",
-    "offset_dict",
-    "offset_value",
-)
+__all__ = ("StreamConsumer", "TriggerNotSupported")
 
 log: Final = logging.getLogger("stompy.spark")
 
@@ -66,132 +56,6 @@ POLL: Final = 0.01
 CHUNK: Final = 10_000
 #: Seconds a call waits at most for the intake to take what had arrived.
 SETTLE: Final = 5.0
-
-H = TypeVar("H")
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
-def offset_dict(seq: int) -> dict[str, int]:
-    """Spark's JSON form of an offset."""
-    return {"seq": seq}
-
-
-def offset_value(offset: Mapping[str, Any]) -> int:
-    value = offset.get("seq") if isinstance(offset, Mapping) else None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"not an offset of the STOMP source: {offset!r}")
-    return value
-
-
-@dataclass(slots=True)
-class Planned(Generic[H]):
-    """The messages of a planned batch: ``handles[i]`` is numbered ``first + i``."""
-
-    first: int
-    handles: list[H]
-    #: When each arrived, in microseconds since the epoch.
-    received_us: list[int]
-
-
-class OffsetBook(Generic[H]):
-    """Numbers received messages and remembers what Spark was handed and finished with.
-
-    ``H`` is what acknowledges a message (a :class:`~stompy.Message`; anything in
-    tests). Offsets this run did not issue (from a checkpoint of an earlier run)
-    are recognised and never acknowledge anything here.
-    """
-
-    def __init__(self, base: int) -> None:
-        #: The number of this run's first message.
-        self.base = base
-        #: The number the next message gets.
-        self.next = base
-        #: The highest end of a batch handed to Spark (by :meth:`plan`).
-        self.planned = base
-        #: Everything numbered below this is acknowledged or given up.
-        self.released = base
-        self._handles: deque[H] = deque()
-        self._received: deque[int] = deque()
-        self._issued: set[int] = {base}
-        self._last = base
-
-    def __len__(self) -> int:
-        """Messages held: not yet released."""
-        return len(self._handles)
-
-    def add(self, handle: H, received_us: int) -> int:
-        """Keep a message; return its number."""
-        self._handles.append(handle)
-        self._received.append(received_us)
-        self.next += 1
-        return self.next - 1
-
-    def add_many(self, handles: Sequence[H], received_us: int) -> None:
-        """Keep messages that arrived together, numbered in their order."""
-        self._handles.extend(handles)
-        self._received.extend(repeat(received_us, len(handles)))
-        self.next += len(handles)
-
-    def unplanned(self) -> int:
-        """Messages numbered but not yet handed to Spark."""
-        return self.next - self.planned
-
-    def latest(self, start: int | None, max_rows: int | None) -> int:
-        """The end of the next batch from ``start`` (``None``: where the last one ended)."""
-        if start is None:
-            begin = self._last
-        elif start in self._issued:
-            begin = start
-        else:
-            begin = self.base  # an earlier run's offset: everything of this run is new
-        end = self.next if max_rows is None else min(self.next, begin + max_rows)
-        if end <= begin:
-            return begin if start is None else start
-        self._issued.add(end)
-        self._last = end
-        return end
-
-    def claim(self, start: int, end: int) -> range:
-        """The numbers of the batch ``(start, end]``, now handed to Spark (none for an
-        earlier run's batch)."""
-        if end not in self._issued:
-            return range(end, end)
-        begin = max(start if start in self._issued else self.base, self.released)
-        self.planned = max(self.planned, end)
-        return range(begin, end)
-
-    def plan(self, start: int, end: int) -> Planned[H]:
-        """The messages of the batch ``(start, end]`` (none for an earlier run's)."""
-        numbers = self.claim(start, end)
-        if not numbers:
-            return Planned(numbers.start, [], [])
-        first = self.next - len(self._handles)  # the number of the oldest held
-        low, high = numbers.start - first, numbers.stop - first
-        return Planned(
-            numbers.start,
-            list(islice(self._handles, low, high)),
-            list(islice(self._received, low, high)),
-        )
-
-    def release(self, upto: int) -> list[H]:
-        """Forget messages below ``upto``; return them, oldest first, to acknowledge.
-
-        Only offsets of this run count, and never past what Spark was handed.
-        """
-        if upto not in self._issued:
-            return []
-        upto = min(upto, self.planned)
-        count = max(0, upto - (self.next - len(self._handles)))
-        released = [self._handles.popleft() for _ in range(count)]
-        for _ in range(count):
-            self._received.popleft()
-        if upto > self.released:
-            self.released = upto
-            self._issued = {o for o in self._issued if o >= upto}
-        return released
 
 
 class _Columns:
@@ -217,21 +81,6 @@ class _Columns:
         chunks = self._chunks
         while chunks and chunks[0][0] + chunks[0][1].num_rows <= upto:
             chunks.popleft()
-
-
-def ack_each_subscription(messages: Sequence[Message], *, receipt: bool = True) -> None:
-    """Acknowledge ``messages`` (oldest first) with one cumulative ACK per subscription,
-    oldest subscription first, each with a receipt if ``receipt``.
-
-    The order matters on RabbitMQ, where a ``client`` ACK covers every earlier
-    delivery of the connection: acknowledging a message already covered is an error
-    there that closes the connection.
-    """
-    last: dict[str, tuple[int, Message]] = {}
-    for position, message in enumerate(messages):
-        last[message.subscription] = (position, message)
-    for _, message in sorted(last.values(), key=lambda item: item[0]):
-        message.ack(receipt=receipt)
 
 
 class _Inbox:
