@@ -67,7 +67,13 @@ class _Windows:
     """
 
     def __init__(
-        self, conn: Connection, settings: ReadSettings, destination: str, index: int
+        self,
+        conn: Connection,
+        settings: ReadSettings,
+        destination: str,
+        index: int,
+        *,
+        started_late: bool = False,
     ) -> None:
         self.conn = conn
         self.settings = settings
@@ -81,6 +87,11 @@ class _Windows:
         self.first: int | None = None
         self.opened = 0
         self._ended = False
+        #: Seconds of quiet that mean the destination is drained. A task that started
+        #: late (see :func:`drain`) waits only :data:`QUIET` for its first message.
+        self._patience = settings.idle_timeout
+        if started_late:
+            self._patience = min(QUIET, settings.idle_timeout)
         #: Windows left because they went quiet before their prefetch was full, with
         #: the room they still had: the broker may yet send them messages (a window
         #: goes quiet on a busy machine too), which are taken before the next wait, so
@@ -125,7 +136,7 @@ class _Windows:
     def take(self, limit: int) -> list[Message]:
         """Up to ``limit`` next messages of one window (at least one), or none once the
         destination is drained."""
-        idle = self.settings.idle_timeout
+        idle = self._patience
         # Seconds the destination has already been seen idle: a window that went quiet
         # counts towards idleTimeout, so that the end of a read costs idleTimeout, not
         # QUIET more.
@@ -152,6 +163,7 @@ class _Windows:
                         break
             self.taken += len(got)
             if got:
+                self._patience = self.settings.idle_timeout
                 return got
             # Idle, unless a window left earlier got messages meanwhile.
             late = self._late(limit)
@@ -189,9 +201,16 @@ def drain(
     settings: ReadSettings,
     partition: int = 0,
     *,
+    planned_at: float | None = None,
     now_us: Callable[[], int] = now_us,
 ) -> Generator[pa.RecordBatch, None, None]:
     """Yield what the destinations hold, as record batches, until each is idle.
+
+    ``planned_at`` is when the read was planned (seconds since the epoch). A task that
+    starts ``idleTimeout`` or more after that waited for a free task slot while other
+    tasks of the read took what was there, and they end only once the destination
+    stayed idle that long: such a late task waits only :data:`QUIET` for a first
+    message rather than ``idleTimeout`` again (it reads on as usual once it got one).
 
     ``partition`` is this task's index: the ``offset`` column numbers this task's
     rows ``partition``, ``partition + numPartitions``, ... so that it is unique in
@@ -207,9 +226,10 @@ def drain(
     received: list[int] = []
     last: dict[str, Message] = {}  # the newest message of each subscription: what to ack
     seq = 0  # this task's rows yielded so far
+    started_late = planned_at is not None and time.time() - planned_at >= settings.idle_timeout
     with settings.connection.connection(max_pending=10_000) as conn:
         for index, destination in enumerate(settings.destinations):
-            windows = _Windows(conn, settings, destination, index)
+            windows = _Windows(conn, settings, destination, index, started_late=started_late)
             while cap is None or seq + len(taken) < cap:
                 room = BATCH_READ_ROWS - len(taken)
                 if cap is not None:

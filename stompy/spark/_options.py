@@ -18,6 +18,7 @@ read (batch or streaming) when the reader is made.
 from __future__ import annotations
 
 import json
+import os
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -96,6 +97,12 @@ DEFAULT_BATCH_ROWS: Final = 20_000
 DEFAULT_RECONNECT_ATTEMPTS: Final = 34
 DEFAULT_RECONNECT_DELAY: Final = 0.5
 DEFAULT_RECONNECT_MAX_DELAY: Final = 10.0
+#: How Spark's Python processes that plan a read learn what the session can run at
+#: once: the driver sets it in the SparkContext's environment when the source is
+#: registered (``StompDataSource.name``), and Spark hands that environment on.
+PARALLELISM_VARIABLE: Final = "STOMPY_SPARK_PARALLELISM"
+#: ``numPartitions`` when the session's parallelism is not known.
+DEFAULT_PARTITIONS: Final = 2
 #: The most unacknowledged messages one subscription asks for. RabbitMQ's
 #: ``prefetch-count`` is a 16-bit number; more is an error there.
 MAX_PREFETCH: Final = 65_535
@@ -184,7 +191,7 @@ class ReadSettings:
     durable_name: str | None = None
     idle_timeout: float = 1.0
     #: Batch read: competing consumers. Streaming read: the partitions a batch is split into.
-    num_partitions: int = 2
+    num_partitions: int = DEFAULT_PARTITIONS
     #: Rows one batch-read task takes at most (``None``: until the destination is idle).
     max_messages_per_partition: int | None = None
     mode: ReadMode = "consume"
@@ -439,6 +446,13 @@ def _destinations(opts: _Options) -> tuple[str, ...]:
     return names
 
 
+def default_partitions() -> int:
+    """``numPartitions`` unless given: what the session can run at once (its default
+    parallelism, :data:`PARALLELISM_VARIABLE`), :data:`DEFAULT_PARTITIONS` when unknown."""
+    value = os.environ.get(PARALLELISM_VARIABLE, "")
+    return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_PARTITIONS
+
+
 def parse_read_options(
     options: Mapping[str, str], *, streaming: bool | None = None
 ) -> ReadSettings:
@@ -473,7 +487,7 @@ def parse_read_options(
         )
     per_partition_raw = opts.text("maxMessagesPerPartition")
     reconnect = _reconnect(opts) if streaming is not False else None
-    partitions = opts.integer("numPartitions", 2)
+    partitions = opts.integer("numPartitions", default_partitions())
     if mode == "browse" and opts.text("numPartitions") is not None and partitions != 1:
         raise ConfigurationError(
             "option 'numPartitions' must be 1 with mode=browse (a browse reads in one task)"

@@ -20,7 +20,9 @@ writer class (4.0 has none for streams), the writers take rows instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from stompy.spark._arrow import READ_SCHEMA, from_ipc
 from stompy.spark._batch_read import drain
 from stompy.spark._offsets import offset_dict, offset_value
 from stompy.spark._options import (
+    PARALLELISM_VARIABLE,
     ReadSettings,
     WriteSettings,
     parse_read_options,
@@ -105,6 +108,25 @@ def _check_read_schema(schema: StructType) -> None:
         )
 
 
+def _remember_parallelism() -> None:
+    """On the driver, put what the session can run at once where the processes that
+    plan a read find it (:data:`~._options.PARALLELISM_VARIABLE`).
+
+    A read is planned in a Python process of its own, which has no SparkContext to
+    ask; Spark gives it the context's environment as it was when the source was
+    registered. ``spark.dataSource.register`` calls :meth:`StompDataSource.name` on
+    the driver just before it takes that environment, so this is where it is said.
+    Elsewhere (Spark's workers, Spark Connect clients) there is no context: nothing.
+    """
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return
+    with contextlib.suppress(Exception):  # a context being stopped: the default holds
+        context.environment[PARALLELISM_VARIABLE] = str(context.defaultParallelism)
+
+
 class StompDataSource(DataSource):
     """``format("stomp")``: read a queue or topic (batch or stream), write any DataFrame.
 
@@ -114,6 +136,7 @@ class StompDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        _remember_parallelism()
         return "stomp"
 
     def schema(self) -> str:
@@ -147,6 +170,8 @@ class StompPartition(InputPartition):
     """One competing consumer of a batch read."""
 
     index: int
+    #: When the read was planned (seconds since the epoch, the driver's clock).
+    planned_at: float | None = None
 
 
 @dataclass
@@ -164,11 +189,12 @@ class StompReader(DataSourceReader):
         self.settings = settings
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [StompPartition(i) for i in range(self.settings.num_partitions)]
+        now = time.time()
+        return [StompPartition(i, now) for i in range(self.settings.num_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StompPartition)
-        return drain(self.settings, partition.index)
+        return drain(self.settings, partition.index, planned_at=partition.planned_at)
 
 
 def _limit(limit: object, default: int) -> tuple[int | None, bool]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,3 +187,17 @@ def test_a_read_held_back_at_activemqs_page_says_so(caplog: pytest.LogCaptureFix
         with caplog.at_level(logging.WARNING, logger="stompy.spark"):
             assert len(rows(drain(settings))) == 200
     assert "raise maxPageSize in activemq.xml" in caplog.text
+
+
+def test_a_task_that_starts_late_waits_only_a_moment_for_a_first_message(broker: Broker) -> None:
+    # Planned long ago: the read's other tasks had their idleTimeout for messages to come.
+    settings = read_settings(broker.url, streaming=False, idleTimeout="5", numPartitions="3")
+    started = time.monotonic()
+    assert rows(drain(settings, 2, planned_at=time.time() - 10)) == []
+    assert time.monotonic() - started < 2.5  # not the 5 s of idleTimeout
+    # What is there is read all the same, and a task on time waits as it always did.
+    fill(broker.url, "/queue/in", 50)
+    assert len(rows(drain(settings, 2, planned_at=time.time() - 10))) == 50
+    started = time.monotonic()
+    assert rows(drain(settings, 0, planned_at=time.time())) == []
+    assert time.monotonic() - started >= 5

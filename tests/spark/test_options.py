@@ -13,6 +13,7 @@ from stompy.errors import ConfigurationError
 from stompy.spark._options import (
     DEFAULT_PREFETCH_HEADERS,
     MAX_PREFETCH,
+    PARALLELISM_VARIABLE,
     ConnectionSettings,
     parse_read_options,
     parse_write_options,
@@ -48,6 +49,20 @@ def test_read_defaults() -> None:
     assert conn.tls is None
     assert conn.ssl_context() is None
     assert conn.where == "stomp://127.0.0.1:61613"
+
+
+def test_num_partitions_defaults_to_what_the_session_runs_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the driver said when the source was registered (StompDataSource.name).
+    monkeypatch.setenv(PARALLELISM_VARIABLE, "5")
+    assert parse_read_options(read(), streaming=False).num_partitions == 5
+    assert parse_read_options(read(), streaming=True).num_partitions == 5
+    assert parse_read_options(read(numPartitions="3"), streaming=False).num_partitions == 3
+    assert parse_read_options(read(mode="browse"), streaming=False).num_partitions == 1
+    for unusable in ("0", "", "many"):
+        monkeypatch.setenv(PARALLELISM_VARIABLE, unusable)
+        assert parse_read_options(read(), streaming=False).num_partitions == 2
 
 
 def test_keys_are_case_insensitive_and_values_keep_their_case() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ skip_without_spark()
 from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
+from stompy.spark._options import PARALLELISM_VARIABLE  # noqa: E402
 from stompy.testing import Broker, run_broker  # noqa: E402
 
 pytestmark = [
@@ -63,6 +65,45 @@ def test_write_10000_rows_then_read_them_all_back(spark: SparkSession, broker: B
     # The reading tasks acknowledged what they produced.
     assert broker.queue_depth("/queue/batch") == 0
     assert broker.unacked_count("/queue/batch") == 0
+
+
+def test_a_read_with_more_partitions_than_task_slots_waits_one_idle_timeout(
+    spark: SparkSession, broker: Broker
+) -> None:
+    # local[2]: partitions 3 to 6 start only once the first two ended, which they do
+    # after idleTimeout without a message. They used to wait idleTimeout again, each
+    # wave of them (three waves: at least 30 s here); a task that starts that late
+    # now waits only a moment for a first message.
+    spark.range(0, 1000, numPartitions=2).selectExpr("CAST(id AS STRING) AS body").write.format(
+        "stomp"
+    ).mode("append").options(**options(broker, "/queue/late")).save()
+    idle = 10.0
+    started = time.monotonic()
+    count = (
+        spark.read.format("stomp")
+        .options(**options(broker, "/queue/late"))
+        .option("numPartitions", "6")
+        .option("idleTimeout", str(idle))
+        .load()
+        .count()
+    )
+    elapsed = time.monotonic() - started
+    assert count == 1000
+    assert elapsed < 2 * idle, f"the read took {elapsed:.1f} s"
+
+
+def test_the_session_tells_the_planning_processes_its_parallelism(spark: SparkSession) -> None:
+    # Registering the source (the spark fixture does) puts the driver's default
+    # parallelism into the environment Spark gives the processes that plan a read,
+    # where numPartitions takes it as its default.
+    context = spark.sparkContext
+    assert context.environment[PARALLELISM_VARIABLE] == str(context.defaultParallelism)
+    read = (
+        spark.read.format("stomp")
+        .option("url", "stomp://127.0.0.1:1")
+        .option("destination", "/queue/x")
+    )
+    assert read.load().rdd.getNumPartitions() == context.defaultParallelism
 
 
 def test_the_passcode_stays_out_of_the_plan(
