@@ -19,6 +19,7 @@ nox.options.sessions = [
     "tests",
     "wheel",
     "spark40",
+    "spark_cluster",
     "interop",
     "soak",
 ]
@@ -48,7 +49,12 @@ def typecheck(session: nox.Session) -> None:
 #: Two pytest-xdist workers: most tests wait (on sockets, timers, Spark) rather than
 #: compute, so two keep CI's two cores busy; the Spark tests stay together in one (see
 #: tests/spark/conftest.py). Coverage follows the workers (``patch = subprocess``).
-TESTS_ARGS = ("--ignore=tests/interop", "-n", "2", "--dist", "loadgroup")
+#: The Spark cluster's tests run in ``spark_cluster`` only.
+TESTS_ARGS = (
+    "--ignore=tests/interop",
+    "--ignore=tests/spark_cluster",
+    *("-n", "2", "--dist", "loadgroup"),
+)
 
 
 @nox.session
@@ -343,3 +349,20 @@ def spark(session: nox.Session) -> None:
     session.install("-e", ".", *group("test"), *group("spark"))
     env = {"HYPOTHESIS_PROFILE": "ci"}
     session.run("pytest", "tests/spark", "-p", "no:cacheprovider", *session.posargs, env=env)
+
+
+@nox.session
+def spark_cluster(session: nox.Session) -> None:
+    """The Spark connector on a standalone cluster (tests/spark_cluster): a master and two
+    workers of one core each, started with the pyspark package's own ``bin/spark-class``
+    and bound to 127.0.0.1; batch write and read, a stream that loses a worker
+    mid-query, a driver killed and restarted from its checkpoint, against ``stompy
+    broker`` in a process of its own. Every JVM it starts is killed when it ends.
+
+    The executors run this venv's interpreter, where stompy is installed editable
+    (and ``spark.executorEnv.PYTHONPATH`` puts this checkout first).
+    """
+    session.install("-e", ".", *group("test"), *group("spark"))
+    env = {"STOMPY_SPARK_CLUSTER": "1"}
+    args = ("tests/spark_cluster", "-p", "no:cacheprovider", "--durations=0")
+    session.run("pytest", *args, *session.posargs, env=env)
