@@ -7,6 +7,7 @@ import logging
 import pickle
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -221,9 +222,15 @@ def test_batch_reader_in_process(broker: Broker) -> None:
         url=broker.url, destination="/queue/b", numPartitions="3", idleTimeout="0.2"
     ).reader(READ_STRUCT)
     assert isinstance(reader, StompReader)
+    before = time.time()
     parts = reader.partitions()
-    assert parts == [StompPartition(0), StompPartition(1), StompPartition(2)]
     assert all(isinstance(p, InputPartition) for p in parts)
+    mine = [p for p in parts if isinstance(p, StompPartition)]
+    assert [p.index for p in mine] == [0, 1, 2]
+    # Stamped with when the read was planned: a task that starts long after is late.
+    (planned,) = {p.planned_at for p in mine}
+    assert planned is not None
+    assert before <= planned <= time.time()
     (batch,) = list(reader.read(parts[0]))
     assert batch.column("body").to_pylist() == [b"only"]
     with pytest.raises(ConfigurationError, match="'maxMessagesPerBatch' applies to streaming"):
