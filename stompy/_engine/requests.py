@@ -43,6 +43,7 @@ __all__ = (
     "explicit_replies",
     "reply_address",
     "reply_destination",
+    "reply_route",
     "timed_out",
 )
 
@@ -162,6 +163,20 @@ def reply_destination() -> str:
     ``/temp-queue/`` no other connection uses (on a broker without temporary queues,
     two requesters on one name would take each other's replies)."""
     return f"{REPLY_QUEUE}-{secrets.token_hex(6)}"
+
+
+def reply_route(explicit: bool, reply_to: str, server: str | None, asked: str) -> str:
+    """How a request's replies are awaited, in words, for :func:`timed_out`: on a
+    SUBSCRIBE to ``reply_to`` (``explicit``) or on the broker's own subscription, and
+    why (``asked``, else the broker's ``server`` header)."""
+    chosen = "asked for" if asked != "auto" else f"for server {server!r}"
+    if explicit:
+        return f"its replies were awaited on a SUBSCRIBE to {reply_to} (explicit, {chosen})"
+    return (
+        f"its replies were awaited on the subscription a broker makes itself for "
+        f"reply-to:{reply_to}, as RabbitMQ does (implicit, {chosen}); a broker that does "
+        "not needs request(..., reply_subscription='explicit')"
+    )
 
 
 def timed_out(request: Request[M], timeout: float) -> RequestTimeout:

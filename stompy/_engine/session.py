@@ -57,6 +57,7 @@ from stompy._engine.requests import (
     check_request_headers,
     explicit_replies,
     reply_destination,
+    reply_route,
 )
 from stompy._engine.state import (
     CLOSED,
@@ -468,15 +469,7 @@ class Session(Generic[M]):
                 proto.subscribe(self._reply_to, ack="auto", id=REPLY_QUEUE)
                 self._reply_subscribed = self.epoch
             reply_to = self._reply_to
-        chosen = "asked for" if reply_subscription != "auto" else f"for server {server!r}"
-        if explicit:
-            route = f"its replies were awaited on a SUBSCRIBE to {reply_to} (explicit, {chosen})"
-        else:
-            route = (
-                f"its replies were awaited on the subscription a broker makes itself for "
-                f"reply-to:{reply_to}, as RabbitMQ does (implicit, {chosen}); a broker "
-                "that does not needs request(..., reply_subscription='explicit')"
-            )
+        route = reply_route(explicit, reply_to, server, reply_subscription)
         request = self.requests.new(destination, self.epoch, route)
         correlation_id = request.correlation_id
         sent = {"reply-to": reply_to, "correlation-id": correlation_id, **(headers or {})}
