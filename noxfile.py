@@ -10,8 +10,8 @@ import nox
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
 # interop and soak install and start RabbitMQ and ActiveMQ (root and apt needed the first
-# time); soak takes about 2 minutes. docs builds the site (strict: a broken link or
-# reference fails it) in under a minute, so a broken page does not land.
+# time), and CoilMQ (pip); soak takes about 2 minutes. docs builds the site (strict: a
+# broken link or reference fails it) in under a minute, so a broken page does not land.
 nox.options.sessions = [
     "lint",
     "typecheck",
@@ -192,17 +192,22 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 
-#: The real brokers of ``interop``: name, STOMP URL, the CONNECT host header, and the
-#: STOMP-over-WebSocket URL ("": none; the -ws conformance flavours are skipped).
-#: RabbitMQ takes ``host`` as its virtual host ("/" by default); ActiveMQ ignores it.
+#: The real brokers of ``interop``: name, STOMP URL, the CONNECT host header, the
+#: STOMP-over-WebSocket URL ("": none; the -ws conformance flavours are skipped), and
+#: whether the long runs go too (10,000 messages, a restart mid-stream).
+#: RabbitMQ takes ``host`` as its virtual host ("/" by default); ActiveMQ ignores it;
+#: CoilMQ takes only its machine's name with STOMP 1.2 ("{fqdn}", filled in), and
+#: keeps its messages in memory (a restart loses them): no long runs.
 INTEROP_BROKERS = (
     (
         "rabbitmq",
         "stomp://guest:guest@127.0.0.1:61613/%2F",
         "/",
         "ws://guest:guest@127.0.0.1:15674/ws",
+        True,
     ),
-    ("activemq", "stomp://guest:guest@127.0.0.1:61614/", "/", ""),
+    ("activemq", "stomp://guest:guest@127.0.0.1:61614/", "/", "", True),
+    ("coilmq", "stomp://guest:guest@127.0.0.1:61615/{fqdn}", "{fqdn}", "", False),
 )
 
 
@@ -212,18 +217,21 @@ INTEROP_TIMEOUT = 20 * 60
 
 @nox.session
 def interop(session: nox.Session) -> None:
-    """RabbitMQ and ActiveMQ from Debian's packages: install, start, test each, stop.
+    """RabbitMQ and ActiveMQ from Debian's packages, CoilMQ from PyPI: install, start,
+    test each, stop.
 
-    The two brokers' pytest runs go side by side, one process each: they share nothing
+    The brokers' pytest runs go side by side, one process each: they share nothing
     (a restart test restarts only its own broker), and most of their time is spent
-    waiting on a broker, so together they take about as long as the longer one. Each
-    run's output is printed whole when it ends.
+    waiting on a broker, so together they take about as long as the longest one. Each
+    run's output is printed whole when it ends. CoilMQ's known failures are marked as
+    its quirks (docs/brokers.md); it skips the long runs.
 
     Needs root (or password-less sudo) and apt the first time; see docs/brokers.md.
     Extra arguments go to pytest, e.g. ``nox -s interop -- -k nack``.
     """
     import contextlib
     import os
+    import socket
     import subprocess
     import tempfile
 
@@ -237,7 +245,9 @@ def interop(session: nox.Session) -> None:
         stack.callback(session.run, "bash", "ci/brokers/stop.sh", external=True)
         session.run("bash", "ci/brokers/start.sh", "all", external=True)
         runs = []
-        for name, url, vhost, ws_url in INTEROP_BROKERS:
+        fqdn = socket.getfqdn()
+        for name, url_of, vhost_of, ws_url, long_runs in INTEROP_BROKERS:
+            url, vhost = url_of.format(fqdn=fqdn), vhost_of.format(fqdn=fqdn)
             env = {
                 **os.environ,
                 "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -250,8 +260,8 @@ def interop(session: nox.Session) -> None:
                 "STOMPY_BROKER_VHOST": vhost,
                 "HYPOTHESIS_PROFILE": "ci",
                 # The 10,000-message runs, with a broker restart mid-stream.
-                "STOMPY_INTEROP_RELIABILITY": "1",
-                "STOMPY_BROKER_RESTART": "1",
+                "STOMPY_INTEROP_RELIABILITY": "1" if long_runs else "0",
+                "STOMPY_BROKER_RESTART": "1" if long_runs else "0",
             }
             # Without pytest's cache the two runs share no file.
             args = [f"{bin_dir}/pytest", "-p", "no:cacheprovider", *paths, *session.posargs]

@@ -13,6 +13,9 @@ fi
 : "${STOMPY_RABBITMQ_DIST_PORT:=25673}"
 : "${STOMPY_RABBITMQ_NODENAME:=rabbit@localhost}"
 : "${STOMPY_ACTIVEMQ_PORT:=61614}"
+: "${STOMPY_COILMQ_PORT:=61615}"
+#: The CoilMQ release from PyPI, in a venv of its own (it pins its own dependencies).
+: "${STOMPY_COILMQ_VERSION:=1.1.0}"
 : "${STOMPY_BROKER_START_TIMEOUT:=90}"
 : "${PYTHON:=python3}"
 
@@ -22,6 +25,13 @@ RABBITMQ_BIN=/usr/lib/rabbitmq/bin
 ACTIVEMQ_DIR="$STOMPY_BROKERS_DIR/activemq"
 AMQ_PIDFILE="$ACTIVEMQ_DIR/activemq.pid"
 AMQ_LOG="$ACTIVEMQ_DIR/activemq.log"
+COILMQ_DIR="$STOMPY_BROKERS_DIR/coilmq"
+COILMQ_PIDFILE="$COILMQ_DIR/coilmq.pid"
+COILMQ_LOG="$COILMQ_DIR/coilmq.log"
+
+# coilmq_host: the CONNECT host header CoilMQ takes with STOMP 1.2 (its machine's
+# fully qualified name; any other is "Virtual hosting is not supported").
+coilmq_host() { "$PYTHON" -c 'import socket; print(socket.getfqdn())'; }
 
 say() { echo "brokers: $*"; }
 fail() { echo "brokers: ERROR: $*" >&2; }

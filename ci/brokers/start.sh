@@ -2,13 +2,15 @@
 # Start the interop brokers detached, each with project-owned state under
 # $STOMPY_BROKERS_DIR, and wait until each answers a real STOMP CONNECT.
 #
-#   start.sh rabbitmq|activemq|all
+#   start.sh rabbitmq|activemq|coilmq|all
 #
 # Idempotent: a broker that already answers is left alone. No systemd needed.
 # A fresh start wipes the broker's state; STOMPY_BROKER_KEEP_STATE=1 keeps it (its
 # queues and persistent messages), as restart.sh does.
 # RabbitMQ: STOMP 127.0.0.1:61613, Web-STOMP 127.0.0.1:15674/ws, vhost "/", guest/guest.
 # ActiveMQ: STOMP 127.0.0.1:61614, guest/guest and admin/admin; nothing else is opened.
+# CoilMQ: STOMP 127.0.0.1:61615, guest/guest, from PyPI into a venv of its own (pip);
+# STOMP 1.2 wants the machine's name as host header (ci/brokers/common.sh: coilmq_host).
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(cd "$(dirname "$0")" && pwd)/common.sh"
@@ -213,25 +215,69 @@ start_activemq() {
     say "activemq: ready in $((SECONDS - t0)) s"
 }
 
+# -- CoilMQ ---------------------------------------------------------------------------
+
+start_coilmq() {
+    local t0=$SECONDS host
+    host=$(coilmq_host)
+    if probe "$STOMPY_COILMQ_PORT" "$host" 0 --quiet; then
+        say "coilmq: already answering STOMP on 127.0.0.1:$STOMPY_COILMQ_PORT"
+        return 0
+    fi
+    if ! pid_alive "$COILMQ_PIDFILE"; then
+        # Its store is in memory: a fresh start is always a fresh broker.
+        if [ ! -x "$COILMQ_DIR/venv/bin/coilmq" ]; then
+            say "coilmq: installing coilmq==$STOMPY_COILMQ_VERSION into $COILMQ_DIR/venv"
+            rm -rf "$COILMQ_DIR/venv"
+            mkdir -p "$COILMQ_DIR"
+            "$PYTHON" -m venv "$COILMQ_DIR/venv"
+            "$COILMQ_DIR/venv/bin/pip" install -q "coilmq==$STOMPY_COILMQ_VERSION"
+        fi
+        printf '[auth]\nguest = guest\n' >"$COILMQ_DIR/users.ini"
+        cat >"$COILMQ_DIR/coilmq.cfg" <<CONF
+[coilmq]
+auth.factory = coilmq.auth.simple:make_simple
+auth.simple.file = $COILMQ_DIR/users.ini
+CONF
+        say "coilmq: starting $STOMPY_COILMQ_VERSION (log in $COILMQ_LOG)"
+        # setsid: a session of its own, so stop.sh can end it and nothing else.
+        setsid "$COILMQ_DIR/venv/bin/coilmq" -c "$COILMQ_DIR/coilmq.cfg" -b 127.0.0.1 \
+            -p "$STOMPY_COILMQ_PORT" </dev/null >>"$COILMQ_LOG" 2>&1 &
+        echo $! >"$COILMQ_PIDFILE"
+    fi
+    if ! probe "$STOMPY_COILMQ_PORT" "$host" "$STOMPY_BROKER_START_TIMEOUT" \
+        --pid-file "$COILMQ_PIDFILE"; then
+        fail "coilmq did not answer STOMP on 127.0.0.1:$STOMPY_COILMQ_PORT"
+        log_tail "$COILMQ_LOG"
+        return 1
+    fi
+    say "coilmq: ready in $((SECONDS - t0)) s"
+}
+
 main() {
     local which=${1:-all} rc=0
     mkdir -p "$STOMPY_BROKERS_DIR"
     case "$which" in
         rabbitmq) start_rabbitmq || rc=$? ;;
         activemq) start_activemq || rc=$? ;;
+        coilmq) start_coilmq || rc=$? ;;
         all)
-            # The JVM and the Erlang VM boot in parallel; each waits for its own CONNECTED.
+            # The JVM, the Erlang VM and CoilMQ boot in parallel; each waits for its own CONNECTED.
             start_rabbitmq >"$STOMPY_BROKERS_DIR/start-rabbitmq.out" 2>&1 &
             local rabbit=$!
             start_activemq >"$STOMPY_BROKERS_DIR/start-activemq.out" 2>&1 &
             local amq=$!
+            start_coilmq >"$STOMPY_BROKERS_DIR/start-coilmq.out" 2>&1 &
+            local coil=$!
             wait "$rabbit" || rc=$?
             cat "$STOMPY_BROKERS_DIR/start-rabbitmq.out"
             wait "$amq" || rc=$?
             cat "$STOMPY_BROKERS_DIR/start-activemq.out"
+            wait "$coil" || rc=$?
+            cat "$STOMPY_BROKERS_DIR/start-coilmq.out"
             ;;
         *)
-            echo "usage: $0 rabbitmq|activemq|all" >&2
+            echo "usage: $0 rabbitmq|activemq|coilmq|all" >&2
             return 64
             ;;
     esac

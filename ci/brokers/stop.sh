@@ -3,7 +3,7 @@
 # with SIGTERM, then SIGKILL after a grace period. Idempotent: nothing running is fine.
 # STOMPY_BROKER_KILL=1 kills RabbitMQ's node with SIGKILL at once (a crash).
 #
-#   stop.sh [rabbitmq|activemq|all]
+#   stop.sh [rabbitmq|activemq|coilmq|all]
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(cd "$(dirname "$0")" && pwd)/common.sh"
@@ -82,16 +82,34 @@ stop_activemq() {
     rm -f "$AMQ_PIDFILE"
 }
 
+stop_coilmq() {
+    if ! pid_alive "$COILMQ_PIDFILE"; then
+        say "coilmq: not running"
+    else
+        local pid
+        pid=$(head -n1 "$COILMQ_PIDFILE" | tr -dc '0-9')
+        say "coilmq: stopping pid $pid (SIGTERM)"
+        kill -TERM "$pid" 2>/dev/null || true
+        if ! wait_gone "$GRACE" kill -0 "$pid" 2>/dev/null; then
+            say "coilmq: still alive after ${GRACE} s: SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    rm -f "$COILMQ_PIDFILE"
+}
+
 case "${1:-all}" in
     rabbitmq) stop_rabbitmq ;;
     activemq) stop_activemq ;;
+    coilmq) stop_coilmq ;;
     all)
         stop_activemq &
+        stop_coilmq &
         stop_rabbitmq
         wait
         ;;
     *)
-        echo "usage: $0 [rabbitmq|activemq|all]" >&2
+        echo "usage: $0 [rabbitmq|activemq|coilmq|all]" >&2
         exit 64
         ;;
 esac

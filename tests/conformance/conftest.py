@@ -6,7 +6,7 @@ The broker is stompy's in-process one unless ``STOMPY_BROKER_URL`` names another
 ``-ws`` flavours are skipped).
 Tests marked ``broker_specific`` rely on behaviour STOMP leaves to the broker; they
 are skipped against another broker. A test marked ``quirk(kind, reason, ...)`` meets a
-known difference of a real broker (``kind`` is ``rabbitmq`` or ``activemq``, told by
+known difference of a real broker (``kind`` is ``rabbitmq``, ``activemq`` or ``coilmq``, told by
 the CONNECTED ``server`` header): against that broker it is an expected failure, or
 skipped; docs/brokers.md lists them all.
 
@@ -31,7 +31,7 @@ from tests.conformance._drivers import CoreDriver, Driver, Target
 LOGIN = "guest"
 PASSCODE = "guest"
 #: The real brokers whose differences the suite knows (``quirk`` marks).
-QUIRK_KINDS = ("rabbitmq", "activemq")
+QUIRK_KINDS = ("rabbitmq", "activemq", "coilmq")
 
 
 def pytest_configure(config: pytest.Config) -> None:

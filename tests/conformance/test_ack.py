@@ -9,6 +9,7 @@ from stompy.errors import LocalProtocolError
 from stompy.testing import Broker
 from tests.conformance._drivers import CoreDriver, Driver, Received
 from tests.conformance.conftest import Connect
+from tests.quirks import ACK_12, COILMQ, INDIVIDUAL_IS_AUTO, NO_NACK, ONE_AT_A_TIME
 
 
 def fill(client: Driver, queue: str, count: int) -> None:
@@ -28,6 +29,7 @@ def test_auto_ack(connect: Connect, version: str, queue: str) -> None:
     assert again.poll(0.2) is None  # auto-acked on delivery: nothing comes back
 
 
+@pytest.mark.quirk(COILMQ, ONE_AT_A_TIME, effect="skip")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_client_ack_is_cumulative(connect: Connect, version: str, queue: str) -> None:
     client = connect(versions=(version,))
@@ -42,6 +44,7 @@ def test_client_ack_is_cumulative(connect: Connect, version: str, queue: str) ->
     assert again.poll(0.2) is None
 
 
+@pytest.mark.quirk(COILMQ, ACK_12)
 @pytest.mark.quirk(
     "rabbitmq",
     "a client ACK covers every earlier delivery of the connection, other subscriptions' "
@@ -64,6 +67,7 @@ def test_a_client_ack_covers_its_own_subscription_only(connect: Connect, queue: 
     assert again.receive().text == "earlier, elsewhere"  # it comes back
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO, effect="skip")
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_client_individual_ack(connect: Connect, version: str, queue: str) -> None:
     client = connect(versions=(version,))
@@ -78,6 +82,7 @@ def test_client_individual_ack(connect: Connect, version: str, queue: str) -> No
     assert again.poll(0.2) is None
 
 
+@pytest.mark.quirk(COILMQ, NO_NACK)
 @pytest.mark.quirk(
     "activemq",
     "NACK sends the message to ActiveMQ.DLQ (persistent) or drops it, never redelivers "
@@ -100,6 +105,7 @@ def test_nack_redelivers(connect: Connect, version: str, queue: str) -> None:
     assert again.poll(0.2) is None
 
 
+@pytest.mark.quirk(COILMQ, ONE_AT_A_TIME, effect="skip")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_unacked_messages_are_redelivered_after_the_connection_ends(
     connect: Connect, version: str, queue: str
@@ -176,6 +182,7 @@ def refused_twice(client: Driver, message: Received, *, nack: bool = False) -> N
     assert repr(message.header("message-id")) in str(info.value)
 
 
+@pytest.mark.quirk(COILMQ, ACK_12, versions=("1.2",))
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_a_second_answer_is_refused_and_the_connection_lives_on(
     connect: Connect, flavour: type[Driver], version: str, queue: str
@@ -203,6 +210,7 @@ def test_a_second_answer_is_refused_and_the_connection_lives_on(
     assert again.poll(0.2) is None  # each acked once, and for good
 
 
+@pytest.mark.quirk(COILMQ, ONE_AT_A_TIME, effect="skip")
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_cumulative_ack_answers_the_earlier_messages(
     connect: Connect, flavour: type[Driver], version: str, queue: str

@@ -9,6 +9,7 @@ from stompy.errors import ConnectionLost, ServerError
 from stompy.testing import Broker
 from tests.conformance._drivers import Target
 from tests.conformance.conftest import Connect
+from tests.quirks import COILMQ, HEART_BEATS
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -42,6 +43,7 @@ def test_wrong_passcode_is_refused(connect: Connect, broker_target: Target) -> N
     assert info.value.message
 
 
+@pytest.mark.quirk(COILMQ, HEART_BEATS, effect="skip")
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_heart_beats_keep_an_idle_connection_alive(
     connect: Connect, version: str, queue: str

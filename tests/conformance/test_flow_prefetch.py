@@ -18,6 +18,7 @@ import pytest
 
 import stompy
 from tests.conformance._drivers import Target
+from tests.quirks import COILMQ, ONE_AT_A_TIME
 
 BACKLOG = 300
 HELD = 5
@@ -38,6 +39,7 @@ def queues() -> tuple[str, str]:
     return f"/queue/stompy-flow-slow-{name}", f"/queue/stompy-flow-fast-{name}"
 
 
+@pytest.mark.quirk(COILMQ, ONE_AT_A_TIME, effect="skip")
 @pytest.mark.parametrize("ack", ["client", "client-individual"])
 def test_blocking_slow_subscription_is_paced_by_the_broker(
     broker_target: Target, ack: stompy.AckMode
@@ -65,6 +67,7 @@ def test_blocking_slow_subscription_is_paced_by_the_broker(
         assert texts == [str(n) for n in range(BACKLOG)]
 
 
+@pytest.mark.quirk(COILMQ, ONE_AT_A_TIME, effect="skip")
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_async_slow_subscription_is_paced_by_the_broker(
     broker_target: Target, backend: str

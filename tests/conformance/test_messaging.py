@@ -8,6 +8,7 @@ from stompy import Outgoing
 from stompy._core.frames import VERSIONS
 from tests.conformance._drivers import Driver
 from tests.conformance.conftest import Connect
+from tests.quirks import ACK_12, BURST, COILMQ, COLON_IN_10
 
 
 @pytest.fixture(params=VERSIONS)
@@ -32,6 +33,7 @@ def test_text_message(versioned: Driver, queue: str) -> None:
     assert (message.header("content-type") or "").startswith("text/plain")
 
 
+@pytest.mark.quirk(COILMQ, COLON_IN_10, versions=("1.0",))
 @pytest.mark.quirk(
     "rabbitmq", "escapes header values in STOMP 1.0 (a:b arrives as a\\cb)", versions=("1.0",)
 )
@@ -70,6 +72,7 @@ def test_large_body(client: Driver, queue: str) -> None:
     assert client.receive(timeout=20).body == body
 
 
+@pytest.mark.quirk(COILMQ, BURST, effect="flaky")
 def test_many_messages_keep_their_order(client: Driver, queue: str) -> None:
     client.subscribe(queue)
     for n in range(200):
@@ -150,6 +153,7 @@ def test_unsubscribe_stops_delivery(client: Driver, queue: str) -> None:
     assert client.receive().text == "two"
 
 
+@pytest.mark.quirk(COILMQ, ACK_12)
 def test_receipts_for_every_kind_of_frame(client: Driver, queue: str) -> None:
     # Each call waits for its RECEIPT: a missing one raises StompTimeout.
     sub = client.subscribe(queue, ack="client", receipt=True)
@@ -163,6 +167,7 @@ def test_receipts_for_every_kind_of_frame(client: Driver, queue: str) -> None:
     client.disconnect()
 
 
+@pytest.mark.quirk(COILMQ, BURST)
 def test_send_many_in_order_confirmed_by_one_receipt(client: Driver, queue: str) -> None:
     other = queue + "-other"
     messages = [

@@ -41,7 +41,7 @@ E = TypeVar("E")
 class BrokerTarget:
     """A broker to test against, as the interop session describes it."""
 
-    #: "rabbitmq", "activemq" or another name (from STOMPY_BROKER_NAME).
+    #: "rabbitmq", "activemq", "coilmq" or another name (from STOMPY_BROKER_NAME).
     name: str
     host: str
     port: int
@@ -56,7 +56,7 @@ class BrokerTarget:
     def kind(self) -> str:
         """Which broker this is, by its ``server`` header (the name as fallback)."""
         server = self.server.lower()
-        for kind in ("rabbitmq", "activemq"):
+        for kind in ("rabbitmq", "activemq", "coilmq"):
             if server.startswith(kind):
                 return kind
         return self.name

@@ -20,6 +20,7 @@ import pytest
 
 import stompy
 from tests.interop._support import TIMEOUT, BrokerTarget
+from tests.quirks import COILMQ, INDIVIDUAL_IS_AUTO
 
 TOTAL = 1000
 
@@ -54,6 +55,7 @@ def drain(target: BrokerTarget, queue: str) -> list[int]:
     return left
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO)
 def test_count_takes_exactly_that_many(broker: BrokerTarget, unique: str) -> None:
     queue = f"/queue/stompy-cli-count-{unique}"
     fill(broker, queue)
@@ -69,6 +71,7 @@ def test_count_takes_exactly_that_many(broker: BrokerTarget, unique: str) -> Non
     assert sorted(drain(broker, queue)) == list(range(11, TOTAL + 1))
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO)
 def test_a_reader_gone_consumes_only_what_it_printed(broker: BrokerTarget, unique: str) -> None:
     queue = f"/queue/stompy-cli-head-{unique}"
     fill(broker, queue)
@@ -81,6 +84,7 @@ def test_a_reader_gone_consumes_only_what_it_printed(broker: BrokerTarget, uniqu
     assert sorted(drain(broker, queue)) == list(range(4, TOTAL + 1))
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_leaves_what_was_not_read(
     broker: BrokerTarget, unique: str, signum: signal.Signals

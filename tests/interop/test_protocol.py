@@ -9,6 +9,7 @@ import pytest
 from stompy import State
 from stompy.events import Connected, ConnectionClosed, Error, MessageReceived, Receipt
 from tests.interop._support import BrokerTarget, ProtocolSession
+from tests.quirks import ACK_12, COILMQ, HEART_BEATS, NO_NACK, NO_REDELIVERED, OPEN_AFTER_DISCONNECT
 
 
 def split(events: list[object]) -> tuple[list[Receipt], list[MessageReceived]]:
@@ -88,6 +89,7 @@ def test_header_escaping_round_trips(broker: BrokerTarget, unique: str, version:
         assert message.frame.get("x:name") == "v"
 
 
+@pytest.mark.quirk(COILMQ, ACK_12)
 def test_client_individual_ack_removes_the_message(broker: BrokerTarget, unique: str) -> None:
     destination = f"/queue/stompy-ack-{unique}"
     with ProtocolSession(broker) as session:
@@ -117,6 +119,7 @@ def test_client_individual_ack_removes_the_message(broker: BrokerTarget, unique:
             session.next_event(timeout=1.0)
 
 
+@pytest.mark.quirk(COILMQ, NO_REDELIVERED)
 def test_unacked_message_is_redelivered_to_the_next_consumer(
     broker: BrokerTarget, unique: str
 ) -> None:
@@ -139,6 +142,7 @@ def test_unacked_message_is_redelivered_to_the_next_consumer(
         assert again.frame.get("redelivered") == "true"
 
 
+@pytest.mark.quirk(COILMQ, NO_NACK)
 def test_nack(broker: BrokerTarget, unique: str) -> None:
     """NACK differs: RabbitMQ requeues at once; ActiveMQ dead-letters or drops."""
     destination = f"/queue/stompy-nack-{unique}"
@@ -229,6 +233,7 @@ def test_wrong_passcode_is_an_error(broker: BrokerTarget) -> None:
         assert session.proto.state is State.CLOSED
 
 
+@pytest.mark.quirk(COILMQ, HEART_BEATS, effect="skip")
 def test_heartbeats_keep_the_connection_alive(broker: BrokerTarget, unique: str) -> None:
     """1000 ms both ways for 3.5 s: both sides beat, nobody is declared dead.
 
@@ -264,6 +269,7 @@ def test_heartbeat_answer_to_1500(broker: BrokerTarget) -> None:
         assert connected.heartbeats == (1500, 1500)
 
 
+@pytest.mark.quirk(COILMQ, OPEN_AFTER_DISCONNECT, effect="skip")
 def test_eof_after_disconnect_is_expected(broker: BrokerTarget) -> None:
     with ProtocolSession(broker) as session:
         session.connect()

@@ -21,6 +21,7 @@ from stompy.spark._arrow import from_ipc  # noqa: E402
 from stompy.spark._batch_read import drain  # noqa: E402
 from stompy.spark._options import ReadSettings, parse_read_options  # noqa: E402
 from stompy.spark._stream_read import StreamConsumer  # noqa: E402
+from tests.quirks import COILMQ, INDIVIDUAL_IS_AUTO  # noqa: E402
 
 
 def settings(broker: BrokerTarget, streaming: bool, **options: str) -> ReadSettings:
@@ -49,6 +50,7 @@ def bodies(batches: Any) -> list[bytes]:
     return [body for batch in batches for body in batch.column("body").to_pylist()]
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO, effect="skip")
 def test_a_batch_read_goes_past_its_prefetch_and_acknowledges_all(
     broker: BrokerTarget, unique: str
 ) -> None:
@@ -59,6 +61,7 @@ def test_a_batch_read_goes_past_its_prefetch_and_acknowledges_all(
     assert left(broker, queue) == 0
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO, effect="skip")
 def test_batch_read_tasks_share_a_queue(broker: BrokerTarget, unique: str) -> None:
     queue = f"/queue/spark-share-{unique}"
     fill(broker, queue, 6000)
@@ -79,6 +82,7 @@ def test_batch_read_tasks_share_a_queue(broker: BrokerTarget, unique: str) -> No
     assert left(broker, queue) == 0
 
 
+@pytest.mark.quirk(COILMQ, INDIVIDUAL_IS_AUTO, effect="skip")
 def test_a_stream_over_two_destinations_acknowledges_only_what_spark_finished(
     broker: BrokerTarget, unique: str
 ) -> None:

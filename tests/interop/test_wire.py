@@ -11,6 +11,7 @@ import pytest
 
 from stompy import Frame
 from tests.interop._support import BrokerTarget, RawConn, need, raw_connect
+from tests.quirks import BARE_NAME, COILMQ, COLON_IN_10, NO_NACK, UNKNOWN_COMMAND
 
 
 def expect(broker: BrokerTarget, **by_kind: object) -> object:
@@ -91,6 +92,7 @@ def test_message_headers(broker: BrokerTarget, unique: str) -> None:
                 assert msg.get(name) is not None
 
 
+@pytest.mark.quirk(COILMQ, COLON_IN_10)
 def test_escaping_in_stomp_1_0(broker: BrokerTarget, unique: str) -> None:
     """STOMP 1.0 has no escapes; RabbitMQ escapes anyway, ActiveMQ writes raw values."""
     destination = f"/queue/wire-escape10-{unique}"
@@ -135,6 +137,7 @@ def test_malformed_frame(broker: BrokerTarget, junk: bytes) -> None:
     assert sent_error == expect(broker, rabbitmq=False, activemq=True)
 
 
+@pytest.mark.quirk(COILMQ, UNKNOWN_COMMAND)
 def test_unknown_command(broker: BrokerTarget) -> None:
     with raw_connect(broker) as conn:
         conn.frame("FOO", [("receipt", "x")])
@@ -168,6 +171,7 @@ def test_prefetch_header(broker: BrokerTarget, unique: str) -> None:
         assert message(conn).body == b"m1"
 
 
+@pytest.mark.quirk(COILMQ, NO_NACK)
 def test_nack_destination(broker: BrokerTarget, unique: str) -> None:
     """RabbitMQ requeues (requeue:false drops); ActiveMQ sends persistent ones to its DLQ."""
     destination = f"/queue/wire-nack-{unique}"
@@ -236,6 +240,7 @@ def test_durable_topic_subscription(broker: BrokerTarget, unique: str) -> None:
         assert message(conn).get("destination") == topic
 
 
+@pytest.mark.quirk(COILMQ, BARE_NAME)
 def test_send_without_destination_prefix(broker: BrokerTarget, unique: str) -> None:
     """Both treat a bare name as a queue of that name."""
     with raw_connect(broker) as conn:
