@@ -159,10 +159,23 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        if self._telemetry is None:
-            return await self._take(timeout)
-        started = time.time_ns()
-        return self._received(await self._take(timeout), started)
+        if self._telemetry is not None:
+            started = time.time_ns()
+            return self._received(await self._take(timeout), started)
+        # _take() written out: a consumer awaits this once per message, and a coroutine
+        # of its own would cost as much again as the rest.
+        io = self._io
+        now = time.monotonic()
+        if now >= io.yield_at:
+            io.yield_at = now + YIELD_EVERY
+            await anyio.lowlevel.checkpoint()
+        inbox = self._inbox
+        message = inbox.take()
+        if message is None:
+            return await self._wait(timeout)
+        if self._delivery.wants_resume(inbox):
+            io.make_room()
+        return message
 
     async def _take(self, timeout: float | None) -> AsyncMessage | None:
         """:meth:`get`, untraced."""
@@ -177,15 +190,23 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         inbox = self._inbox
         message = inbox.take()  # (one already waiting is handed out even with timeout=0)
         if message is None:
-            if timeout is None:
+            return await self._wait(timeout)
+        if self._delivery.wants_resume(inbox):
+            io.make_room()
+        return message
+
+    async def _wait(self, timeout: float | None) -> AsyncMessage | None:
+        """:meth:`_take` with the inbox empty: wait up to ``timeout`` for a message."""
+        if timeout is None:
+            await self._arrival()
+        else:
+            with anyio.move_on_after(timeout):
                 await self._arrival()
-            else:
-                with anyio.move_on_after(timeout):
-                    await self._arrival()
-            message = inbox.take()
-            if message is None:
-                self._ended()
-                return None
+        inbox = self._inbox
+        message = inbox.take()
+        if message is None:
+            self._ended()
+            return None
         if self._delivery.wants_resume(inbox):
             self._io.make_room()
         return message

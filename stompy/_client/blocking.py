@@ -140,10 +140,16 @@ class Subscription(SubscriptionBase[Message]):
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
-        if self._telemetry is None:
-            return self._take(timeout)
-        started = time.time_ns()
-        return self._received(self._take(timeout), started)
+        if self._telemetry is not None:
+            started = time.time_ns()
+            return self._received(self._take(timeout), started)
+        # _take() written out: a consumer calls this once per message.
+        message = self._inbox.take()
+        if message is None:
+            return self._wait(timeout)
+        if self._delivery.backlog:
+            self._made_room()
+        return message
 
     def _take(self, timeout: float | None) -> Message | None:
         """:meth:`get`, untraced."""
