@@ -162,8 +162,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         if self._telemetry is not None:
             started = time.time_ns()
             return self._received(await self._take(timeout), started)
-        # _take() written out: a consumer awaits this once per message, and a coroutine
-        # of its own would cost as much again as the rest.
+        # _take() written out: a consumer awaits this once per message, and awaiting
+        # _take() would make a coroutine per message besides.
         io = self._io
         now = time.monotonic()
         if now >= io.yield_at:

@@ -106,9 +106,12 @@ class Inbox(Generic[M]):
 
     def take(self) -> M | None:
         """The oldest message, taken out (``None``: none waits)."""
+        items = self._items
+        if not items:  # looked at first: a consumer that waits finds it empty often,
+            return None  # and an IndexError raised and caught costs more than the look
         try:
-            return self._items.popleft()
-        except IndexError:  # (tested rather than looked at: another thread may take first)
+            return items.popleft()
+        except IndexError:  # another thread took the last one since the look
             return None
 
     def take_many(self, batch: list[M], limit: int) -> None:
