@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 __all__ = (
     "AckLost",
     "BodyNotText",
+    "ClosedBeforeReceipt",
     "ConfigurationError",
     "ConnectFailed",
     "ConnectionLost",
@@ -174,6 +175,18 @@ class ConnectFailed(NetworkError):
 
 class ConnectionLost(NetworkError):
     """An established connection ended without a graceful DISCONNECT."""
+
+
+class ClosedBeforeReceipt(ConnectionLost):
+    """``close()`` ended the connection while a call waited for a RECEIPT (a send, a
+    commit, an ack or a subscribe with a receipt), and the broker did not confirm the
+    DISCONNECT: whether the frame took effect is unknown.
+
+    Had the broker confirmed the DISCONNECT, it would have received every frame sent
+    before it, and the call would have returned as confirmed. A
+    :class:`ConnectionLost` too, which this case raised before it had a name of its
+    own, and which says the same of a receipt: the frame may or may not have arrived.
+    """
 
 
 class StompTimeout(StompError, TimeoutError):

@@ -308,6 +308,56 @@ def test_goodbye_waits_for_the_disconnect_receipt_and_closes_either_way() -> Non
     assert cancelled.status is Status.CLOSED
 
 
+def finish(steps: Steps[T], now: float) -> T:
+    """Wake ``steps`` at ``now``, expecting it to end: its result (or what it raises)."""
+    with pytest.raises(StopIteration) as done:
+        steps.send(now)
+    result: T = done.value.value
+    return result
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_receipt_awaited_while_closing_is_settled_by_the_goodbye(confirmed: bool) -> None:
+    session = make_session(receipt_timeout=5.0)
+    establish(session)
+    session.outgoing.clear()
+    send = Call(session, T0).send("/queue/a", b"x", None, None, None, True)
+    rid = next(send).receipt
+    assert rid is not None
+    bye = Call(session, T0 + 0.1).goodbye()
+    goodbye = next(bye).receipt  # DISCONNECT queued after the SEND
+    assert goodbye is not None
+    assert bytes(session.outgoing).index(b"DISCONNECT\n") > bytes(session.outgoing).index(b"SEND\n")
+    # Woken while the connection closes (another receipt came, say): the send goes on
+    # waiting, for its receipt or the DISCONNECT's.
+    wait = send.send(T0 + 0.2)
+    assert wait.receipt == rid
+    if confirmed:
+        # The DISCONNECT's receipt alone: the broker received every frame before it.
+        answer(session, goodbye, T0 + 0.3)
+        assert finish(bye, T0 + 0.3) is True
+        assert finish(send, T0 + 0.3) is None  # confirmed, not lost
+    else:
+        # The broker closed the connection without a receipt; the transport is done.
+        session.serving = False
+        assert finish(bye, T0 + 0.3) is False
+        with pytest.raises(stompy.errors.ClosedBeforeReceipt, match="unknown") as unknown:
+            send.send(T0 + 0.3)
+        assert isinstance(unknown.value, ConnectionLost)  # what such code caught before
+    assert not session.receipts
+
+
+def test_a_request_waiting_while_closing_ends_at_once() -> None:
+    session = make_session()
+    establish(session)
+    request = Call(session, T0).request("/queue/service", b"?", {"timeout": 5.0})
+    next(request)
+    bye = Call(session, T0).goodbye()
+    next(bye)  # the close begins, and waits
+    with pytest.raises(ConnectionLost, match="lost before the reply"):
+        request.send(T0 + 0.1)  # no reply comes after the DISCONNECT: none is awaited
+
+
 def test_a_cancelled_wait_forgets_its_receipt() -> None:
     session = make_session()
     establish(session)

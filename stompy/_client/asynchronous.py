@@ -536,6 +536,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         inbox = await self._io.run(steps(Call(self._session, anyio.current_time())))
         sub = AsyncSubscription(self._link, inbox)
         if on_message is not None:
+            sub._until_closed = True
             self._io.spawn(functools.partial(_dispatch, sub, on_message))
         return sub
 

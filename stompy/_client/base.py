@@ -21,7 +21,7 @@ from stompy._engine.keywords import CONNECTION, ConnectionOptions, check
 from stompy._engine.message import MessageBase
 from stompy._engine.options import ClientOptions
 from stompy._engine.session import Session
-from stompy._engine.state import CONNECTED
+from stompy._engine.state import CLOSING, CONNECTED
 from stompy._engine.urls import Endpoint
 from stompy.errors import (
     LocalProtocolError,
@@ -182,6 +182,11 @@ class SubscriptionBase(Generic[M]):
         self._delivery = session.delivery
         self._inbox = inbox
         self._telemetry = telemetry
+        #: Whether waiting for a message goes on while the connection closes, until
+        #: the goodbye ended: for the ``on_message`` dispatcher, which hands out what
+        #: arrives before the DISCONNECT's receipt (with ``ack="auto"``, the broker
+        #: counts it delivered). A ``get()`` returns as soon as the close begins.
+        self._until_closed = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id!r} to {self.destination!r} ack={self.ack!r}>"
@@ -197,17 +202,22 @@ class SubscriptionBase(Generic[M]):
 
     def _ended(self) -> bool:
         """With the inbox empty: ``True`` when the subscription is over (take returns
-        nothing); raises the subscription's failure (:class:`SubscriptionOverflow`) or
-        the connection's; ``False`` while more may come."""
+        nothing), or its connection is closing, unless :attr:`_until_closed`; raises the
+        subscription's failure (:class:`SubscriptionOverflow`) or the connection's;
+        ``False`` while more may come."""
         inbox = self._inbox
         if inbox.failure is not None:
             raise _again(inbox.failure) from inbox.failure
         if not inbox.active:
             return True
-        failure = self._session.failure
+        session = self._session
+        failure = session.failure
         if failure is not None:
             raise _again(failure) from failure
-        return False
+        # A close() began: a get() waiting returns now rather than wait out the goodbye
+        # (up to receipt_timeout on a broker that stopped answering). What still comes
+        # before the DISCONNECT's receipt stays in the inbox for the next get().
+        return session.status is CLOSING and not self._until_closed
 
     def _received(self, message: M | None, started: int) -> M | None:
         """``message`` (if any), taken by a traced ``get()`` that began at ``started``

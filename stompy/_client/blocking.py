@@ -408,6 +408,9 @@ class Connection(ConnectionBase[Message]):
         """
         io = self._io
         with io.cond:
+            # Every get() waiting wakes: it looks again once the goodbye waits for its
+            # receipt, which releases the lock, and finds the connection closing.
+            io.cond.notify_all()
             clean = io.run(Call(self._session, time.monotonic()).goodbye())
             subs = list(self._link.subscriptions.values())
             self._link.subscriptions.clear()
@@ -529,6 +532,7 @@ class Connection(ConnectionBase[Message]):
             inbox = io.run(call.subscribe(destination, options))
             sub = self._link.subscriptions[inbox.id] = Subscription(self._link, inbox)
         if on_message is not None:
+            sub._until_closed = True
             thread = threading.Thread(
                 target=sub._dispatch, args=(on_message,), name=f"stompy-sub-{sub.id}", daemon=True
             )

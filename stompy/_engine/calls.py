@@ -36,6 +36,7 @@ from stompy._engine.session import MAX_OUTGOING, Session, log
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy.errors import (
     AckLost,
+    ClosedBeforeReceipt,
     ConnectionLost,
     MessageTooLarge,
     ReceiptTimeout,
@@ -261,17 +262,19 @@ class Call(Sends[M]):
         *,
         until: float | None = None,
         lost: type[StompError] = ConnectionLost,
-        allow_closing: bool = False,
     ) -> Steps[None]:
         """Wait for the RECEIPT ``rid`` asked in ``epoch``, until ``until`` (default:
-        ``receipt_timeout``). ``lost`` is raised when its connection ends first."""
+        ``receipt_timeout``). ``lost`` is raised when its connection ends first;
+        :class:`ClosedBeforeReceipt` when ``close()`` ended it without the broker's
+        confirmation (with it, every wait ends as confirmed: see
+        :mod:`stompy._engine.receipts`)."""
         session = self.session
         timeout = session.options.receipt_timeout
         deadline = self.now + timeout if until is None else until
         session.receipts.expect(rid)
         try:
             while True:
-                state = session.receipt_state(rid, epoch, allow_closing=allow_closing)
+                state = session.receipt_state(rid, epoch)
                 if state is ReceiptState.ARRIVED:
                     return
                 self._unanswered(state, lost, f"the receipt {rid!r}", epoch)
@@ -285,12 +288,20 @@ class Call(Sends[M]):
         self, state: ReceiptState, lost: type[StompError], what: str, epoch: int
     ) -> None:
         """Raise why the wait for ``what`` (a receipt, a reply, asked in ``epoch``) ended
-        unanswered, if it did: the session's failure, or ``lost`` when its connection
-        ended first (:class:`MessageTooLarge` itself, when that is why it ended)."""
+        unanswered, if it did: the session's failure, ``lost`` when its connection
+        ended first (:class:`MessageTooLarge` itself, when that is why it ended), or
+        :class:`ClosedBeforeReceipt` when ``close()`` ended it unconfirmed."""
         if state is ReceiptState.FAILED:
             failure = self.session.failure
             assert failure is not None
             raise _again(failure) from failure
+        if state is ReceiptState.UNCONFIRMED:
+            cause = self.session.end_of(epoch)
+            why = f" ({cause})" if cause is not None else ""
+            raise ClosedBeforeReceipt(
+                f"the connection was closed before {what} arrived, and the broker did not "
+                f"confirm the DISCONNECT{why}: whether the frame took effect is unknown"
+            )
         if state is ReceiptState.LOST:
             cause = self.session.end_of(epoch)
             if isinstance(cause, MessageTooLarge):
@@ -527,7 +538,7 @@ class Call(Sends[M]):
                 rid = session.begin_close()
                 session.flush(self.now)
                 if rid is not None:
-                    yield from self.receipt(rid, epoch, allow_closing=True)
+                    yield from self.receipt(rid, epoch)
                     session.goodbye_confirmed = True
         except StompError as exc:
             log.info("the broker did not confirm the DISCONNECT: %s", exc)

@@ -7,6 +7,16 @@ woken, asks the session how its wait stands
 (:meth:`~stompy._engine.session.Session.receipt_state`) and :meth:`~Receipts.forget` s
 it when done. A RECEIPT nobody waits for is not kept: the table stays as small as the
 waits.
+
+The DISCONNECT's receipt settles every wait still open (:meth:`~Receipts.expect_last`):
+"A RECEIPT frame is an acknowledgment that the corresponding client frame has been
+processed by the server. Since STOMP is stream based, the receipt is also a cumulative
+acknowledgment that all the previous frames have been received by the server. [...] If
+the client disconnects, previously received frames SHOULD continue to get processed by
+the server" (STOMP 1.2, RECEIPT). Nothing can be sent after the DISCONNECT, so every
+frame whose receipt is still awaited went before it: it arrived, and is processed. A
+call that raced ``close()`` then returns as confirmed, rather than report a frame lost
+that the broker has.
 """
 
 from __future__ import annotations
@@ -19,11 +29,12 @@ __all__ = ("Receipts",)
 class Receipts:
     """The receipt ids somebody waits for, and which of them arrived."""
 
-    __slots__ = ("_arrived", "_expected")
+    __slots__ = ("_arrived", "_expected", "_last")
 
     def __init__(self) -> None:
         self._expected: set[str] = set()
         self._arrived: set[str] = set()
+        self._last: str | None = None  # the DISCONNECT's receipt id, once it is sent
 
     def __contains__(self, rid: object) -> bool:
         """Whether somebody waits for the receipt ``rid``."""
@@ -40,10 +51,20 @@ class Receipts:
         """Keep each of ``rids`` when it comes."""
         self._expected.update(rids)
 
+    def expect_last(self, rid: str) -> None:
+        """Keep the RECEIPT ``rid`` of the DISCONNECT, after which nothing is sent:
+        when it comes, every receipt still awaited counts as come."""
+        self._expected.add(rid)
+        self._last = rid
+
     def came(self, rid: str) -> None:
-        """The RECEIPT ``rid`` came; kept if somebody waits for it."""
+        """The RECEIPT ``rid`` came; kept if somebody waits for it (the DISCONNECT's:
+        with every receipt still awaited)."""
         if rid in self._expected:
-            self._arrived.add(rid)
+            if rid == self._last:
+                self._arrived.update(self._expected)
+            else:
+                self._arrived.add(rid)
 
     def arrived(self, rid: str) -> bool:
         """Whether the receipt ``rid`` that somebody waits for came."""

@@ -482,10 +482,10 @@ class Session(Generic[M]):
 
     def reply_state(self, request: Request[M]) -> ReceiptState:
         """How the wait for ``request``'s reply stands: like a receipt's, a reply can only
-        come on the connection the request went out on."""
+        come on the connection the request went out on, and not once it is closing."""
         if request.reply is not None:
             return ReceiptState.ARRIVED
-        return self._standing(request.epoch, allow_closing=False)
+        return self._standing(request.epoch, receipt=False)
 
     # -- receipts --------------------------------------------------------------------------
 
@@ -495,28 +495,33 @@ class Session(Generic[M]):
         if proto is not None:
             self.receipts.expect_all(proto.pending_receipts)
 
-    def receipt_state(self, rid: str, epoch: int, *, allow_closing: bool = False) -> ReceiptState:
-        """How the wait for ``rid``, asked in ``epoch``, stands; ``allow_closing`` is for
-        the DISCONNECT receipt, which is waited for while closing.
+    def receipt_state(self, rid: str, epoch: int) -> ReceiptState:
+        """How the wait for ``rid``, asked in ``epoch``, stands.
 
         While the transport has seen the end but not given its verdict, the wait goes on:
-        the verdict says whether the session failed or the receipt is lost."""
+        the verdict says whether the session failed or the receipt is lost. While the
+        connection closes, it goes on too: the DISCONNECT's receipt settles it (see
+        :mod:`stompy._engine.receipts`); once the close ended without that, whether the
+        frame took effect is unknown (:attr:`ReceiptState.UNCONFIRMED`)."""
         if self.receipts.arrived(rid):
             return ReceiptState.ARRIVED
-        return self._standing(epoch, allow_closing=allow_closing)
+        return self._standing(epoch, receipt=True)
 
-    def _standing(self, epoch: int, *, allow_closing: bool) -> ReceiptState:
-        """How a wait for an answer asked in ``epoch`` stands, while it has not come."""
+    def _standing(self, epoch: int, *, receipt: bool) -> ReceiptState:
+        """How a wait for an answer asked in ``epoch`` stands, while it has not come:
+        a ``receipt`` (which a close settles), else a reply."""
         if self.failure is not None:
             return ReceiptState.FAILED
-        status = self.status
-        if (
-            not self.serving
-            or epoch != self.epoch
-            or not (status is CONNECTED or (allow_closing and status is CLOSING))
-        ):
+        if epoch != self.epoch:
             return ReceiptState.LOST
-        return ReceiptState.PENDING
+        status = self.status
+        if status is CONNECTED:
+            return ReceiptState.PENDING if self.serving else ReceiptState.LOST
+        if receipt and (status is CLOSING or status is CLOSED):
+            if status is CLOSING and self.serving:
+                return ReceiptState.PENDING
+            return ReceiptState.UNCONFIRMED
+        return ReceiptState.LOST
 
     # -- what the broker sent -----------------------------------------------------------
 
@@ -732,7 +737,7 @@ class Session(Generic[M]):
             except StompError:
                 rid = None
             if rid is not None:
-                self.receipts.expect(rid)
+                self.receipts.expect_last(rid)
         if self.status in (CONNECTED, RECONNECTING):
             self.status = CLOSING
         return rid

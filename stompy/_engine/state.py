@@ -50,3 +50,7 @@ class ReceiptState(enum.Enum):
     LOST = "lost"
     #: The connection failed for good (:attr:`Session.failure` says why).
     FAILED = "failed"
+    #: The user closed the connection before the receipt came, and the broker did not
+    #: confirm the DISCONNECT (whose receipt settles every wait): whether the frame
+    #: took effect is unknown.
+    UNCONFIRMED = "unconfirmed"
