@@ -36,7 +36,7 @@ from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, split_for_sending
 from stompy._engine.session import MAX_OUTGOING
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
-from stompy._transports.asynchronous import TaskIO
+from stompy._transports.asynchronous import TaskIO, thread_id
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
@@ -212,7 +212,10 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         return message
 
     async def _arrival(self) -> None:
-        """Wait until a message is in the inbox or the subscription ended."""
+        """Wait until a message is in the inbox or the subscription ended; raises
+        :class:`~stompy.errors.LocalProtocolError` in another thread than the
+        connection's, whose tasks could not wake it."""
+        self._io.check_thread()
         inbox = self._inbox
         getting = self._io.getting
         while not inbox.pending and not self._ended() and self._session.status is not CLOSED:
@@ -274,6 +277,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         if not self._inbox.active:
             return
         io = self._io
+        io.check_thread()
         steps = self._link.call().unsubscribe(self._inbox, receipt)
         self.wake(ended=True)
         io.make_room()  # what waited in the backlog for this inbox is dropped
@@ -334,11 +338,13 @@ class AsyncTransaction(TransactionBase):
     async def commit(self, *, receipt: bool = True) -> None:
         """Commit; with ``receipt`` (the default) wait until the broker confirmed."""
         self._check()
+        self._conn._io.check_thread()  # before the transaction counts as finished
         self._done = True
         await self._conn._end(self, "COMMIT", receipt)
 
     async def abort(self, *, receipt: bool = False) -> None:
         """Roll back everything sent or acked in the transaction."""
+        self._conn._io.check_thread()
         if self._finish():
             await self._conn._end(self, "ABORT", receipt)
 
@@ -367,6 +373,10 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     exited only by the task that entered it, in the cancel scope it was entered in,
     which two calls made by hand cannot promise. ``await conn.close()`` may come
     earlier, inside the block, from any task and inside any cancel scope.
+
+    Any number of tasks of the event loop that opened it may share it; a call from
+    another thread (another event loop) raises :class:`~stompy.errors.LocalProtocolError`
+    where it would send or wait, and nothing is sent: its tasks could never wake it.
     """
 
     _link: AsyncLink
@@ -465,6 +475,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             transaction is None
             and receipt is False
             and telemetry is None
+            and thread_id() == self._io.thread  # else the long way raises (see TaskIO.run)
             and session.send_now(destination, body, headers, content_type, anyio.current_time)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,

@@ -335,7 +335,8 @@ class Connection(ConnectionBase[Message]):
     it disconnects gracefully (DISCONNECT with a receipt, then close), also when the
     block raised. ``ws_headers`` are extra HTTP headers for a WebSocket handshake.
     The keyword options are :class:`~stompy.ConnectionOptions`, the same for
-    :class:`~stompy.AsyncConnection`.
+    :class:`~stompy.AsyncConnection`. Any number of threads may share it, and several
+    may read one :class:`Subscription` (each message goes to one of them).
     """
 
     _link: Link

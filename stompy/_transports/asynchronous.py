@@ -37,6 +37,7 @@ import functools
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -57,10 +58,14 @@ from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO")
+__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "thread_id")
 
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
+
+#: The calling thread's id: an :class:`~stompy.AsyncConnection` serves only the thread
+#: (and so the event loop) that opened it (:meth:`TaskIO.check_thread`).
+thread_id: Final = threading.get_ident
 
 _RECV_SIZE: Final = 256 * 1024
 #: How long a failed write waits for the reader to read what the broker said before
@@ -159,6 +164,36 @@ class TaskIO(Generic[M]):
         self.hooks_done: anyio.Event | None = None
         #: The id of the task that runs the lifecycle hooks (``None``: none yet).
         self.hooks_task: int | None = None
+        #: The thread whose event loop opened the connection (``None``: not yet), the
+        #: only one its calls may come from (:meth:`check_thread`), and its name.
+        self.thread: int | None = None
+        self._thread_name = ""
+
+    def check_thread(self) -> None:
+        """Raise :class:`LocalProtocolError` when called from another thread than the
+        one whose event loop opened the connection (nothing happens, nothing is sent).
+
+        The connection's tasks, events and stream belong to that loop. A call from
+        another loop would wait on an event that the connection's tasks set without
+        waking it (a receipt waited out ``receipt_timeout``, a ``get()`` with no
+        timeout waited forever), and its writes would race theirs."""
+        if thread_id() != self.thread:
+            self.elsewhere()
+
+    def elsewhere(self) -> None:
+        """:meth:`check_thread` after it found another thread: raise, unless the
+        connection was never opened (the call raises why it cannot run)."""
+        if self.thread is None or thread_id() == self.thread:
+            return
+        raise LocalProtocolError(
+            f"this AsyncConnection was opened (`async with`) in thread "
+            f"{self._thread_name!r}, and is used only there, in that event loop; this call "
+            f"came from thread {threading.current_thread().name!r}: one event loop and "
+            "thread per connection. From another thread, run the call in the "
+            "connection's loop (anyio.from_thread.run(), asyncio.run_coroutine_threadsafe()"
+            ", trio.from_thread.run()), or use a stompy.Connection, which any number of "
+            "threads may share"
+        )
 
     # -- waking waits ----------------------------------------------------------------------
 
@@ -243,7 +278,10 @@ class TaskIO(Generic[M]):
     # -- running calls ---------------------------------------------------------------------
 
     async def run(self, steps: Steps[T]) -> T:
-        """Run a call's steps, waiting as they ask."""
+        """Run a call's steps, waiting as they ask; raises :class:`LocalProtocolError`
+        from another thread than the connection's (:meth:`check_thread`)."""
+        if thread_id() != self.thread:
+            self.elsewhere()
         running = Running(steps)
         await self._drive(running, running.resume())
         return running.result
@@ -288,6 +326,8 @@ class TaskIO(Generic[M]):
     async def open(self) -> None:
         """Establish the first connection (raises why not), enter the task group and
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
+        self.thread = thread_id()
+        self._thread_name = threading.current_thread().name
         life = lifecycle.Lifecycle(self.session)
         await self._run_steps(life)
         task_group = anyio.create_task_group()
@@ -325,6 +365,7 @@ class TaskIO(Generic[M]):
         whether the broker confirmed the goodbye. From any task, in any cancel scope:
         the task group stays open, empty, for :meth:`leave`. A close while another is
         under way waits for it and says what it did."""
+        self.check_thread()
         closing = self._closing
         if closing is not None:
             with anyio.CancelScope(shield=True):
