@@ -18,13 +18,10 @@ from hypothesis import strategies as st
 import stompy
 from stompy._core.encoder import encode
 from stompy._core.frames import (
-    ROUTING_NAMES,
     Frame,
     ReceivedFrame,
-    escape,
     received_block,
     received_escaping,
-    routing_header,
 )
 from stompy._core.parser import FrameParser
 from stompy.errors import RemoteProtocolError
@@ -71,43 +68,22 @@ def test_lookups_before_the_pairs_agree_with_the_pairs(version: str, data: st.Da
     assert [f.headers for f in parse_all(stream, version)] == [f.headers for f in lazy]
 
 
-@given(versions, st.data())
-def test_routing_headers_agree_with_get(version: str, data: st.DataObject) -> None:
-    sent = data.draw(st.lists(frames(version), min_size=1, max_size=4))
-    stream = b"".join(encode(f, version) for f in sent)
-    names = sorted(ROUTING_NAMES | {name for frame in sent for name, _ in frame.headers})
-    names = [name for name in names if name == escape(name, "1.2")]  # none escaped
-    for frame, made in zip(parse_all(stream, version), sent, strict=True):
-        # Read from the block, before the pairs are made; then from the pairs.
-        read = [(name, routing_header(frame, name)) for name in names]
-        entries = first_entries(frame.headers)
-        for name, value in read:
-            assert value == entries.get(name)
-            assert routing_header(frame, name) == value
-            assert routing_header(made, name) == first_entries(made.headers).get(name)
-
-
 def test_a_received_block_is_the_text_that_arrived_until_the_pairs_are_made() -> None:
     parser = FrameParser("1.1")
     data = b"MESSAGE\nsubscription:s\\c1\nmessage-id:m\\n2\n\n\x00"
     (frame,) = parser.parse(data)
     assert received_block(frame) == "MESSAGE\nsubscription:s\\c1\nmessage-id:m\\n2"
     assert received_escaping(frame) == "1.1"
-    assert routing_header(frame, "subscription") == "s:1"
-    assert routing_header(frame, "message-id") == "m\n2"
-    assert routing_header(frame, "destination") is None
     assert frame.headers == (("subscription", "s:1"), ("message-id", "m\n2"))
     assert received_block(frame) == ""
-    assert routing_header(frame, "subscription") == "s:1"
     (connected,) = FrameParser("1.2").parse(b"CONNECTED\nversion:1.2\nsession:a\\c\n\n\x00")
     assert received_escaping(connected) == "1.0"  # CONNECTED escapes nothing
-    assert routing_header(connected, "version") == "1.2"
     assert received_block(Frame("SEND", (("destination", "/q"),))) == ""
 
 
 def test_only_the_frames_module_reads_what_is_behind_a_received_block() -> None:
-    """The parser's frames are read through ``received_block``, ``received_escaping``
-    and ``routing_header`` elsewhere: the attributes behind them are frames.py's own."""
+    """The parser's frames are read through ``received_block`` and ``received_escaping``
+    elsewhere: the attributes behind them are frames.py's own."""
     package = Path(stompy.__file__).parent
     readers = []
     for path in sorted(package.rglob("*.py")):

@@ -115,7 +115,7 @@ class Frame:
             # name's first entry: a line holds one colon (and a name no colon, no LF,
             # no CR), and an escaped name has one spelling only.
             try:
-                sent = name if name in ROUTING_NAMES else escape(name, self._escaping)
+                sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
             except (AttributeError, TypeError):  # no str: costs nothing until raised
                 raise wrong_type("name", "a str", name) from None
             at = block.find(f"\n{sent}:")
@@ -137,7 +137,7 @@ class Frame:
     def __contains__(self, name: object) -> bool:
         block = self._block
         if block and isinstance(name, str):
-            sent = name if name in ROUTING_NAMES else escape(name, self._escaping)
+            sent = name if name in _PLAIN_NAMES else escape(name, self._escaping)
             return block.find(f"\n{sent}:") >= 0  # as in get(), the value left alone
         return any(key == name for key, _ in self.headers)
 
@@ -195,9 +195,9 @@ class ReceivedFrame(Frame):
         self._escaping = escaping
 
 
-#: Header names that no version escapes, looked up often: :meth:`Frame.get` and
-#: :func:`routing_header` search for them as they are.
-ROUTING_NAMES: Final = frozenset(
+#: Header names that no version escapes, looked up often: :meth:`Frame.get` searches
+#: for them as they are.
+_PLAIN_NAMES: Final = frozenset(
     {
         "ack",
         "content-length",
@@ -215,9 +215,10 @@ ROUTING_NAMES: Final = frozenset(
 # -- received header blocks -----------------------------------------------------------
 #
 # What the rest of the package reads of a frame from the parser, besides what any frame
-# offers: the state machine and the test broker route every frame by a header or two,
-# and a table of many messages splits their blocks at once. They read these, never the
-# attributes behind them.
+# offers: the state machine and the test broker find the header or two they route every
+# frame by in its block (without making the pairs, and without Frame.get()'s argument
+# checks), and a table of many messages splits their blocks at once. They read these,
+# never the attributes behind them.
 
 
 def received_block(frame: Frame) -> str:
@@ -230,28 +231,6 @@ def received_block(frame: Frame) -> str:
 def received_escaping(frame: Frame) -> str:
     """The version whose escaping :func:`received_block` uses ("1.0": none)."""
     return frame._escaping
-
-
-def routing_header(frame: Frame, name: str) -> str | None:
-    """The value of the first entry called ``name``, a name no version escapes (one of
-    :data:`ROUTING_NAMES`), or None: :meth:`Frame.get` without its argument checks,
-    read from the received block when there is one, as every MESSAGE and SEND is
-    routed by one."""
-    block = frame._block
-    if not block:
-        for key, value in frame.headers:
-            if key == name:
-                return value
-        return None
-    at = block.find(f"\n{name}:")
-    if at < 0:
-        return None
-    start = at + len(name) + 2
-    end = block.find("\n", start)
-    value = block[start:end] if end >= 0 else block[start:]
-    if "\\" in value and frame._escaping != V10:
-        return unescape(value, frame._escaping, strict=False)
-    return value
 
 
 def make_headers(

@@ -73,7 +73,9 @@ from stompy._core.frames import (
     VERSIONS,
     Frame,
     make_headers,
-    routing_header,
+    received_block,
+    received_escaping,
+    unescape,
 )
 from stompy._core.heartbeat import (
     MAX_INTERVAL,
@@ -861,9 +863,29 @@ class ClientProtocol:
         # "MESSAGE frames MUST also include the message-id header" (1.1, 1.2; 1.0 says
         # it will): one without it takes the slow path, which accepts it where no ACK
         # needs it and refuses it, as the peer's fault, where one would.
-        if routing_header(frame, "message-id") is None:
-            return self._without_message_id(frame)
-        sub_id = routing_header(frame, "subscription")
+        block = received_block(frame)
+        sub_id: str | None
+        if block:
+            # Searched as Frame.get() searches a received block, for the two names every
+            # MESSAGE is routed by (no version escapes them), here rather than in a
+            # function: a call per name would cost a consumer more than the search.
+            if block.find("\nmessage-id:") < 0:
+                return self._without_message_id(frame)
+            at = block.find("\nsubscription:")
+            if at < 0:
+                sub_id = None
+            else:
+                at += 14
+                end = block.find("\n", at)
+                sub_id = block[at:end] if end >= 0 else block[at:]
+                if "\\" in sub_id:
+                    escaping = received_escaping(frame)
+                    if escaping != V10:
+                        sub_id = unescape(sub_id, escaping, strict=False)
+        else:
+            if "message-id" not in frame:  # (not get(): the value would be unescaped)
+                return self._without_message_id(frame)
+            sub_id = frame.get("subscription")
         if sub_id is None:
             if self.version != V10:
                 raise RemoteProtocolError("MESSAGE frame without the subscription header")
