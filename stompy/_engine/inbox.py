@@ -41,9 +41,9 @@ class Inbox(Generic[M]):
     """
 
     __slots__ = (
-        "_active",
         "_items",
         "ack",
+        "active",
         "destination",
         "failure",
         "headers",
@@ -69,22 +69,19 @@ class Inbox(Generic[M]):
         self.max_pending = max_pending
         self.overflow: Overflow = overflow
         self._items: deque[M] = deque()
-        self._active = True
+        #: Whether the subscription goes on; read it, and end it with :meth:`end`
+        #: (a plain attribute: a consumer that waits reads it at each wake-up).
+        self.active = True
         #: Why the session ended the subscription (``overflow="fail"``), or ``None``.
         self.failure: StompError | None = None
 
     def __repr__(self) -> str:
-        state = "active" if self._active else "ended"
+        state = "active" if self.active else "ended"
         return f"<Inbox {self.id!r} {state} {len(self._items)}/{self.max_pending}>"
 
     def __iter__(self) -> Iterator[M]:
         """The messages waiting, oldest first, as they are now."""
         return iter(tuple(self._items))
-
-    @property
-    def active(self) -> bool:
-        """Whether the subscription goes on (until :meth:`end`)."""
-        return self._active
 
     @property
     def pending(self) -> int:
@@ -132,7 +129,7 @@ class Inbox(Generic[M]):
     def end(self) -> None:
         """The subscription is over: no message comes any more; those waiting stay
         for the consumer."""
-        self._active = False
+        self.active = False
 
 
 def subscribe_headers(ack: AckMode, headers: Mapping[str, str], max_pending: int) -> dict[str, str]:
