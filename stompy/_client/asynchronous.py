@@ -173,7 +173,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         message = inbox.take()
         if message is None:
             return await self._wait(timeout)
-        if self._delivery.wants_resume(inbox):
+        delivery = self._delivery
+        if delivery.backlog and delivery.wants_resume(inbox):
             io.make_room()
         return message
 

@@ -144,10 +144,12 @@ class Subscription(SubscriptionBase[Message]):
             started = time.time_ns()
             return self._received(self._take(timeout), started)
         # _take() written out: a consumer calls this once per message.
-        message = self._inbox.take()
+        inbox = self._inbox
+        message = inbox.take()
         if message is None:
             return self._wait(timeout)
-        if self._delivery.backlog:
+        delivery = self._delivery
+        if delivery.backlog and delivery.wants_resume(inbox):
             self._made_room()
         return message
 
@@ -186,10 +188,14 @@ class Subscription(SubscriptionBase[Message]):
     def _made_room(self) -> None:
         """After a take while the I/O thread keeps a backlog: wake it once half the
         inbox is free, not at every message, or each get() would cost it a wake-up to
-        move one message."""
+        move one message. Looked at without the lock first, as at most takes it is not
+        time yet (the lengths it reads are read whole), and again under it."""
+        delivery = self._delivery
+        if not delivery.wants_resume(self._inbox):
+            return
         io = self._io
         with io.lock:
-            if self._delivery.wants_resume(self._inbox):
+            if delivery.wants_resume(self._inbox):
                 io.wake()
 
     def get_batch(self, max_messages: int, timeout: float | None = None) -> list[Message]:
