@@ -290,21 +290,22 @@ def test_delivery_on_its_own_routes_to_inboxes_requests_and_the_hook() -> None:
         return Delivered.made(frame, sub, "auto")
 
     first = made("s")
-    delivery.route(first)
-    delivery.route(made("s"))  # no room, and overflow="fail": the subscription ends
+    delivery.route(first, 1, None)
+    assert (first._epoch, first._seq) == (1, 1)  # stamped
+    delivery.route(made("s"), 1, None)  # no room, and overflow="fail": the subscription ends
     assert ended == ["s"]
     assert isinstance(inbox.failure, SubscriptionOverflow)
     assert list(inbox) == [first]
-    delivery.route(made("s"))  # still in flight for it: dropped quietly
+    delivery.route(made("s"), 1, None)  # still in flight for it: dropped quietly
     request = requests.new("/queue/rpc", 1, "implicit")
     reply = made(REPLY_QUEUE, ("correlation-id", request.correlation_id))
-    delivery.route(reply)
+    delivery.route(reply, 1, None)
     assert request.reply is reply
     assert list(requests.take_replied()) == [request.correlation_id]
     assert not requests.take_replied()  # told once
     assert not notices
     stray = made("nobody")
-    delivery.route(stray)
+    delivery.route(stray, 1, None)
     assert [(n.what, n.argument) for n in notices] == [("on_unrouted", stray)]
     assert not delivery.paused
 

@@ -62,6 +62,7 @@ class Delivery(Generic[M]):
         "_requests",
         "_stall_warned",
         "backlog",
+        "delivered",
         "inboxes",
         "paused_since",
     )
@@ -79,6 +80,8 @@ class Delivery(Generic[M]):
         self._end_subscription = end_subscription
         #: The open subscriptions, by id.
         self.inboxes: dict[str, Inbox[M]] = {}
+        #: Messages routed so far: the last one's delivery number (``_seq``).
+        self.delivered = 0
         #: Messages that arrived while their inbox (or an earlier message's) was full.
         #: While any wait here the transport stops reading: TCP pushes back on the broker.
         self.backlog: deque[M] = deque()
@@ -114,9 +117,22 @@ class Delivery(Generic[M]):
 
     # -- messages --------------------------------------------------------------------------
 
-    def route(self, message: M) -> None:
+    def route(self, message: M, epoch: int, owner: object) -> None:
         """Hand ``message`` to its inbox, or keep it in the backlog behind what waits
-        there already (the order of a subscription's messages is the broker's)."""
+        there already (the order of a subscription's messages is the broker's).
+
+        First it gets what the core's event lacks: the connection it came on
+        (``epoch``: the backlog is emptied with its connection, so this stays true),
+        what answers it (``owner``) and its delivery number. Here, once per message
+        and not in the session's pump: a function called this often runs specialised
+        by the interpreter, while a pump called a few times for thousands of
+        messages may not.
+        """
+        message._epoch = epoch
+        message._owner = owner
+        self.delivered = seq = self.delivered + 1
+        message._seq = seq
+        message._headers = None
         inbox = self.inboxes.get(message.subscription)
         if inbox is None:
             self._unrouted(message)

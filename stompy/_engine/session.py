@@ -170,8 +170,7 @@ class Session(Generic[M]):
         self.requests: Requests[M] = Requests()
         self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
         self._reply_to = REPLY_QUEUE  # ... and the destination of that subscription
-        #: Messages delivered so far (each one's ``_seq``), and what was answered.
-        self._delivered = 0
+        #: What was answered of the messages delivered.
         self.acks = AckBook()
         self._now = 0.0  # the time as the transport last said (for the backlog's clock)
         #: Since when bytes wait to be written with no progress (``None``: none wait).
@@ -561,9 +560,6 @@ class Session(Generic[M]):
         woke = delivery.drain(self._now, self.endpoint)
         route = delivery.route
         message_class = self.message_class
-        # The message the user gets is the core's event: what it lacks is set here,
-        # once, whether it goes to an inbox now, to the backlog (which install()
-        # empties, so the epoch stays true) or to a request.
         epoch = self.epoch
         owner = self.owner
         self.debug = debug = log.isEnabledFor(logging.DEBUG)
@@ -573,12 +569,7 @@ class Session(Generic[M]):
                 if debug:
                     log.debug("received %r", event)
                 if isinstance(event, message_class):
-                    event._epoch = epoch
-                    event._owner = owner
-                    self._delivered = seq = self._delivered + 1
-                    event._seq = seq
-                    event._headers = None
-                    route(event)
+                    route(event, epoch, owner)
                     woke = True
                 elif isinstance(event, Receipt):
                     self.receipts.came(event.receipt_id)
