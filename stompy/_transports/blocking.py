@@ -40,7 +40,7 @@ from stompy._engine.calls import Call, Running, Steps
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.session import MAX_OUTGOING, Session, log
-from stompy._engine.state import CLOSED, CLOSING, Status
+from stompy._engine.state import CLOSED, CLOSING, PROTOCOL_CLOSED, Status
 from stompy.errors import ConnectionLost, StompError
 
 __all__ = ("IOThread", "bytes_waiting")
@@ -483,7 +483,8 @@ class IOThread(Generic[M]):
                     with contextlib.suppress(OSError):
                         self._send(sock)
                     failure = ended
-                failure = lifecycle.why_ended(session, failure, len(session.outgoing))
+                if failure is not None or proto.state is PROTOCOL_CLOSED:  # else it goes on
+                    failure = lifecycle.why_ended(session, failure, len(session.outgoing))
                 if failure is not None:
                     if session.status is CLOSING:
                         return None
