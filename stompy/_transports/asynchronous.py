@@ -50,7 +50,7 @@ from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
 from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.session import Session
-from stompy._engine.state import CLOSED
+from stompy._engine.state import CLOSED, PROTOCOL_CLOSED
 from stompy._transports.blocking import bytes_waiting
 from stompy._transports.signal import Signal
 from stompy.errors import ConnectionLost, LocalProtocolError, StompError
@@ -608,8 +608,10 @@ class TaskIO(Generic[M]):
                             while session.outgoing:
                                 await self._drained.wait()
                         failure = ended
-                unsent = self._writing + len(session.outgoing)
-                failure = lifecycle.why_ended(session, failure, unsent)
+                proto = session.proto
+                if failure is not None or (proto is not None and proto.state is PROTOCOL_CLOSED):
+                    unsent = self._writing + len(session.outgoing)
+                    failure = lifecycle.why_ended(session, failure, unsent)
                 if failure is not None or not data:
                     # After EOF there is nothing more to read: end here rather than
                     # spin on EndOfStream.
