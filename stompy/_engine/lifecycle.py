@@ -18,9 +18,8 @@ The rules:
 * An attempt is made only while the session still wants one (its status ``NEW`` or
   ``RECONNECTING``); it is checked after each delay, and again once a connection was
   established, so a close that came meanwhile is never undone by installing a new
-  connection (the anyio transport looked again, the blocking one did not: it is the
-  right way, as a closed session must stay closed). A connection made for nothing is
-  dropped (:data:`DROP`).
+  connection: a closed session stays closed. A connection made for nothing is dropped
+  (:data:`DROP`).
 * A delay waits out its whole time (:class:`Pause` is asked again after an early
   wake-up) unless the status changed: only a close cuts it short.
 * Any step of establishing that runs out of ``connect_timeout`` fails the attempt with
@@ -29,10 +28,9 @@ The rules:
 * After each pump (bytes read, a heart-beat deadline), :func:`why_ended` says whether
   the connection ended: the failure the pump found (the end of the stream, an ERROR,
   a WebSocket close already folded in by the transport), or the core closed with
-  nothing left to write (after the DISCONNECT's receipt: the blocking transport ended
-  there, the anyio one waited for the broker's end of stream; both end there now). A
-  :class:`ConnectionLost` with many bytes unwritten names the likely cause
-  (:func:`while_writing`: the anyio timer's failures did not).
+  nothing left to write (after the DISCONNECT's receipt: nothing more can come that
+  matters). A :class:`ConnectionLost` with many bytes unwritten names the likely cause
+  (:func:`while_writing`), whichever of the transport's loops found it.
 * A lost connection is closed (:data:`HANG_UP`, with the WebSocket's goodbye when the
   link was one: :func:`farewell`) before the session's verdict; every wait is woken
   once the status changed (:data:`CHANGED`).
