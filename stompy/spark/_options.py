@@ -90,8 +90,9 @@ DEFAULT_PREFETCH_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
 DEFAULT_DEDUP_HEADER: Final = "stompy-dedup-id"
 DEFAULT_HEARTBEATS: Final = (10_000, 10_000)
 #: Rows per micro-batch: Spark spends a tenth of a second or more on each batch
-#: whatever its size, so small batches cap a stream's rate.
-DEFAULT_BATCH_ROWS: Final = 20_000
+#: whatever its size, so small batches cap a stream's rate. The largest whose
+#: prefetch (twice it: one batch in Spark's hands, the next arriving) RabbitMQ takes.
+DEFAULT_BATCH_ROWS: Final = 32_000
 #: How a streaming source rides out a broker restart: attempts from 0.5 s apart,
 #: doubling up to 10 s between them, about five minutes in all.
 DEFAULT_RECONNECT_ATTEMPTS: Final = 34

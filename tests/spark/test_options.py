@@ -30,8 +30,9 @@ def read(**options: str) -> dict[str, str]:
 def test_read_defaults() -> None:
     settings = parse_read_options(read())
     assert settings.destinations == ("/queue/a",)
-    assert settings.max_messages_per_batch == 20_000
-    assert settings.stream_prefetch == 40_000
+    assert settings.max_messages_per_batch == 32_000
+    # One batch in Spark's hands and the next arriving, within RabbitMQ's limit.
+    assert settings.stream_prefetch == 64_000 <= MAX_PREFETCH
     assert settings.batch_window == 1000
     assert settings.max_messages_per_partition is None
     assert settings.mode == "consume"
