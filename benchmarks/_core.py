@@ -156,6 +156,7 @@ GROUP_MODULES: tuple[str, ...] = (
     "benchmarks.latency",
     "benchmarks.memory",
     "benchmarks.spark",
+    "benchmarks.spark_cold",
     "benchmarks.spark_pace",
 )
 

@@ -17,10 +17,10 @@ from itertools import pairwise
 from typing import Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stompy._core.frames import header_columns
 from stompy._engine.message import MessageBase
+from stompy.spark._schema import READ_SCHEMA
 
 __all__ = (
     "READ_ARROW_SCHEMA",
@@ -29,13 +29,6 @@ __all__ = (
     "message_batch",
     "now_us",
     "to_ipc",
-)
-
-#: The rows of a read, as a Spark DDL string.
-READ_SCHEMA: Final = (
-    "destination string, subscription string, message_id string, redelivered boolean, "
-    "content_type string, headers map<string,string>, body binary, "
-    "received_at timestamp, offset bigint"
 )
 
 #: :data:`READ_SCHEMA` as Arrow has it: what PySpark expects a reader's batches to be
@@ -69,6 +62,8 @@ def message_batch(
     ``offsets`` the number each gets in the ``offset`` column. The ``headers`` column
     keeps the first entry of a repeated header, as :attr:`~stompy.Message.headers`.
     """
+    import pyarrow.compute as pc  # where messages become rows only (0.1-0.2 s to import)
+
     frames = [m.frame for m in messages]
     starts, names, values = header_columns(frames)
     if _repeats_a_name(starts, names):
@@ -106,6 +101,8 @@ class _Entries:
 
     def lookup(self, name: str) -> pa.Array:
         """Each frame's value of ``name``, null where a frame has none."""
+        import pyarrow.compute as pc
+
         found = pc.indices_nonzero(pc.equal(self.names, name))
         if len(found) == self.rows:  # in every frame, once: already in frame order
             return self.values.take(found)

@@ -28,7 +28,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -40,8 +39,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from stompy.errors import ConfigurationError
-from stompy.spark._arrow import READ_SCHEMA, from_ipc
-from stompy.spark._batch_read import drain
 from stompy.spark._offsets import offset_dict, offset_value
 from stompy.spark._options import (
     PARALLELISM_VARIABLE,
@@ -50,7 +47,7 @@ from stompy.spark._options import (
     parse_read_options,
     parse_write_options,
 )
-from stompy.spark._stream_read import StreamConsumer
+from stompy.spark._schema import READ_COLUMNS, READ_SCHEMA
 from stompy.spark._write import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -60,6 +57,7 @@ from stompy.spark._write import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
     from pyspark.sql.streaming.datasource import ReadLimit
@@ -96,14 +94,12 @@ __all__ = (
 
 log: Final = logging.getLogger("stompy.spark")
 
-_READ_COLUMNS: Final = tuple(part.split()[0] for part in READ_SCHEMA.split(", "))
-
 
 def _check_read_schema(schema: StructType) -> None:
     names = tuple(schema.fieldNames())
-    if names != _READ_COLUMNS:
+    if names != READ_COLUMNS:
         raise ConfigurationError(
-            f"the STOMP source produces the columns {', '.join(_READ_COLUMNS)}; "
+            f"the STOMP source produces the columns {', '.join(READ_COLUMNS)}; "
             "leave out .schema() or give exactly this schema"
         )
 
@@ -193,6 +189,8 @@ class StompReader(DataSourceReader):
         return [StompPartition(i, now) for i in range(self.settings.num_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from stompy.spark._batch_read import drain  # the tasks only
+
         assert isinstance(partition, StompPartition)
         return drain(self.settings, partition.index, planned_at=partition.planned_at)
 
@@ -215,6 +213,8 @@ class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
     """Streaming read from subscriptions held next to the driver (see :mod:`._stream_read`)."""
 
     def __init__(self, settings: ReadSettings) -> None:
+        from stompy.spark._stream_read import StreamConsumer  # not where Spark only plans
+
         self.settings = settings
         self._consumer = StreamConsumer(settings)
         if _AvailableNowBase is object:
@@ -250,6 +250,8 @@ class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
         return [StompBatch(data) for data in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from stompy.spark._arrow import from_ipc
+
         assert isinstance(partition, StompBatch)
         return from_ipc(partition.data)
 

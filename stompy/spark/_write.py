@@ -14,15 +14,17 @@ Arrow record batches (or as rows where PySpark has no Arrow writer).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from stompy._engine.outgoing import Outgoing
 from stompy.errors import ConfigurationError
 from stompy.spark._options import WriteSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = (
     "BATCH_ID_PROPERTY",
@@ -203,11 +205,11 @@ def write_partition(
     if first is None:
         return 0
     together = _chain_first(first, iterator)
-    rows = (
-        _arrow_rows(together, columns)
-        if isinstance(first, pa.RecordBatch)
-        else _plain_rows(together, columns)
-    )
+    # A record batch means pyarrow is loaded; this module does not load it, so that
+    # the processes that only plan or commit a write never pay for it.
+    pyarrow = sys.modules.get("pyarrow")
+    arrow = pyarrow is not None and isinstance(first, pyarrow.RecordBatch)
+    rows = _arrow_rows(together, columns) if arrow else _plain_rows(together, columns)
     messages = _outgoing(rows, settings, task)
     head = next(messages, None)
     if head is None:

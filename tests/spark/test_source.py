@@ -108,6 +108,26 @@ def test_a_different_read_schema_is_refused() -> None:
         )
 
 
+def test_what_only_plans_imports_no_pyarrow() -> None:
+    # Spark starts a Python process to create the source, one to plan a write and one
+    # to commit it: none of them turns messages into rows, and pyarrow (with numpy
+    # and pyarrow.compute) was a good part of what each paid at its start.
+    code = """
+import pickle, sys
+from pyspark.sql.types import StringType, StructField, StructType
+from stompy.spark import StompDataSource
+source = StompDataSource({"url": "stomp://127.0.0.1:1", "destination": "/queue/q"})
+assert source.schema().startswith("destination string")
+writer = source.writer(StructType([StructField("body", StringType())]), False)
+writer.commit(pickle.loads(pickle.dumps([None])))
+print(sorted(m for m in ("pyarrow", "pyarrow.compute", "numpy") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stderr
+
+
 def test_batch_write_in_process(broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
     writer = source(url=broker.url, destination="/queue/out").writer(WRITE_SCHEMA, False)
     assert isinstance(writer, StompWriter)

@@ -1,0 +1,182 @@
+"""The first write of a session: what the connector adds to Spark's own cold cost.
+
+Each contender runs in a driver process of its own (a fresh JVM and fresh Python
+workers, as the first write of a pipeline pays them): the session starts, a job that
+runs no Python warms the JVM (``spark.range(10).count()``), and then the timed call
+writes a 100-row DataFrame (two partitions):
+
+* ``no-op source``: a Python data source whose writer takes the rows and does
+  nothing: Spark's floor for any Python data source's first write;
+* ``stompy``: ``df.write.format("stomp")`` into stompy's broker;
+* ``stomp.py``: ``df.foreachPartition`` with a stomp.py connection per partition and
+  one receipt at its end.
+
+The connector's cost is its time less the floor's. Beside them, the imports a Python
+worker pays for the connector (``python -X importtime``), measured in a fresh
+interpreter: the modules a write task unpickles (``stompy.spark._source``), against
+PySpark's own (``pyspark.sql.datasource``) in the same interpreter before them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+from typing import Any, Final
+
+from benchmarks._core import Row, Settings, log, register
+
+GROUP: Final = "spark-cold"
+FLOOR: Final = "no-op source"
+CONTENDERS: Final = (FLOOR, "stompy", "stomp.py")
+ROWS: Final = 100
+
+_DRIVER: Final = r"""
+import os, sys, time
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
+
+who, url = sys.argv[1], sys.argv[2]
+
+class NoOpWriter(DataSourceWriter):
+    def write(self, iterator):
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+class NoOp(DataSource):
+    @classmethod
+    def name(cls):
+        return "stompy-bench-noop"
+
+    def writer(self, schema, overwrite):
+        return NoOpWriter()
+
+spark = (
+    SparkSession.builder.master("local[2]").appName("stompy-cold")
+    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    .config("spark.driver.host", "127.0.0.1").getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+spark.range(10).count()
+frame = spark.range(0, ROWS, numPartitions=2).selectExpr("CAST(id AS STRING) AS body")
+if who == "no-op source":
+    spark.dataSource.register(NoOp)
+    run = lambda: frame.write.format("stompy-bench-noop").mode("append").save()
+elif who == "stompy":
+    from stompy.spark import StompDataSource
+    spark.dataSource.register(StompDataSource)
+    run = lambda: (
+        frame.write.format("stomp").mode("append").option("url", url)
+        .option("destination", "/queue/stompy-cold").save()
+    )
+else:
+    from benchmarks.spark import stomppy_send_partition
+    send = stomppy_send_partition(url, "/queue/stompy-cold")
+    run = lambda: frame.foreachPartition(send)
+start = time.perf_counter()
+run()
+print(f"SECONDS {time.perf_counter() - start:.4f}", flush=True)
+spark.stop()
+""".replace("ROWS", str(ROWS))
+
+
+def first_write(who: str, url: str) -> float:
+    """Seconds of the first write of a fresh session (see the module)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER, who, url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path[1:])},
+    )
+    match = re.search(r"SECONDS (\S+)", done.stdout)
+    if match is None:
+        raise RuntimeError(f"{who}: no time ({done.stderr[-2000:]})")
+    return float(match.group(1))
+
+
+def import_seconds(module: str, after: str = "") -> float:
+    """Seconds a fresh interpreter spends importing ``module`` (after ``after``)."""
+    code = f"import {after}" if after else "pass"
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"{code}\nimport {module}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path[1:])},
+    )
+    total = 0
+    started = not after
+    for line in done.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        name = parts[2].rstrip()
+        if not started:
+            started = name.strip() == after
+            continue
+        if name == f" {module}":  # top level: its cumulative time covers the rest
+            total = int(parts[1])
+    return total / 1e6
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    return {
+        "rows": ROWS,
+        "rounds": settings.pick_rounds(3, 1),
+        "spark": "local[2], a fresh driver per run, the JVM warmed by a job without Python",
+    }
+
+
+@register(
+    GROUP,
+    "the first write of a session: Spark's floor (a no-op Python source) and the connector (s)",
+    describe=describe,
+)
+def run(settings: Settings) -> list[Row]:
+    from benchmarks.spark import own_broker
+
+    rounds = settings.pick_rounds(3, 1)
+    rows: list[Row] = []
+    with own_broker() as url:
+        times: dict[str, list[float]] = {who: [] for who in CONTENDERS}
+        for _ in range(rounds):
+            for who in CONTENDERS:
+                times[who].append(first_write(who, url))
+                log(settings, f"  first write, {who}: {times[who][-1]:.2f} s")
+    for who, samples in times.items():
+        rows.append(
+            Row(
+                GROUP,
+                "first write of a session",
+                who,
+                statistics.median(samples),
+                "s",
+                higher_is_better=False,
+                samples=tuple(samples),
+            )
+        )
+    floor = statistics.median(times[FLOOR])
+    ours = statistics.median(times["stompy"])
+    log(settings, f"  the connector's cost over the floor: {ours - floor:.2f} s")
+    imports = [import_seconds("stompy.spark._source", "pyspark.sql.datasource") for _ in range(3)]
+    pyspark = [import_seconds("pyspark.sql.datasource") for _ in range(3)]
+    for who, samples in (("stompy.spark._source", imports), ("pyspark.sql.datasource", pyspark)):
+        rows.append(
+            Row(
+                GROUP,
+                "imports of a Python worker",
+                who,
+                statistics.median(samples),
+                "s",
+                higher_is_better=False,
+                samples=tuple(samples),
+            )
+        )
+    return rows
