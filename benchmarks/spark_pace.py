@@ -170,7 +170,9 @@ def stomppy_consume(url: str, count: int, ack: str) -> float:
 
     conn.set_listener("pace", Consumer())
     try:
-        conn.subscribe(destination, id="1", ack=ack)
+        # A prefetch that leaves room for the ACK interval (stompy's broker holds back
+        # at 100 unacknowledged messages unless asked; RabbitMQ's default is no limit).
+        conn.subscribe(destination, id="1", ack=ack, headers={"prefetch-count": "65535"})
         if not done.wait(600):
             raise TimeoutError(f"stomp.py ({ack}) took {got} of {count} messages")
     finally:
