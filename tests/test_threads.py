@@ -134,6 +134,9 @@ async def test_an_async_connection_used_from_another_threads_loop_says_so(
             async with stompy.AsyncConnection(broker.url, receipt_timeout=TIMEOUT) as conn:
                 sub = await conn.subscribe(dest)
                 tx = await conn.transaction()
+                # At rest: the writer wrote what was queued (a send without a receipt is
+                # looked at when it would start the writer: see docs/api.md).
+                await conn.send(queue(), "settled", receipt=True)
                 calls: dict[str, Callable[[], Awaitable[object]]] = {
                     "send": lambda: conn.send(dest, "from elsewhere"),
                     "send(receipt=True)": lambda: conn.send(dest, "elsewhere", receipt=True),

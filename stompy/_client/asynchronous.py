@@ -472,16 +472,19 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         """Send a message; see :meth:`stompy.Connection.send`."""
         session = self._session
         telemetry = self._link.telemetry
+        io = self._io
         if (
             transaction is None
             and receipt is False
             and telemetry is None
-            and thread_id() == self._io.thread  # else the long way raises (see TaskIO.run)
+            # From another thread, the long way raises (TaskIO.run). Looked at when this
+            # send would start the writer, not all through a burst, which started it
+            # already: the thread's id is a new int at each call, a cost a send feels.
+            and (io.write_due or thread_id() == io.thread)
             and session.send_now(destination, body, headers, content_type, anyio.current_time)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,
             # and the writer is kicked only if it was not yet (mostly it was).
-            io = self._io
             if not io.write_due:
                 io.kick()
             if len(session.outgoing) > MAX_OUTGOING:
@@ -489,7 +492,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             return
         tx = transaction_id(transaction, session)
         call = traced(Call(session, anyio.current_time()), telemetry)
-        await self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
+        await io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     async def send_many(
         self,
