@@ -806,3 +806,12 @@ def test_individual_acks_on_stomp_10_say_what_to_use(queue: str) -> None:
         assert "needs STOMP 1.1 or later and the broker chose 1.0: use --ack client" in line
         broker.wait_until(lambda: not broker.connections, timeout=TIMEOUT)
         assert broker.queue_depth(queue) == 1
+
+
+def test_the_send_headers_stompy_refuses_are_the_cores() -> None:
+    """``stompy send -H`` refuses, with a hint each, exactly the headers the core keeps
+    to itself on a SEND (frames.SEND_RESERVED): a header added there gets its hint."""
+    from stompy._core.frames import SEND_RESERVED
+    from stompy.cli._parser import _SET_BY_STOMPY
+
+    assert set(_SET_BY_STOMPY["send"]) == SEND_RESERVED
