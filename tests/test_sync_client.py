@@ -253,6 +253,38 @@ def test_get_batch_takes_what_arrived_up_to_its_limit(broker: Broker) -> None:
         assert sub.get_batch(3, timeout=0) == []  # ended: nothing left, no wait
 
 
+def test_waiting_threads_read_the_socket_in_turn_and_lose_no_order(broker: Broker) -> None:
+    # A waiting caller reads the socket itself while the I/O thread may read it too
+    # (IOThread.wait): with two consumers waiting and a third thread waiting for
+    # receipts, every byte is routed once and in order, whoever read it.
+    dests = [queue(), queue()]
+    count = 300
+    got: dict[str, list[str]] = {dest: [] for dest in dests}
+    with stompy.Connection(url(broker)) as conn, stompy.Connection(url(broker)) as sender:
+        subs = [conn.subscribe(dest) for dest in dests]
+
+        def consume(sub: stompy.Subscription, into: list[str]) -> None:
+            for _ in range(count):
+                message = sub.get(timeout=10)
+                if message is None:
+                    return
+                into.append(message.text)
+
+        threads = [
+            threading.Thread(target=consume, args=(sub, got[dest]))
+            for sub, dest in zip(subs, dests, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for i in range(count):
+            for dest in dests:
+                sender.send(dest, str(i))
+            conn.send(queue(), "x", receipt=True)  # this thread waits on the socket too
+        for thread in threads:
+            thread.join(timeout=30)
+    assert got == {dest: [str(i) for i in range(count)] for dest in dests}
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_on_message_callback_runs_in_its_own_thread(broker: Broker) -> None:
     dest = queue()

@@ -180,7 +180,7 @@ class Subscription(SubscriptionBase[Message]):
                 if remaining is not None and remaining <= 0:
                     return None
                 io.push(waiting=True)  # what this thread sent goes out before it sleeps
-                io.cond.wait(remaining)
+                io.wait(remaining)
         if self._delivery.backlog:
             self._made_room()
         return message

@@ -12,7 +12,10 @@ writing (:meth:`IOThread.push`: a round trip then costs no hand-off); otherwise,
 for whatever the socket does not take at once, it wakes the I/O thread, which writes
 whatever has accumulated in one go (many frames, one ``send``). Every byte leaves
 from the start of the one buffer, by one writer at a time, so frames can never
-interleave. Only the I/O thread reads, and only it judges a failed socket.
+interleave. A caller that waits (a receipt, a reply, a message) reads the socket
+itself meanwhile, as the I/O thread does (:meth:`IOThread.wait`, the read-through): the
+answer then costs no hand-off back either. Both read and route under the lock, so the
+bytes are routed in the order they came; only the I/O thread judges a failed socket.
 
 While the session keeps a backlog (a subscription's inbox is full) the thread stops
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
@@ -26,13 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import select
 import selectors
 import socket
 import ssl as _ssl
 import threading
 import time
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
@@ -40,7 +44,7 @@ from stompy._engine.calls import Call, Running, Steps
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.session import MAX_OUTGOING, Session, log
-from stompy._engine.state import CLOSED, CLOSING, PROTOCOL_CLOSED, Status
+from stompy._engine.state import CLOSED, CLOSING, CONNECTED, PROTOCOL_CLOSED, Status
 from stompy.errors import ConnectionLost, StompError
 
 __all__ = ("IOThread", "bytes_waiting")
@@ -55,6 +59,8 @@ _SEND_CHUNK: Final = 1024 * 1024
 #: The least time an establishing step is given (its deadline is checked before it).
 _SOON: Final = 0.001
 _TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
+#: A caller may read the socket while it waits (see IOThread.wait): not on Windows.
+_READ_THROUGH: Final = hasattr(select, "poll")
 
 
 def bytes_waiting(sock: socket.socket | None) -> bool | None:
@@ -77,17 +83,33 @@ def bytes_waiting(sock: socket.socket | None) -> bool | None:
         return None
 
 
+class _Condition(threading.Condition):
+    """The connection's condition: a notify also reaches the caller that waits in
+    :meth:`IOThread.wait` reading the socket rather than on the condition."""
+
+    def __init__(self, lock: threading.RLock, io: IOThread[Any]) -> None:
+        super().__init__(lock)
+        self._io = io
+
+    def notify(self, n: int = 1) -> None:
+        super().notify(n)
+        io = self._io
+        if io.reading and not io.poked:
+            io.poke_reader()
+
+
 class IOThread(Generic[M]):
     """Serves one session: establishes its connections and runs the I/O thread.
 
     :attr:`cond` (over :attr:`lock`) guards the session; it is notified whenever
-    something a waiting call may be waiting for happened.
+    something a waiting call may be waiting for happened. A call waits with
+    :meth:`wait`, which may read the socket itself.
     """
 
     def __init__(self, session: Session[M]) -> None:
         self.session = session
         self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)
+        self.cond: threading.Condition = _Condition(self.lock, self)
         self.thread: threading.Thread | None = None
         self._hooks: threading.Thread | None = None  # runs the lifecycle hooks
         self._sock: socket.socket | None = None
@@ -106,6 +128,19 @@ class IOThread(Generic[M]):
         #: Nothing was written through since a caller last waited or bytes last came:
         #: the next send may write through (see :meth:`push`).
         self.at_rest = True
+        #: A caller waits in :meth:`wait` for the socket, the lock released: a notify
+        #: wakes it through :attr:`_poke_w`.
+        self.reading = False
+        #: The reading caller was woken through :attr:`_poke_w` (a notify).
+        self.poked = False
+        # Made at start(): a notify wakes the reading caller through it.
+        self._poke_r: socket.socket | None = None
+        self._poke_w: socket.socket | None = None
+        self._poller: select.poll | None = None
+        self._polled: socket.socket | None = None  # the socket :attr:`_poller` watches
+        #: What a caller read and leaves to the I/O thread to judge: the end of the
+        #: stream (``b""``) or the socket's error.
+        self._handed: bytes | OSError | None = None
         self._abandoned = False
 
     # -- for user threads ----------------------------------------------------------------
@@ -119,12 +154,105 @@ class IOThread(Generic[M]):
                 wait = running.resume()
                 while wait is not None:
                     self.push(waiting=True)
-                    cond.wait(max(0.0, wait.deadline - time.monotonic()))
+                    self.wait(max(0.0, wait.deadline - time.monotonic()))
                     wait = running.resume(time.monotonic())
             finally:
                 running.close()  # an interrupted wait: the call forgets its receipt
                 self.push()  # what was queued before an error goes out too
         return running.result
+
+    def wait(self, timeout: float | None) -> None:
+        """Under the lock, as ``cond.wait(timeout)``: wait until notified or ``timeout``
+        seconds passed, but read the socket meanwhile when this caller can (the
+        read-through), so that an answer costs no hand-off from the I/O thread.
+
+        It can when the connection is up on a plain socket (TLS stays on the I/O
+        thread), no other caller reads and no backlog holds reading. It then waits
+        for the socket, or a notify (:class:`_Condition` pokes it while
+        :attr:`reading`), with the lock released; once the socket is readable, it
+        reads and routes what came under the lock. The I/O thread, woken by the
+        same bytes, reads under the lock too: whichever comes first reads and
+        routes, the other finds nothing, so the bytes are routed in the order they
+        came, and the caller sleeps through no wake-up. Heart-beats, writes and
+        back-pressure stay the I/O thread's. Only it judges a failed socket: an end
+        of stream or an error read here is handed to it (:attr:`_handed`), and a
+        failure the routing found ends the connection through it."""
+        sock = self._direct
+        session = self.session
+        if (
+            sock is None
+            or not _READ_THROUGH
+            or self.reading
+            or self._handed is not None
+            or session.status is not CONNECTED
+            or session.ending is not None
+            or session.ws is not None
+            or session.paused
+            or threading.current_thread() is self.thread
+        ):
+            self.cond.wait(timeout)
+            return
+        poller = self._poller
+        if self._polled is not sock or poller is None:
+            poller = self._poller = select.poll()
+            assert self._poke_r is not None
+            poller.register(sock, select.POLLIN)
+            poller.register(self._poke_r, select.POLLIN)
+            self._polled = sock
+        ms = -1 if timeout is None else math.ceil(timeout * 1000)
+        lock = self.lock
+        self.reading = True
+        saved = lock._release_save()  # type: ignore[attr-defined]  # as Condition.wait
+        try:
+            ready = poller.poll(ms)
+        finally:
+            lock._acquire_restore(saved)  # type: ignore[attr-defined]
+            self.reading = False
+        if self.poked:
+            self.poked = False
+            with contextlib.suppress(OSError):
+                self._poke_r.recv(4096)  # type: ignore[union-attr]
+        fd = sock.fileno()
+        if any(each == fd for each, _ in ready) and self._direct is sock:
+            self._read_here(sock)
+
+    def _read_here(self, sock: socket.socket) -> None:
+        """The read-through, under the lock: read what came and route it."""
+        session = self.session
+        if session.status is not CONNECTED or session.ending is not None or session.paused:
+            return  # changed while the lock was released: the I/O thread's to read
+        try:
+            data: bytes | OSError = sock.recv(_RECV_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            data = exc
+        if isinstance(data, OSError) or not data:
+            self._handed = data  # the I/O thread judges the end, as it always did
+            self.wake()
+            return
+        now = time.monotonic()
+        session.receive(data, now)  # no WebSocket here: no close to report
+        pumped = session.pump(now)
+        self.at_rest = True
+        if pumped.woke:
+            self.cond.notify_all()
+        failure = pumped.failure
+        proto = session.proto
+        if failure is not None or (proto is not None and proto.state is PROTOCOL_CLOSED):
+            failure = lifecycle.why_ended(session, failure, len(session.outgoing))
+        if failure is not None:
+            session.saw_end(failure)  # the I/O thread ends the connection with it
+            self.wake()
+        else:
+            self.kick()  # an answer the pump queued (a heart-beat's, say)
+
+    def poke_reader(self) -> None:
+        """Wake the caller reading in :meth:`wait` (a notify came; under the lock)."""
+        self.poked = True
+        if self._poke_w is not None:
+            with contextlib.suppress(OSError):
+                self._poke_w.send(b"\0")
 
     def queue_output(self) -> None:
         """After a send queued under the lock (a client's fast path,
@@ -187,8 +315,9 @@ class IOThread(Generic[M]):
     def connect(self) -> None:
         """Establish the first connection (raises why not) and start the I/O thread."""
         self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._poke_r, self._poke_w = socket.socketpair()
+        for each in (self._wake_r, self._wake_w, self._poke_r, self._poke_w):
+            each.setblocking(False)
         life = lifecycle.Lifecycle(self.session)
         try:
             serve = self._run_steps(life)
@@ -251,7 +380,7 @@ class IOThread(Generic[M]):
     def _release(self) -> None:
         """Close the socket and the wake-up pair (under the lock)."""
         self._close_socket()
-        for wake in (self._wake_r, self._wake_w):
+        for wake in (self._wake_r, self._wake_w, self._poke_r, self._poke_w):
             if wake is not None:
                 wake.close()
 
@@ -445,28 +574,26 @@ class IOThread(Generic[M]):
                         else:
                             with contextlib.suppress(OSError):
                                 wake_r.recv(4096)
-                if ready & selectors.EVENT_READ:
-                    data = self._recv(sock)
                 if ready & selectors.EVENT_WRITE:
                     self._send(sock)
             except (OSError, _ssl.SSLError) as exc:
-                # A broker that refuses a frame (one too large, say) sends an ERROR and
-                # closes while the frame is still being written: the write fails first,
-                # and the ERROR, which says why, is still to be read.
-                last_words = (data or b"") + self._last_words(sock)  # data: read just now
-                with self.cond:
-                    if session.status in (CLOSING, CLOSED):
-                        return None
-                    error = self._heard(last_words) or transport_failed(
-                        session.endpoint, exc, len(session.outgoing)
-                    )
-                    session.saw_end(error)
-                    return error
+                return self._broken(sock, exc)
             now = time.monotonic()
             with self.cond:
                 status: Status = session.status  # a local: another thread changes it
                 if status is CLOSED:
                     return None
+                ending: StompError | None = session.ending  # a local: a caller sets it
+                if ending is not None:  # a reading caller saw the connection end
+                    return ending
+                # Read under the lock, in the same turn as the routing: a caller that
+                # reads (wait()) does too, so the bytes are routed in the order read,
+                # by whichever thread came first (the other finds nothing to read).
+                if self._handed is not None or ready & selectors.EVENT_READ:
+                    try:
+                        data = self._read(sock)
+                    except (OSError, _ssl.SSLError) as exc:
+                        return self._broken(sock, exc)
                 ended = None
                 if data is not None:
                     ended = session.receive(data, now)
@@ -490,6 +617,33 @@ class IOThread(Generic[M]):
                         return None
                     session.saw_end(failure)
                     return failure
+
+    def _broken(self, sock: socket.socket, exc: OSError) -> StompError | None:
+        """The socket failed with ``exc``: why the connection ended (``None``: closed
+        by us)."""
+        session = self.session
+        with self.cond:
+            # A broker that refuses a frame (one too large, say) sends an ERROR and
+            # closes while the frame is still being written: the write fails first,
+            # and the ERROR, which says why, is still to be read.
+            last_words = self._last_words(sock)
+            if session.status in (CLOSING, CLOSED):
+                return None
+            error = self._heard(last_words) or transport_failed(
+                session.endpoint, exc, len(session.outgoing)
+            )
+            session.saw_end(error)
+            return error
+
+    def _read(self, sock: socket.socket) -> bytes | None:
+        """What there is to read (under the lock): first what a caller handed over."""
+        handed = self._handed
+        if handed is None:
+            return self._recv(sock)
+        self._handed = None
+        if isinstance(handed, OSError):
+            raise handed
+        return handed
 
     @staticmethod
     def _last_words(sock: socket.socket) -> bytes:
