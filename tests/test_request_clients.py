@@ -20,7 +20,7 @@ import anyio.abc
 import pytest
 
 import stompy
-from stompy.errors import ConnectionLost, NoReplyTo, RequestTimeout
+from stompy.errors import ConnectionLost, NoReplyTo, ReceiptTimeout, RequestTimeout
 from stompy.testing import Broker, run_broker, serve
 
 #: Every wait of these tests is bounded by this many seconds.
@@ -169,6 +169,35 @@ async def test_async_concurrent_requests_each_get_their_own_reply() -> None:
                     await client.request(queue(), "nobody", timeout=0.1)
             tg.cancel_scope.cancel()
     assert replies == {i: f"PING {i}" for i in range(16)}
+
+
+@pytest.mark.anyio
+async def test_async_a_nearer_deadline_ends_its_wait_while_a_longer_one_waits() -> None:
+    # Waits for answers time out by the connection's timer (TaskIO._await_answer): a
+    # wait whose deadline is nearer than the one the timer is armed for re-arms it.
+    with anyio.fail_after(LIMIT):
+        async with (
+            serve() as broker,
+            stompy.AsyncConnection(broker.url, receipt_timeout=0.2) as client,
+            anyio.create_task_group() as tg,
+        ):
+            ended: list[str] = []
+
+            async def long_wait() -> None:
+                with contextlib.suppress(RequestTimeout):
+                    await client.request(queue(), "nobody", timeout=60.0)
+                ended.append("long")
+
+            tg.start_soon(long_wait)
+            await anyio.sleep(0.05)  # the long wait armed the timer first
+            with pytest.raises(RequestTimeout):
+                await client.request(queue(), "nobody either", timeout=0.1)
+            broker.pause()
+            with pytest.raises(ReceiptTimeout):
+                await client.send(queue(), "x", receipt=True)
+            broker.resume()
+            assert ended == []
+            tg.cancel_scope.cancel()
 
 
 @pytest.mark.anyio

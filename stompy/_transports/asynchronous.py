@@ -147,6 +147,11 @@ class TaskIO(Generic[M]):
         self.getting: set[Getter] = set()
         self._room: anyio.Event | None = None  # the paused reader waits on it
         self._rearm = anyio.Event()  # the timer's deadline may have come nearer
+        #: While the timer task runs, the deadline of each wait for a receipt or a
+        #: reply, by the event that wakes it: the timer wakes it at its deadline (see
+        #: :meth:`_await_answer`).
+        self._deadlines: dict[anyio.Event, float] | None = None
+        self._timer_at = math.inf  # when the timer wakes next, at the latest
         self.yield_at = 0.0  # when a get() with a message at hand next lets tasks run
         self._write_lock = anyio.Lock()
         #: The size of the write under way (what a failure leaves unsent, at most).
@@ -305,8 +310,12 @@ class TaskIO(Generic[M]):
                     event = self._changed
                 else:
                     event = self._drained
-                with anyio.CancelScope(deadline=wait.deadline):
-                    await event.wait()
+                deadlines = self._deadlines
+                if deadlines is not None and isinstance(event, anyio.Event):
+                    await self._await_answer(event, wait.deadline, deadlines)
+                else:
+                    with anyio.CancelScope(deadline=wait.deadline):
+                        await event.wait()
                 self._unwait(wait)
                 wait = running.resume(anyio.current_time())
         finally:
@@ -314,6 +323,22 @@ class TaskIO(Generic[M]):
                 self._unwait(wait)
             running.close()  # a cancelled wait: the call forgets its receipt or request
             self.kick()  # what was queued before an error goes out too
+
+    async def _await_answer(
+        self, event: anyio.Event, deadline: float, deadlines: dict[anyio.Event, float]
+    ) -> None:
+        """Wait for a receipt or a reply until ``event`` is set: by its answer, or by the
+        timer at ``deadline``. A cancel scope with a deadline costs a wait as much again
+        as the rest of it; the timer, which runs anyway, re-arms only for a deadline
+        nearer than its own (rarely: a new wait's is mostly later than the last's)."""
+        deadlines[event] = deadline
+        if deadline < self._timer_at:
+            self._timer_at = deadline
+            self._rearm.set()
+        try:
+            await event.wait()
+        finally:
+            deadlines.pop(event, None)
 
     def _unwait(self, wait: Wait) -> None:
         if wait.receipt is not None:
@@ -662,15 +687,37 @@ class TaskIO(Generic[M]):
             self._end_epoch(scope, self._failed(exc))
 
     async def _timer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
-        session = self.session
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         waiting = functools.partial(bytes_waiting, raw)
+        deadlines = self._deadlines = {}
+        try:
+            await self._tick(scope, waiting, deadlines)
+        finally:
+            self._deadlines = None
+            self._timer_at = math.inf
+            for event in deadlines:  # their waits go on in cancel scopes of their own
+                event.set()
+
+    async def _tick(
+        self,
+        scope: anyio.CancelScope,
+        waiting: Callable[[], bool | None],
+        deadlines: dict[anyio.Event, float],
+    ) -> None:
+        """The timer's loop: wake at the core's next deadline and at the answers'."""
+        session = self.session
         while True:
             deadline = session.next_deadline(anyio.current_time())
+            answers = min(deadlines.values(), default=math.inf)
+            wake_at = self._timer_at = min(answers, math.inf if deadline is None else deadline)
             rearm = self._rearm = anyio.Event()
-            with anyio.CancelScope(deadline=math.inf if deadline is None else deadline):
+            with anyio.CancelScope(deadline=wake_at):
                 await rearm.wait()
             now = anyio.current_time()
+            if answers <= now:
+                for event, at in list(deadlines.items()):
+                    if at <= now:
+                        event.set()  # its call times out
             if deadline is None or now < deadline:
                 continue  # re-armed: the deadline may be nearer now
             # The reader goes first: after the event loop was held up (by a consumer, say),
