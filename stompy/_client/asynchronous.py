@@ -224,6 +224,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             if event is None:
                 event = self._wakeup = anyio.Event()
                 getting.add(self)
+            self._io.at_rest = True
             try:
                 await event.wait()
             finally:
@@ -484,9 +485,15 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             and session.send_now(destination, body, headers, content_type, anyio.current_time)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,
-            # and the writer is kicked only if it was not yet (mostly it was).
+            # and the writer is kicked only if it was not yet (mostly it was). On a
+            # connection at rest the frame goes from here: the first of a burst at once,
+            # the writer takes the rest in one write.
             if not io.write_due:
-                io.kick()
+                if io.at_rest:
+                    io.at_rest = False
+                    await io.push()
+                else:
+                    io.kick()
             if len(session.outgoing) > MAX_OUTGOING:
                 await io.run(Call(session, anyio.current_time()).flush())
             return

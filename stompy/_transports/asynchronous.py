@@ -140,6 +140,9 @@ class TaskIO(Generic[M]):
         #: the writer will write what is queued meanwhile, so a send need not set it.
         self.write_due = False
         self._drained = Signal()  # pulsed when the writer wrote
+        #: A call or a get() waited, or bytes came, since a send last wrote through:
+        #: the next send may write through (as the blocking transport's at_rest).
+        self.at_rest = True
         self._changed = Signal()  # pulsed whenever the status changes
         self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
         self._replies: dict[str, anyio.Event] = {}  # correlation-id -> its waiter's wake-up
@@ -295,6 +298,7 @@ class TaskIO(Generic[M]):
         receipts, replies = self._receipts, self._replies
         try:
             while wait is not None:
+                self.at_rest = True
                 if await self.push():
                     # It wrote from here, and let the other tasks run meanwhile: what
                     # the call waits for may have come. It checks again before waiting.
@@ -615,6 +619,7 @@ class TaskIO(Generic[M]):
                     data = b""  # the session's end of stream
                 now = anyio.current_time()
                 ended = session.receive(data, now)
+                self.at_rest = True  # an answer came: the next send may write through
                 pumped = session.pump(now)
                 self._pumped(pumped.woke, pumped.replied)
                 failure = pumped.failure
