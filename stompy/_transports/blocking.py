@@ -40,7 +40,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
-from stompy._engine.calls import Call, Running, Steps
+from stompy._engine.calls import Call, Running, Steps, Waiting
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.session import MAX_OUTGOING, Session, log
@@ -61,6 +61,8 @@ _SOON: Final = 0.001
 _TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
 #: A caller may read the socket while it waits (see IOThread.wait): not on Windows.
 _READ_THROUGH: Final = hasattr(select, "poll")
+#: The waits for what comes from the socket, which a caller may read itself.
+_ANSWERS: Final = frozenset((Waiting.RECEIPT, Waiting.REPLY))
 
 
 def bytes_waiting(sock: socket.socket | None) -> bool | None:
@@ -154,7 +156,11 @@ class IOThread(Generic[M]):
                 wait = running.resume()
                 while wait is not None:
                     self.push(waiting=True)
-                    self.wait(max(0.0, wait.deadline - time.monotonic()))
+                    timeout = max(0.0, wait.deadline - time.monotonic())
+                    if wait.what in _ANSWERS:
+                        self.wait(timeout)
+                    else:  # room, a change: the I/O thread's doing, not the socket's
+                        cond.wait(timeout)
                     wait = running.resume(time.monotonic())
             finally:
                 running.close()  # an interrupted wait: the call forgets its receipt
