@@ -12,11 +12,12 @@ end), and leaves the task group, empty, to the end of the block.
 For each established connection (an *epoch*; a reconnect starts a new one) it runs
 three tasks: a reader that feeds received bytes to the session engine, a writer that
 sends what the session has to send, and a timer that wakes at the core's heart-beat
-deadline. User calls run their steps on the session synchronously (:meth:`TaskIO.run`),
-which queues their frames in the session's one outgoing buffer, so nothing can
-interleave. A call that waits next (a receipt, a reply) writes that buffer from its
-own task when the stream is free (:meth:`TaskIO.push`), saving the hand-off to the
-writer; otherwise, and for a send that waits for nothing, it wakes the writer. Every
+deadline and at the deadlines of the waits for receipts and replies. User calls run
+their steps on the session synchronously (:meth:`TaskIO.run`), which queues their
+frames in the session's one outgoing buffer, so nothing can interleave. A call that
+waits next (a receipt, a reply), or a send on a connection at rest, writes that buffer
+from its own task when the stream is free (:meth:`TaskIO.push`), saving the hand-off
+to the writer; otherwise it wakes the writer. Every
 write takes the whole buffer under the write lock and is shielded: cancelling a call
 never leaves half a frame on the wire.
 
