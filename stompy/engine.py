@@ -1,4 +1,4 @@
-"""The session engine, for people who write their own transport (provisional API).
+"""The engine, for people who write their own transport (provisional API).
 
 :class:`~stompy.protocol.ClientProtocol` knows one STOMP connection; the engine knows a client's
 whole life above it: reconnects and the replay of subscriptions, where a received
@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
 from stompy._engine.connecting import Attempts, Handshake
+from stompy._engine.engine import MAX_OUTGOING, Engine, Pumped
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.notices import Notice
 from stompy._engine.options import ClientOptions
-from stompy._engine.session import MAX_OUTGOING, Pumped
-from stompy._engine.session import Session as ClientSession
 from stompy._engine.state import ReceiptState, Status
 from stompy._public import publish
 
@@ -26,7 +25,7 @@ __all__ = (
     "Attempts",
     "Call",
     "ClientOptions",
-    "ClientSession",
+    "Engine",
     "Handshake",
     "Inbox",
     "MessageBase",
@@ -42,3 +41,7 @@ __all__ = (
 
 # Documented, shown and pickled as this module's (stompy/_public.py).
 publish(globals(), __all__, __name__)
+
+#: The engine's name until "session" was left to STOMP's (the CONNECTED frame's
+#: ``session``): kept for transports written against it; not in ``__all__``.
+ClientSession = Engine

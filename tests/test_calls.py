@@ -14,7 +14,7 @@ import pytest
 
 import stompy
 from stompy._engine.calls import RESENT_HEADER, Call, Steps, Wait, Waiting
-from stompy._engine.session import MAX_OUTGOING, Session
+from stompy._engine.engine import MAX_OUTGOING, Engine
 from stompy._engine.state import Status
 from stompy.errors import AckLost, ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
 from tests.test_session import T0, Delivered, establish, make_session, message, receipt, taken
@@ -43,11 +43,11 @@ def time_passes(wait: Wait) -> float:
     return wait.deadline
 
 
-def sends(session: Session[Delivered]) -> int:
+def sends(session: Engine[Delivered]) -> int:
     return bytes(session.outgoing).count(b"SEND\n")
 
 
-def receipt_ids(session: Session[Delivered]) -> list[str]:
+def receipt_ids(session: Engine[Delivered]) -> list[str]:
     """The receipt ids the SEND frames in the outgoing buffer ask for."""
     ids = []
     for line in bytes(session.outgoing).split(b"\n"):
@@ -56,7 +56,7 @@ def receipt_ids(session: Session[Delivered]) -> list[str]:
     return ids
 
 
-def answer(session: Session[Delivered], rid: str, now: float) -> None:
+def answer(session: Engine[Delivered], rid: str, now: float) -> None:
     session.receive(receipt(rid), now)
     session.pump(now)
 

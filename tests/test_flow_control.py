@@ -18,8 +18,8 @@ import pytest
 
 import stompy
 from stompy._engine.delivery import STALL_WARNING
+from stompy._engine.engine import Engine
 from stompy._engine.inbox import MAX_PREFETCH, PREFETCH_HEADERS, subscribe_headers
-from stompy._engine.session import Session
 from stompy._transports.blocking import bytes_waiting
 from stompy.errors import (
     ConfigurationError,
@@ -117,14 +117,14 @@ def test_overflow_pause_keeps_everything_in_order() -> None:
     assert inbox.pending + len(session.delivery.backlog) == 5
 
 
-def written(session: Session[Delivered]) -> None:
+def written(session: Engine[Delivered]) -> None:
     """What the core has queued goes out: this test plays the transport."""
     session.flush(T0)
     session.outgoing.clear()
     session.wrote(T0)
 
 
-def paused_since(session: Session[Delivered]) -> float | None:
+def paused_since(session: Engine[Delivered]) -> float | None:
     """Read afresh: mypy would otherwise keep the narrowing of an earlier check."""
     return session.delivery.paused_since
 
@@ -173,7 +173,7 @@ def test_a_subscription_holding_the_connection_still_is_warned_about_once(
 # -- the engine: heart-beats judged after looking into the socket -----------------------
 
 
-def beating_session() -> tuple[Session[Delivered], float]:
+def beating_session() -> tuple[Engine[Delivered], float]:
     session = make_session(heartbeats=(0, 100))
     handshake = session.handshake(session.options.endpoints[0])
     handshake.receive(connected("100,0"), T0)

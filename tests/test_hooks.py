@@ -21,8 +21,8 @@ import pytest
 import stompy
 from stompy import Endpoint, Frame, encode
 from stompy._core.events import MessageReceived
+from stompy._engine.engine import Engine
 from stompy._engine.notices import MAX_NOTICES
-from stompy._engine.session import Session
 from stompy.errors import ConnectionLost, ServerError, StompError
 from stompy.testing import Broker, run_broker
 from tests.test_session import T0, Delivered, connected, establish, make_session, message
@@ -82,7 +82,7 @@ class Heard:
             return list(self.calls)
 
 
-def run(session: Session[Delivered]) -> None:
+def run(session: Engine[Delivered]) -> None:
     """Make the calls queued so far, as a transport does."""
     while session.notices:
         notice = session.notices.popleft()

@@ -21,6 +21,7 @@ import pytest
 
 import stompy
 from stompy._engine import lifecycle
+from stompy._engine.engine import Engine
 from stompy._engine.lifecycle import (
     DROP,
     Lifecycle,
@@ -35,7 +36,6 @@ from stompy._engine.lifecycle import (
     why_ended,
 )
 from stompy._engine.options import ClientOptions
-from stompy._engine.session import Session
 from stompy._engine.state import Status
 from stompy.errors import ConnectFailed, ConnectionLost, ServerError, StompError
 from stompy.protocol import Frame, FrameParser, encode
@@ -226,7 +226,7 @@ def test_the_websocket_goodbye_is_a_close_frame_unless_bytes_are_unwritten() -> 
     wsproto = pytest.importorskip("wsproto")
     from wsproto.events import AcceptConnection
 
-    ws_session = Session(ClientOptions("ws://127.0.0.1:61614/stomp"), Delivered)
+    ws_session = Engine(ClientOptions("ws://127.0.0.1:61614/stomp"), Delivered)
     handshake = ws_session.handshake(ws_session.options.endpoints[0])
     server = wsproto.WSConnection(wsproto.ConnectionType.SERVER)
     server.receive_data(handshake.first)

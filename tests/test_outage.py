@@ -20,7 +20,7 @@ import pytest
 
 import stompy
 from stompy import Frame, FrameParser, encode
-from stompy._engine.session import MAX_OUTGOING
+from stompy._engine.engine import MAX_OUTGOING
 from stompy.errors import AckLost, ConnectionLost, StompError
 from stompy.testing import Broker, run_broker
 from tests.test_session import T0, establish, make_session
@@ -262,8 +262,8 @@ def test_blocking_sends_wait_for_room_even_while_a_wake_up_is_pending(broker: Br
             with io.lock, pytest.raises(ConnectionLost, match="stopped reading"):
                 for _ in range(CHUNKS):
                     conn.send("/queue/stuck", CHUNK)
-                    assert io.wake_sent or not conn._session.outgoing
-                    assert len(conn._session.outgoing) <= MAX_OUTGOING + 2 * len(CHUNK)
+                    assert io.wake_sent or not conn._engine.outgoing
+                    assert len(conn._engine.outgoing) <= MAX_OUTGOING + 2 * len(CHUNK)
         finally:
             broker.resume()
 

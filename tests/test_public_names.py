@@ -37,11 +37,6 @@ PUBLIC_MODULES = (
     "stompy.testing",
 )
 
-#: Published under another name than the class's own, so pickle cannot find it by
-#: its name: ``stompy.engine.ClientSession`` is the class ``Session`` (issue 35,
-#: section 5, renames it).
-RENAMED = {"stompy.engine.ClientSession"}
-
 
 def public_values() -> Iterator[tuple[str, Any]]:
     """(public path, value) of every class and function of the public ``__all__``."""
@@ -60,14 +55,16 @@ PUBLIC_VALUES = dict(public_values())
 def test_a_public_name_says_it_is_public(path: str) -> None:
     value = PUBLIC_VALUES[path]
     assert value.__module__ in PUBLIC_MODULES, f"{path} says it is {value.__module__}"
-    if path not in RENAMED:
-        # What pickle and the API reference do: the name found where __module__ says.
-        assert getattr(sys.modules[value.__module__], value.__qualname__) is value
+    # What pickle and the API reference do: the name found where __module__ says.
+    assert getattr(sys.modules[value.__module__], value.__qualname__) is value
 
 
-def test_the_renamed_are_still_renamed() -> None:
-    for path in RENAMED:
-        assert PUBLIC_VALUES[path].__qualname__ != path.rpartition(".")[2]
+def test_the_engine_says_engine() -> None:
+    """The session engine is published, shown and pickled by its class's own name; its
+    old public name, ``ClientSession``, is the same class ("session" is STOMP's)."""
+    assert repr(stompy.engine.Engine) == "<class 'stompy.engine.Engine'>"
+    assert stompy.engine.ClientSession is stompy.engine.Engine
+    assert "ClientSession" not in stompy.engine.__all__
 
 
 @pytest.mark.parametrize("path", sorted(p for p, v in PUBLIC_VALUES.items() if inspect.isclass(v)))

@@ -1,4 +1,4 @@
-"""Request/reply in the engine (Session + Call.request / Call.reply) with a fake clock.
+"""Request/reply in the engine (Engine + Call.request / Call.reply) with a fake clock.
 
 The blocking, asyncio and trio clients all run these generators: which reply goes to
 which request, how long a request waits, what happens to a late reply and to the
@@ -15,9 +15,9 @@ import pytest
 import stompy
 from stompy import Frame, encode
 from stompy._engine.calls import REQUEST_TIMEOUT, Call, Running, Steps, Wait, Waiting
+from stompy._engine.engine import Engine
 from stompy._engine.keywords import RequestOptions
 from stompy._engine.requests import REPLY_QUEUE
-from stompy._engine.session import Session
 from stompy.errors import (
     ConfigurationError,
     ConnectionLost,
@@ -41,13 +41,13 @@ def reply(correlation_id: str | None, body: str, sub: str = REPLY_QUEUE, n: int 
     return encode(Frame("MESSAGE", tuple(headers), body.encode()))
 
 
-def deliver(session: Session[Delivered], data: bytes, now: float = T0) -> list[str]:
+def deliver(session: Engine[Delivered], data: bytes, now: float = T0) -> list[str]:
     """Feed what the broker sent and pump; the correlation ids that got their reply."""
     session.receive(data, now)
     return list(session.pump(now).replied)
 
 
-def sent_frames(session: Session[Delivered], command: str) -> list[dict[str, str]]:
+def sent_frames(session: Engine[Delivered], command: str) -> list[dict[str, str]]:
     """The headers of each ``command`` frame in the outgoing buffer (taken from it)."""
     frames = []
     for chunk in bytes(session.outgoing).split(b"\x00"):
@@ -65,13 +65,13 @@ def sent_frames(session: Session[Delivered], command: str) -> list[dict[str, str
 
 
 def ask(
-    session: Session[Delivered], destination: str = "/queue/rpc", **options: object
+    session: Engine[Delivered], destination: str = "/queue/rpc", **options: object
 ) -> Steps[Delivered]:
     opts: RequestOptions = options  # type: ignore[assignment]
     return Call(session, T0).request(destination, "ping", opts)
 
 
-def connect(session: Session[Delivered], server: str | None) -> None:
+def connect(session: Engine[Delivered], server: str | None) -> None:
     """Establish a connection whose CONNECTED frame names ``server`` (or none)."""
     handshake = session.handshake(session.options.endpoints[0])
     headers = (("version", "1.2"), *((("server", server),) if server is not None else ()))
@@ -81,7 +81,7 @@ def connect(session: Session[Delivered], server: str | None) -> None:
 
 def connected_session(
     server: str | None = "RabbitMQ/3.12.1", **options: object
-) -> Session[Delivered]:
+) -> Engine[Delivered]:
     """A session connected to a broker that delivers replies implicitly (RabbitMQ)."""
     session = make_session(**options)
     connect(session, server)

@@ -1,4 +1,4 @@
-"""``Session.send_now``, the clients' fast path of a send that waits for nothing.
+"""``Engine.send_now``, the clients' fast path of a send that waits for nothing.
 
 It queues the SEND and moves its bytes to ``outgoing`` when the core takes intents at
 once, and says False otherwise (the client then takes the long way, a call). It reads

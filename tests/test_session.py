@@ -19,13 +19,13 @@ from stompy import Frame, encode
 from stompy._core.events import Connected, MessageReceived
 from stompy._engine.connecting import Handshake
 from stompy._engine.delivery import Delivery
+from stompy._engine.engine import Engine
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.notices import Notice
 from stompy._engine.options import ClientOptions
 from stompy._engine.receipts import Receipts
 from stompy._engine.requests import REPLY_QUEUE, Requests
-from stompy._engine.session import Session
 from stompy._engine.state import ReceiptState, Status
 from stompy.errors import (
     ConnectFailed,
@@ -52,8 +52,8 @@ class Delivered(MessageBase):
         return self._epoch
 
 
-def make_session(**options: object) -> Session[Delivered]:
-    return Session(ClientOptions(URL, **options), Delivered, uniform=lambda a, b: b)  # type: ignore[arg-type]
+def make_session(**options: object) -> Engine[Delivered]:
+    return Engine(ClientOptions(URL, **options), Delivered, uniform=lambda a, b: b)  # type: ignore[arg-type]
 
 
 def taken(inbox: Inbox[Delivered]) -> Delivered:
@@ -63,7 +63,7 @@ def taken(inbox: Inbox[Delivered]) -> Delivered:
     return message
 
 
-def status_of(session: Session[Delivered]) -> Status:
+def status_of(session: Engine[Delivered]) -> Status:
     """Read afresh: mypy would otherwise keep the narrowing of an earlier check."""
     return session.status
 
@@ -85,7 +85,7 @@ def receipt(rid: str) -> bytes:
     return encode(Frame("RECEIPT", (("receipt-id", rid),)))
 
 
-def establish(session: Session[Delivered], now: float = T0) -> Handshake:
+def establish(session: Engine[Delivered], now: float = T0) -> Handshake:
     handshake = session.handshake(session.options.endpoints[0])
     assert handshake.first.startswith(b"CONNECT\n")
     assert handshake.receive(connected(), now) == b""

@@ -1,6 +1,6 @@
 """The anyio client: ``AsyncConnection`` and its objects, for asyncio and trio.
 
-The twin of :mod:`stompy._client.blocking`: every call that may wait is one of the session
+The twin of :mod:`stompy._client.blocking`: every call that may wait is one of the engine
 engine's calls (:mod:`stompy._engine.calls`), run by the tasks' driver
 (:class:`~stompy._transports.asynchronous.TaskIO`); only the common cases are written out here, for
 speed. Leaving ``async with`` disconnects gracefully and stops every task.
@@ -31,10 +31,10 @@ from stompy._client.base import (
 from stompy._engine import keywords as kw
 from stompy._engine.callbacks import UNTRACED, call_awaiting, call_hook, handle_message, hooks_over
 from stompy._engine.calls import Call, Steps
+from stompy._engine.engine import MAX_OUTGOING
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, split_for_sending
-from stompy._engine.session import MAX_OUTGOING
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
 from stompy._transports.asynchronous import TaskIO, thread_id
 from stompy.errors import LocalProtocolError, StompError
@@ -121,12 +121,12 @@ class AsyncLink(LinkBase[AsyncMessage]):
     __slots__ = ("io",)
 
     def __init__(self, io: TaskIO[AsyncMessage]) -> None:
-        super().__init__(io.session)
+        super().__init__(io.engine)
         self.io = io
 
     def call(self) -> Call[AsyncMessage]:
         """A call on the connection, starting now."""
-        return Call(self.session, anyio.current_time())
+        return Call(self.engine, anyio.current_time())
 
     async def answer(
         self,
@@ -136,7 +136,7 @@ class AsyncLink(LinkBase[AsyncMessage]):
         receipt: bool,
     ) -> None:
         """ACK or NACK ``message`` (see :meth:`AsyncMessage.ack`)."""
-        tx = transaction_id(transaction, self.session)
+        tx = transaction_id(transaction, self.engine)
         await self.io.run(self.call().acknowledge(command, message, message._epoch, tx, receipt))
 
 
@@ -144,7 +144,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     """A subscription: ``async for`` over it, or ``await get(timeout)``."""
 
     def __init__(self, link: AsyncLink, inbox: Inbox[AsyncMessage]) -> None:
-        super().__init__(link.session, inbox, link.telemetry)
+        super().__init__(link.engine, inbox, link.telemetry)
         self._link = link
         self._io = link.io
         #: Set when a message arrives or the subscription may have ended.
@@ -219,7 +219,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         self._io.check_thread()
         inbox = self._inbox
         getting = self._io.getting
-        while not inbox.pending and not self._ended() and self._session.status is not CLOSED:
+        while not inbox.pending and not self._ended() and self._engine.status is not CLOSED:
             event = self._wakeup
             if event is None:
                 event = self._wakeup = anyio.Event()
@@ -289,7 +289,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._session.status in (CONNECTED, RECONNECTING):
+        if self._engine.status in (CONNECTED, RECONNECTING):
             with anyio.CancelScope(shield=exc_info[0] is not None):
                 await self.unsubscribe()
         else:
@@ -301,7 +301,7 @@ class AsyncTransaction(TransactionBase):
     """A transaction; ``async with`` commits at the end and aborts if the block raises."""
 
     def __init__(self, conn: AsyncConnection, id: str, epoch: int) -> None:
-        super().__init__(conn._session, id, epoch)
+        super().__init__(conn._engine, id, epoch)
         self._conn = conn
 
     async def send(
@@ -387,15 +387,15 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         return AsyncMessage
 
     def _setup(self) -> None:
-        self._io = io = TaskIO(self._session)
-        self._session.owner = self._link = AsyncLink(io)  # what answers its messages
+        self._io = io = TaskIO(self._engine)
+        self._engine.owner = self._link = AsyncLink(io)  # what answers its messages
 
     async def __aenter__(self) -> AsyncConnection:
         """Connect (retrying per ``reconnect``), enter the task group and start the
         connection's tasks. Raises :class:`~stompy.errors.ConnectFailed` or
         :class:`~stompy.errors.ServerError` when no connection was made, and
         :class:`~stompy.errors.LocalProtocolError` on a connection opened before."""
-        status = self._session.status
+        status = self._engine.status
         if status is not NEW:
             raise LocalProtocolError(
                 f"`async with` on a connection that is {status}: "
@@ -471,7 +471,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         transaction: AsyncTransaction | str | None = None,
     ) -> None:
         """Send a message; see :meth:`stompy.Connection.send`."""
-        session = self._session
+        engine = self._engine
         telemetry = self._link.telemetry
         io = self._io
         if (
@@ -482,7 +482,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             # send would start the writer, not all through a burst, which started it
             # already: the thread's id is a new int at each call, a cost a send feels.
             and (io.write_due or thread_id() == io.thread)
-            and session.send_now(destination, body, headers, content_type, anyio.current_time)
+            and engine.send_now(destination, body, headers, content_type, anyio.current_time)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,
             # and the writer is kicked only if it was not yet (mostly it was). On a
@@ -494,11 +494,11 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
                     await io.push()
                 else:
                     io.kick()
-            if len(session.outgoing) > MAX_OUTGOING:
-                await io.run(Call(session, anyio.current_time()).flush())
+            if len(engine.outgoing) > MAX_OUTGOING:
+                await io.run(Call(engine, anyio.current_time()).flush())
             return
-        tx = transaction_id(transaction, session)
-        call = traced(Call(session, anyio.current_time()), telemetry)
+        tx = transaction_id(transaction, engine)
+        call = traced(Call(engine, anyio.current_time()), telemetry)
         await io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     async def send_many(
@@ -509,10 +509,10 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         transaction: AsyncTransaction | str | None = None,
     ) -> int:
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
-        tx = transaction_id(transaction, self._session)
+        tx = transaction_id(transaction, self._engine)
         count = 0
         for work in split_for_sending(messages):
-            call = traced(Call(self._session, anyio.current_time()), self._link.telemetry)
+            call = traced(Call(self._engine, anyio.current_time()), self._link.telemetry)
             count += await self._io.run(call.send_some(work, receipt, tx))
         return count
 
@@ -525,7 +525,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         forgets its request (a later reply is dropped).
         """
         kw.check(options, kw.REQUEST, "AsyncConnection.request")
-        call = traced(Call(self._session, anyio.current_time()), self._link.telemetry)
+        call = traced(Call(self._engine, anyio.current_time()), self._link.telemetry)
         return await self._io.run(call.request(destination, body, options))
 
     def subscribe(
@@ -555,7 +555,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         steps: Callable[[Call[AsyncMessage]], Steps[Inbox[AsyncMessage]]],
         on_message: Callable[[AsyncMessage], object] | None,
     ) -> AsyncSubscription:
-        inbox = await self._io.run(steps(Call(self._session, anyio.current_time())))
+        inbox = await self._io.run(steps(Call(self._engine, anyio.current_time())))
         sub = AsyncSubscription(self._link, inbox)
         if on_message is not None:
             sub._until_closed = True
@@ -568,11 +568,11 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         return _Opening(self._begin())
 
     async def _begin(self) -> AsyncTransaction:
-        tx = await self._io.run(Call(self._session, anyio.current_time()).begin())
-        return AsyncTransaction(self, tx, self._session.epoch)
+        tx = await self._io.run(Call(self._engine, anyio.current_time()).begin())
+        return AsyncTransaction(self, tx, self._engine.epoch)
 
     async def _end(self, tx: AsyncTransaction, command: str, receipt: bool) -> None:
-        call = Call(self._session, anyio.current_time())
+        call = Call(self._engine, anyio.current_time())
         await self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
 
 
@@ -581,7 +581,7 @@ async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], o
     :func:`~stompy._engine.callbacks.handle_message` says (a coroutine function's
     result, and the ``on_callback_error`` hook's, awaited)."""
     telemetry = sub._telemetry
-    on_error = sub._session.options.on_callback_error
+    on_error = sub._engine.options.on_callback_error
     try:
         while (message := await sub._take(None)) is not None:
             around = UNTRACED if telemetry is None else telemetry.processing(message)
@@ -591,14 +591,14 @@ async def _dispatch(sub: AsyncSubscription, callback: Callable[[AsyncMessage], o
 
 
 async def _run_hooks(io: TaskIO[AsyncMessage]) -> None:
-    """The lifecycle hooks' task: the session's hook calls in order, until it is over."""
-    session = io.session
+    """The lifecycle hooks' task: the engine's hook calls in order, until it is over."""
+    engine = io.engine
     io.hooks_task = anyio.get_current_task().id
     try:
-        while not hooks_over(session):
+        while not hooks_over(engine):
             await io.noticed.take()
-            while session.notices:
-                await call_awaiting(call_hook(session.notices.popleft()))
+            while engine.notices:
+                await call_awaiting(call_hook(engine.notices.popleft()))
     finally:
         if io.hooks_done is not None:
             io.hooks_done.set()

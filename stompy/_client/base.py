@@ -16,11 +16,11 @@ from typing_extensions import Unpack
 
 from stompy._checks import check_integer, check_timeout
 from stompy._engine.calls import Call
+from stompy._engine.engine import Engine
 from stompy._engine.inbox import Inbox
 from stompy._engine.keywords import CONNECTION, ConnectionOptions, check
 from stompy._engine.message import MessageBase
 from stompy._engine.options import ClientOptions
-from stompy._engine.session import Session
 from stompy._engine.state import CLOSING, CONNECTED
 from stompy._engine.urls import Endpoint
 from stompy.errors import (
@@ -51,12 +51,12 @@ M = TypeVar("M", bound=MessageBase)
 _otel: bool | None = None
 
 
-def instrument(session: Session[Any]) -> Telemetry | None:
-    """What ``session``'s connection records for OpenTelemetry, decided as it connects:
+def instrument(engine: Engine[Any]) -> Telemetry | None:
+    """What ``engine``'s connection records for OpenTelemetry, decided as it connects:
     nothing with ``tracing=False``, without opentelemetry-api, or while the application
     installed no SDK. Only then is the API imported."""
     global _otel
-    if not session.options.tracing or _otel is False:
+    if not engine.options.tracing or _otel is False:
         return None
     try:
         from stompy._engine.tracing import instrument as decide
@@ -64,7 +64,7 @@ def instrument(session: Session[Any]) -> Telemetry | None:
         _otel = False
         return None
     _otel = True
-    return decide(session)
+    return decide(engine)
 
 
 def traced(call: Call[M], telemetry: Telemetry | None) -> Call[M] | TracedCall[M]:
@@ -75,7 +75,7 @@ def traced(call: Call[M], telemetry: Telemetry | None) -> Call[M] | TracedCall[M
 
 class LinkBase(Generic[M]):
     """What a connection's messages and subscriptions hold of it, rather than the
-    connection itself: its session engine, and what it records for OpenTelemetry
+    connection itself: its engine, and what it records for OpenTelemetry
     (decided as it connects). Each client adds the driver that runs its calls.
 
     Not the connection, because the driver holds this (each message refers to it): a
@@ -83,17 +83,17 @@ class LinkBase(Generic[M]):
     ``Connection.__del__``).
     """
 
-    __slots__ = ("session", "telemetry")
+    __slots__ = ("engine", "telemetry")
 
-    def __init__(self, session: Session[M]) -> None:
-        self.session = session
+    def __init__(self, engine: Engine[M]) -> None:
+        self.engine = engine
         #: What the connection records for OpenTelemetry (``None``: nothing), decided by
         #: ``connect()``.
         self.telemetry: Telemetry | None = None
 
 
 class ConnectionBase(Generic[M]):
-    """A client connection's options, session engine and read-only properties."""
+    """A client connection's options, engine and read-only properties."""
 
     #: What its messages and subscriptions hold of it (made by :meth:`_setup`).
     _link: LinkBase[M]
@@ -106,17 +106,17 @@ class ConnectionBase(Generic[M]):
         # Named as the user wrote the call: ClientOptions would name itself.
         check(options, CONNECTION, type(self).__name__)
         self._options = ClientOptions(url_or_urls, **options)
-        self._session: Session[M] = Session(self._options, self._message_class())
+        self._engine: Engine[M] = Engine(self._options, self._message_class())
         self._setup()
 
     def _instrument(self) -> Telemetry | None:
         """Decide, as the connection connects, what it records for OpenTelemetry
         (:func:`instrument`); the link's from then on."""
-        self._link.telemetry = telemetry = instrument(self._session)
+        self._link.telemetry = telemetry = instrument(self._engine)
         return telemetry
 
     def _setup(self) -> None:
-        """Make the transport's own parts and :attr:`_link` (the session exists by then)."""
+        """Make the transport's own parts and :attr:`_link` (the engine exists by then)."""
         raise NotImplementedError
 
     def _message_class(self) -> type[M]:
@@ -124,40 +124,40 @@ class ConnectionBase(Generic[M]):
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        session = self._session
-        where = session.endpoint or self._options.endpoints[0]
-        return f"<{type(self).__name__} {where} {session.status}>"
+        engine = self._engine
+        where = engine.endpoint or self._options.endpoints[0]
+        return f"<{type(self).__name__} {where} {engine.status}>"
 
     @property
     def connected(self) -> bool:
-        return self._session.status is CONNECTED
+        return self._engine.status is CONNECTED
 
     @property
     def failure(self) -> StompError | None:
         """The error that ended the connection, or ``None`` while it is fine or closed by us."""
-        return self._session.failure
+        return self._engine.failure
 
     @property
     def version(self) -> str | None:
         """The negotiated STOMP version (``None`` before connecting)."""
-        connected = self._session.connected
+        connected = self._engine.connected
         return connected.version if connected else None
 
     @property
     def server(self) -> str | None:
-        connected = self._session.connected
+        connected = self._engine.connected
         return connected.server if connected else None
 
     @property
     def session(self) -> str | None:
         """The broker's session id (the CONNECTED frame's ``session`` header)."""
-        connected = self._session.connected
+        connected = self._engine.connected
         return connected.session if connected else None
 
     @property
     def heartbeats(self) -> tuple[int, int]:
         """The negotiated ``(outgoing, incoming)`` heart-beat intervals in ms."""
-        connected = self._session.connected
+        connected = self._engine.connected
         return connected.heartbeats if connected else (0, 0)
 
 
@@ -170,7 +170,7 @@ class SubscriptionBase(Generic[M]):
     """
 
     def __init__(
-        self, session: Session[M], inbox: Inbox[M], telemetry: Telemetry | None = None
+        self, engine: Engine[M], inbox: Inbox[M], telemetry: Telemetry | None = None
     ) -> None:
         self.id = inbox.id
         self.destination = inbox.destination
@@ -178,8 +178,8 @@ class SubscriptionBase(Generic[M]):
         self.headers = dict(inbox.headers)
         self.max_pending = inbox.max_pending
         self.overflow = inbox.overflow
-        self._session = session
-        self._delivery = session.delivery
+        self._engine = engine
+        self._delivery = engine.delivery
         self._inbox = inbox
         self._telemetry = telemetry
         #: Whether waiting for a message goes on while the connection closes, until
@@ -210,14 +210,14 @@ class SubscriptionBase(Generic[M]):
             raise _again(inbox.failure) from inbox.failure
         if not inbox.active:
             return True
-        session = self._session
-        failure = session.failure
+        engine = self._engine
+        failure = engine.failure
         if failure is not None:
             raise _again(failure) from failure
         # A close() began: a get() waiting returns now rather than wait out the goodbye
         # (up to receipt_timeout on a broker that stopped answering). What still comes
         # before the DISCONNECT's receipt stays in the inbox for the next get().
-        return session.status is CLOSING and not self._until_closed
+        return engine.status is CLOSING and not self._until_closed
 
     def _received(self, message: M | None, started: int) -> M | None:
         """``message`` (if any), taken by a traced ``get()`` that began at ``started``
@@ -251,12 +251,12 @@ class SubscriptionBase(Generic[M]):
 class TransactionBase:
     """A transaction's id, the connection (epoch) it was begun on, and whether it ended."""
 
-    def __init__(self, session: Session[Any], id: str, epoch: int) -> None:
+    def __init__(self, engine: Engine[Any], id: str, epoch: int) -> None:
         self.id = id
         self._epoch = epoch
         self._done = False
-        self._session = session
-        self._stale = session.is_stale
+        self._engine = engine
+        self._stale = engine.is_stale
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id!r}>"
@@ -278,8 +278,8 @@ class TransactionBase:
         return not self._stale(self._epoch)
 
 
-def transaction_id(transaction: TransactionBase | str | None, session: Session[Any]) -> str | None:
-    """The id to send for ``transaction`` on ``session``'s connection; raises if that
+def transaction_id(transaction: TransactionBase | str | None, engine: Engine[Any]) -> str | None:
+    """The id to send for ``transaction`` on ``engine``'s connection; raises if that
     transaction cannot take more, :class:`LocalProtocolError` for a transaction of
     another connection (its id may name one of this connection's: the frame would go
     into that one), and :class:`TypeError` for a value neither a transaction, an id
@@ -287,7 +287,7 @@ def transaction_id(transaction: TransactionBase | str | None, session: Session[A
     if transaction is None or type(transaction) is str:
         return transaction
     if isinstance(transaction, TransactionBase):
-        if transaction._session is not session:
+        if transaction._engine is not engine:
             raise LocalProtocolError(
                 f"transaction {transaction.id!r} belongs to another connection: use it "
                 "on the connection that began it"

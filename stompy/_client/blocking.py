@@ -1,6 +1,6 @@
 """The blocking client: ``Connection``, ``Subscription``, ``Transaction``, ``Message``.
 
-Every call that may wait is one of the session engine's calls (:mod:`stompy._engine.calls`),
+Every call that may wait is one of the engine's calls (:mod:`stompy._engine.calls`),
 run by the I/O thread's driver under the connection's lock
 (:class:`~stompy._transports.blocking.IOThread`); only the common cases are written out here, for
 speed: a send with nothing to wait for, a message already received.
@@ -36,10 +36,10 @@ from stompy._client.base import (
 from stompy._engine import keywords as kw
 from stompy._engine.callbacks import UNTRACED, call_plainly, handle_message
 from stompy._engine.calls import Call
+from stompy._engine.engine import MAX_OUTGOING
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, split_for_sending
-from stompy._engine.session import MAX_OUTGOING
 from stompy._engine.state import CONNECTED, NEW, RECONNECTING
 from stompy._transports.blocking import IOThread
 from stompy.errors import LocalProtocolError, StompError
@@ -98,19 +98,19 @@ class Link(LinkBase[Message]):
     __slots__ = ("io", "subscriptions")
 
     def __init__(self, io: IOThread[Message]) -> None:
-        super().__init__(io.session)
+        super().__init__(io.engine)
         self.io = io
         self.subscriptions: dict[str, Subscription] = {}
 
     def call(self) -> Call[Message]:
         """A call on the connection, starting now."""
-        return Call(self.session, time.monotonic())
+        return Call(self.engine, time.monotonic())
 
     def answer(
         self, command: str, message: Message, transaction: Transaction | str | None, receipt: bool
     ) -> None:
         """ACK or NACK ``message`` (see :meth:`Message.ack`)."""
-        tx = transaction_id(transaction, self.session)
+        tx = transaction_id(transaction, self.engine)
         self.io.run(self.call().acknowledge(command, message, message._epoch, tx, receipt))
 
 
@@ -125,7 +125,7 @@ class Subscription(SubscriptionBase[Message]):
 
     def __init__(self, link: Link, inbox: Inbox[Message]) -> None:
         # Not the Connection (see Link): its dispatcher thread holds the subscription.
-        super().__init__(link.session, inbox, link.telemetry)
+        super().__init__(link.engine, inbox, link.telemetry)
         self._link = link
         self._io = link.io
         self._thread: threading.Thread | None = None
@@ -242,13 +242,13 @@ class Subscription(SubscriptionBase[Message]):
     def _join_dispatcher(self) -> None:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self._session.options.receipt_timeout)
+            thread.join(timeout=self._engine.options.receipt_timeout)
 
     def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._session.status in (CONNECTED, RECONNECTING):
+        if self._engine.status in (CONNECTED, RECONNECTING):
             self.unsubscribe()
         else:
             self._inbox.end()
@@ -257,7 +257,7 @@ class Subscription(SubscriptionBase[Message]):
         """Run ``callback`` for each message, in its own thread (see ``on_message``),
         as :func:`~stompy._engine.callbacks.handle_message` says."""
         telemetry = self._telemetry
-        on_error = self._session.options.on_callback_error
+        on_error = self._engine.options.on_callback_error
         try:
             while (message := self._take(None)) is not None:
                 around = UNTRACED if telemetry is None else telemetry.processing(message)
@@ -274,7 +274,7 @@ class Transaction(TransactionBase):
     """
 
     def __init__(self, conn: Connection, id: str, epoch: int) -> None:
-        super().__init__(conn._session, id, epoch)
+        super().__init__(conn._engine, id, epoch)
         self._conn = conn
 
     def send(
@@ -354,15 +354,15 @@ class Connection(ConnectionBase[Message]):
         options = self._options
         for name in _HOOK_NAMES:
             _check_plain(name, getattr(options, name))
-        self._io = io = IOThread(self._session)
+        self._io = io = IOThread(self._engine)
         # What answers its messages; it must not hold the Connection: see __del__.
-        self._session.owner = self._link = Link(io)
+        self._engine.owner = self._link = Link(io)
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         # Like a socket: never closed, the Connection warns and lets its thread and
         # socket go (nothing the I/O thread holds refers to the Connection).
         io = getattr(self, "_io", None)
-        if io is None or self._session.status not in (CONNECTED, RECONNECTING):
+        if io is None or self._engine.status not in (CONNECTED, RECONNECTING):
             return
         try:
             _warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2, source=self)
@@ -395,9 +395,9 @@ class Connection(ConnectionBase[Message]):
         closed since: make a new one).
         """
         with self._io.cond:
-            if self._session.status is not NEW:
+            if self._engine.status is not NEW:
                 raise LocalProtocolError(
-                    f"connect() on a connection that is {self._session.status}: "
+                    f"connect() on a connection that is {self._engine.status}: "
                     "a Connection is opened once; make a new one"
                 )
         self._instrument()
@@ -418,7 +418,7 @@ class Connection(ConnectionBase[Message]):
             # Every get() waiting wakes: it looks again once the goodbye waits for its
             # receipt, which releases the lock, and finds the connection closing.
             io.cond.notify_all()
-            clean = io.run(Call(self._session, time.monotonic()).goodbye())
+            clean = io.run(Call(self._engine, time.monotonic()).goodbye())
             subs = list(self._link.subscriptions.values())
             self._link.subscriptions.clear()
         io.stop(self._options.connect_timeout)
@@ -462,16 +462,16 @@ class Connection(ConnectionBase[Message]):
         if transaction is None and receipt is False and telemetry is None:
             # The common case, kept short: nothing to wait for on a connection that is up.
             io = self._io
-            session = self._session
+            engine = self._engine
             with io.lock:
-                if session.send_now(destination, body, headers, content_type, time.monotonic):
+                if engine.send_now(destination, body, headers, content_type, time.monotonic):
                     # In a burst the I/O thread was woken already and the buffer has
                     # room: nothing to do (queue_output's checks, without the call).
-                    if not io.wake_sent or len(session.outgoing) > MAX_OUTGOING:
+                    if not io.wake_sent or len(engine.outgoing) > MAX_OUTGOING:
                         io.queue_output()
                     return
-        call = traced(Call(self._session, time.monotonic()), telemetry)
-        tx = transaction_id(transaction, self._session)
+        call = traced(Call(self._engine, time.monotonic()), telemetry)
+        tx = transaction_id(transaction, self._engine)
         self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     def send_many(
@@ -490,10 +490,10 @@ class Connection(ConnectionBase[Message]):
         confirms every message before it. Returns how many were sent. What was
         sent before an error stays sent; the error is :meth:`send`'s.
         """
-        tx = transaction_id(transaction, self._session)
+        tx = transaction_id(transaction, self._engine)
         count = 0
         for work in split_for_sending(messages):
-            call = traced(Call(self._session, time.monotonic()), self._link.telemetry)
+            call = traced(Call(self._engine, time.monotonic()), self._link.telemetry)
             count += self._io.run(call.send_some(work, receipt, tx))
         return count
 
@@ -511,7 +511,7 @@ class Connection(ConnectionBase[Message]):
         :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
         """
         kw.check(options, kw.REQUEST, "Connection.request")
-        call = traced(Call(self._session, time.monotonic()), self._link.telemetry)
+        call = traced(Call(self._engine, time.monotonic()), self._link.telemetry)
         return self._io.run(call.request(destination, body, options))
 
     def subscribe(
@@ -535,7 +535,7 @@ class Connection(ConnectionBase[Message]):
         _check_plain("on_message", on_message)
         io = self._io
         with io.cond:
-            call = Call(self._session, time.monotonic())
+            call = Call(self._engine, time.monotonic())
             inbox = io.run(call.subscribe(destination, options))
             sub = self._link.subscriptions[inbox.id] = Subscription(self._link, inbox)
         if on_message is not None:
@@ -550,11 +550,11 @@ class Connection(ConnectionBase[Message]):
     def transaction(self) -> Transaction:
         """Begin a transaction; use it as a context manager to commit or abort it."""
         with self._io.cond:
-            tx = self._io.run(Call(self._session, time.monotonic()).begin())
-            return Transaction(self, tx, self._session.epoch)
+            tx = self._io.run(Call(self._engine, time.monotonic()).begin())
+            return Transaction(self, tx, self._engine.epoch)
 
     def _end(self, tx: Transaction, command: str, receipt: bool) -> None:
-        call = Call(self._session, time.monotonic())
+        call = Call(self._engine, time.monotonic())
         self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
 
 

@@ -16,7 +16,7 @@ What counts as answered, per the spec's ack modes:
   and NACKs, so the messages may be answered again; its COMMIT makes them final.
 
 Each message carries its delivery number on its connection (``MessageBase._seq``,
-set by the session as it routes it) and, once answered, how (``_answered``). The
+set by the engine as it routes it) and, once answered, how (``_answered``). The
 book holds what is not on the messages: per subscription the number up to which a
 ``client`` answer covered it, and what each open transaction answered. All of it is
 of one connection (*epoch*): a message from an earlier one is never sent an answer.
@@ -52,7 +52,7 @@ class AckBook:
         """Raise :class:`LocalProtocolError`, naming the message id, if ``message`` was
         answered already (by itself, or by a later message's cumulative answer)."""
         if not isinstance(message, MessageBase):
-            return  # a bare core event (tests of the session): nothing is known of it
+            return  # a bare core event (tests of the engine): nothing is known of it
         how = getattr(message, "_answered", None)
         if how is None and message.ack_mode == "client":
             how = self._covered(message)

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Final
 from stompy._engine.state import CLOSED
 
 if TYPE_CHECKING:
+    from stompy._engine.engine import Engine
     from stompy._engine.notices import Notice
-    from stompy._engine.session import Session
 
 __all__ = (
     "Calling",
@@ -133,10 +133,10 @@ def call_hook(notice: Notice) -> Calling:
         report_callback_error(exc, f"the {notice.what} hook", notice.argument)
 
 
-def hooks_over(session: Session[Any]) -> bool:
-    """Whether the hooks' thread or task may end: the session is over and every hook
+def hooks_over(engine: Engine[Any]) -> bool:
+    """Whether the hooks' thread or task may end: the engine is over and every hook
     call it queued was made (none is queued once it is closed)."""
-    return session.status is CLOSED and not session.notices
+    return engine.status is CLOSED and not engine.notices
 
 
 def call_plainly(calling: Calling, what: str) -> None:

@@ -1,15 +1,15 @@
 """The user's calls that may wait, written once for both transports.
 
-A call such as a send with a receipt is a few steps on the session with waits between
+A call such as a send with a receipt is a few steps on the engine with waits between
 them: for the connection to come back, for room in the outgoing buffer, for the
-RECEIPT. Each call here is a generator. It runs its steps on the session, and where
+RECEIPT. Each call here is a generator. It runs its steps on the engine, and where
 it must wait it yields a :class:`Wait` (what would end the wait, and until when); the
 transport waits in its own way (a condition variable, an anyio event) and sends the
 time back. Every rule (how long to wait, which error ends a wait, when a send is
 repeated after an outage) is decided here, so the blocking and the async client
 cannot disagree, and the rules are tested with a fake clock.
 
-A transport that drives a call writes what :attr:`Session.outgoing` holds before each
+A transport that drives a call writes what :attr:`Engine.outgoing` holds before each
 wait and after the last step; a wait may end early (the call checks again and waits
 once more), and on the deadline at the latest. Closing the generator (a cancelled
 wait) forgets the receipt it waited for.
@@ -26,13 +26,13 @@ from stompy._checks import check_choice, check_flag, check_integer, check_second
 from stompy._core.events import AckMode, MessageReceived
 from stompy._core.frames import Frame
 from stompy._core.protocol import ClientProtocol
+from stompy._engine.engine import MAX_OUTGOING, Engine, log
 from stompy._engine.inbox import Inbox
 from stompy._engine.keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._engine.message import MessageBase
 from stompy._engine.options import check_overflow
 from stompy._engine.outgoing import Outgoing
 from stompy._engine.requests import REPLY_SUBSCRIPTIONS, reply_address, timed_out
-from stompy._engine.session import MAX_OUTGOING, Session, log
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy.errors import (
     AckLost,
@@ -71,7 +71,7 @@ T = TypeVar("T")
 class Waiting(enum.Enum):
     """What a :class:`Wait` is for: the transport wakes it when this happens."""
 
-    #: The session's status or connection changes (a reconnect, a failure, a close).
+    #: The engine's status or connection changes (a reconnect, a failure, a close).
     CHANGE = "change"
     #: The transport wrote some of the outgoing buffer.
     ROOM = "room"
@@ -179,12 +179,12 @@ class Sends(Generic[M]):
 
 
 class Call(Sends[M]):
-    """The calls on one session, each started at ``now`` (the transport's clock)."""
+    """The calls on one engine, each started at ``now`` (the transport's clock)."""
 
-    __slots__ = ("now", "session")
+    __slots__ = ("engine", "now")
 
-    def __init__(self, session: Session[M], now: float) -> None:
-        self.session = session
+    def __init__(self, engine: Engine[M], now: float) -> None:
+        self.engine = engine
         #: The time, as the transport last said.
         self.now = now
 
@@ -196,29 +196,29 @@ class Call(Sends[M]):
     def ready(self, give_up: float | None = None) -> Steps[ClientProtocol]:
         """The core, once connected: waits out a reconnect until ``send_timeout`` has
         passed, or until ``give_up`` (a repeated send's time left)."""
-        session = self.session
-        proto = session.usable()
+        engine = self.engine
+        proto = engine.usable()
         if proto is not None:
             return proto
-        options = session.options
-        if session.settling:
+        options = engine.options
+        if engine.settling:
             # The connection ended and the transport is about to reconnect or fail:
             # wait for its verdict rather than misuse a dead core.
-            proto = session.proto
+            proto = engine.proto
             deadline = self.now + options.receipt_timeout
-            while session.status is CONNECTED and session.proto is proto:
-                if self.now >= deadline or not session.serving:
+            while engine.status is CONNECTED and engine.proto is proto:
+                if self.now >= deadline or not engine.serving:
                     break
                 yield from self._wait(Waiting.CHANGE, deadline)
-        if session.status is RECONNECTING:
+        if engine.status is RECONNECTING:
             policy = options.reconnect
             timeout = policy.send_timeout if policy is not None else 0.0
             deadline = self.now + timeout if give_up is None else give_up
-            while session.status is RECONNECTING:
+            while engine.status is RECONNECTING:
                 if self.now >= deadline:
                     raise ConnectionLost(f"not reconnected within {timeout} s")
                 yield from self._wait(Waiting.CHANGE, deadline)
-        return session.ready()
+        return engine.ready()
 
     def flush(self, until: float | None = None) -> Steps[None]:
         """Move the core's frames to the outgoing buffer; when it is over
@@ -226,31 +226,31 @@ class Call(Sends[M]):
 
         Raises :class:`ConnectionLost` when the connection ends first (what was queued
         may not have gone out); at ``until``, the broker's verdict
-        (:meth:`Session.stopped_reading`, which ends the connection) if it took nothing
+        (:meth:`Engine.stopped_reading`, which ends the connection) if it took nothing
         for ``receipt_timeout``, else :class:`StompTimeout` (it reads, too slowly).
         """
-        session = self.session
-        session.flush(self.now)
-        if len(session.outgoing) <= MAX_OUTGOING:
+        engine = self.engine
+        engine.flush(self.now)
+        if len(engine.outgoing) <= MAX_OUTGOING:
             return
-        session.expect_pending()  # receipts may arrive meanwhile: keep them
-        epoch = session.epoch
-        deadline = self.now + session.options.receipt_timeout if until is None else until
-        while len(session.outgoing) > MAX_OUTGOING:
-            if session.failure is not None:
-                raise _again(session.failure) from session.failure
-            if session.epoch != epoch or session.ending is not None:
-                cause = session.ending
+        engine.expect_pending()  # receipts may arrive meanwhile: keep them
+        epoch = engine.epoch
+        deadline = self.now + engine.options.receipt_timeout if until is None else until
+        while len(engine.outgoing) > MAX_OUTGOING:
+            if engine.failure is not None:
+                raise _again(engine.failure) from engine.failure
+            if engine.epoch != epoch or engine.ending is not None:
+                cause = engine.ending
                 if isinstance(cause, MessageTooLarge):
                     # The broker refused what was being written: say that, not "lost".
                     raise _again(cause) from cause
                 why = f": {cause}" if cause is not None else ""
                 raise ConnectionLost(f"the connection was lost before the frames went out{why}")
             if self.now >= deadline:
-                stuck = session.write_deadline(self.now)
+                stuck = engine.write_deadline(self.now)
                 if stuck is not None and self.now >= stuck:
-                    lost = session.stopped_reading()
-                    session.saw_end(lost)  # the transport ends the connection with it
+                    lost = engine.stopped_reading()
+                    engine.saw_end(lost)  # the transport ends the connection with it
                     raise lost
                 raise StompTimeout("the broker reads too slowly: the outgoing buffer stays full")
             yield from self._wait(Waiting.ROOM, deadline)
@@ -268,13 +268,13 @@ class Call(Sends[M]):
         :class:`ClosedBeforeReceipt` when ``close()`` ended it without the broker's
         confirmation (with it, every wait ends as confirmed: see
         :mod:`stompy._engine.receipts`)."""
-        session = self.session
-        timeout = session.options.receipt_timeout
+        engine = self.engine
+        timeout = engine.options.receipt_timeout
         deadline = self.now + timeout if until is None else until
-        session.receipts.expect(rid)
+        engine.receipts.expect(rid)
         try:
             while True:
-                state = session.receipt_state(rid, epoch)
+                state = engine.receipt_state(rid, epoch)
                 if state is ReceiptState.ARRIVED:
                     return
                 self._unanswered(state, lost, f"the receipt {rid!r}", epoch)
@@ -282,28 +282,28 @@ class Call(Sends[M]):
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
                 yield from self._wait(Waiting.RECEIPT, deadline, rid)
         finally:
-            session.receipts.forget(rid)
+            engine.receipts.forget(rid)
 
     def _unanswered(
         self, state: ReceiptState, lost: type[StompError], what: str, epoch: int
     ) -> None:
         """Raise why the wait for ``what`` (a receipt, a reply, asked in ``epoch``) ended
-        unanswered, if it did: the session's failure, ``lost`` when its connection
+        unanswered, if it did: the engine's failure, ``lost`` when its connection
         ended first (:class:`MessageTooLarge` itself, when that is why it ended), or
         :class:`ClosedBeforeReceipt` when ``close()`` ended it unconfirmed."""
         if state is ReceiptState.FAILED:
-            failure = self.session.failure
+            failure = self.engine.failure
             assert failure is not None
             raise _again(failure) from failure
         if state is ReceiptState.UNCONFIRMED:
-            cause = self.session.end_of(epoch)
+            cause = self.engine.end_of(epoch)
             why = f" ({cause})" if cause is not None else ""
             raise ClosedBeforeReceipt(
                 f"the connection was closed before {what} arrived, and the broker did not "
                 f"confirm the DISCONNECT{why}: whether the frame took effect is unknown"
             )
         if state is ReceiptState.LOST:
-            cause = self.session.end_of(epoch)
+            cause = self.engine.end_of(epoch)
             if isinstance(cause, MessageTooLarge):
                 # The broker ended the connection for a frame too large: sending it again
                 # on the next one would fail the same way.
@@ -318,14 +318,14 @@ class Call(Sends[M]):
     ) -> Steps[None]:
         """SEND ``message``; with ``receipt``, until the broker confirmed (see
         :meth:`Sends.send`; ``parent`` only matters to a traced call)."""
-        session = self.session
-        policy = session.options.reconnect
+        engine = self.engine
+        policy = engine.options.reconnect
         give_up = self.now + (policy.send_timeout if policy is not None else 0.0)
         repeat = 0
         while True:
             proto = yield from self.ready(give_up)
-            epoch = session.epoch
-            until = self.now + session.options.receipt_timeout
+            epoch = engine.epoch
+            until = self.now + engine.options.receipt_timeout
             headers = message.headers
             if repeat:
                 headers = {**(headers or {}), RESENT_HEADER: str(repeat)}
@@ -338,7 +338,7 @@ class Call(Sends[M]):
                 receipt=receipt,
             )
             if rid is not None:
-                session.receipts.expect(
+                engine.receipts.expect(
                     rid
                 )  # before the flush, which may wait: it may come meanwhile
             yield from self.flush(until)
@@ -352,37 +352,37 @@ class Call(Sends[M]):
                     policy is None
                     or transaction is not None
                     or self.now >= give_up
-                    or session.failure is not None
-                    or session.status in _CLOSING
+                    or engine.failure is not None
+                    or engine.status in _CLOSING
                 ):
                     raise
                 repeat += 1
                 log.info("sending again to %s after the connection was lost", message.destination)
 
     def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
-        """SEND a request (see :meth:`Session.request`) and wait for its reply, which it
+        """SEND a request (see :meth:`Engine.request`) and wait for its reply, which it
         returns; the whole call takes at most ``timeout`` once connected.
 
         Raises :class:`RequestTimeout` when no reply came in time (one that comes later
         is dropped), :class:`ConnectionLost` when the connection is lost first (the reply
-        cannot come on another: a new request must be made), the session's failure, and
+        cannot come on another: a new request must be made), the engine's failure, and
         :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long
         (:class:`TypeError` for one not a number), or a header it writes.
         """
         timeout = check_seconds("timeout", options.get("timeout", REQUEST_TIMEOUT))
         route = options.get("reply_subscription", "auto")
         check_choice("reply_subscription", route, REPLY_SUBSCRIPTIONS)
-        session = self.session
+        engine = self.engine
         yield from self.ready()
         deadline = self.now + timeout
-        request = session.request(
+        request = engine.request(
             destination, body, options.get("headers"), options.get("content_type"), route
         )
         correlation_id = request.correlation_id
         try:
             yield from self.flush(deadline)
             while True:
-                state = session.reply_state(request)
+                state = engine.reply_state(request)
                 if state is ReceiptState.ARRIVED:
                     assert request.reply is not None
                     return request.reply
@@ -392,7 +392,7 @@ class Call(Sends[M]):
                     raise timed_out(request, timeout)
                 self.now = yield Wait(Waiting.REPLY, deadline, correlation_id=correlation_id)
         finally:
-            session.requests.forget(request)
+            engine.requests.forget(request)
 
     def send_some(
         self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
@@ -415,7 +415,7 @@ class Call(Sends[M]):
                     transaction=transaction,
                 )
         finally:
-            self.session.flush(self.now)
+            self.engine.flush(self.now)
         yield from self.flush()
         return len(work)
 
@@ -437,10 +437,10 @@ class Call(Sends[M]):
             check_overflow(overflow)
         headers = options.get("headers")
         check_type("headers", headers, (Mapping, type(None)), "a mapping of str to str")
-        session = self.session
+        engine = self.engine
         yield from self.ready()
-        epoch = session.epoch
-        made = session.subscribe(
+        epoch = engine.epoch
+        made = engine.subscribe(
             destination,
             cast(AckMode, ack),
             sub_id,
@@ -457,17 +457,17 @@ class Call(Sends[M]):
     def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> Steps[None]:
         """UNSUBSCRIBE if the connection is up; messages already received stay."""
         check_flag("receipt", receipt)
-        session = self.session
-        epoch = session.epoch
-        rid = session.unsubscribe(inbox, receipt)
+        engine = self.engine
+        epoch = engine.epoch
+        rid = engine.unsubscribe(inbox, receipt)
         yield from self.flush()
         if rid is not None:
             yield from self.receipt(rid, epoch)
 
     def begin(self) -> Steps[str]:
-        """BEGIN; the transaction's id (its epoch is :attr:`Session.epoch` right after)."""
+        """BEGIN; the transaction's id (its epoch is :attr:`Engine.epoch` right after)."""
         yield from self.ready()
-        tx = self.session.begin()
+        tx = self.engine.begin()
         yield from self.flush()
         return tx
 
@@ -478,13 +478,13 @@ class Call(Sends[M]):
         :class:`TransactionLost`, its ABORT does nothing.
         """
         check_flag("receipt", receipt)
-        session = self.session
-        if session.is_stale(epoch):
+        engine = self.engine
+        if engine.is_stale(epoch):
             if command == "COMMIT":
                 raise TransactionLost(f"transaction {tx!r} was lost with its connection")
             return
         yield from self.ready()
-        rid = session.end_transaction(command, tx, receipt)
+        rid = engine.end_transaction(command, tx, receipt)
         yield from self.flush()
         if rid is not None:
             yield from self.receipt(rid, epoch, lost=TransactionLost)
@@ -505,8 +505,8 @@ class Call(Sends[M]):
         :class:`ConnectionLost`), else it does nothing.
         """
         check_flag("receipt", receipt)
-        session = self.session
-        if session.is_stale(epoch):
+        engine = self.engine
+        if engine.is_stale(epoch):
             if receipt:
                 raise AckLost(
                     f"cannot {command} message {event.message_id!r}: it was received on an "
@@ -515,35 +515,35 @@ class Call(Sends[M]):
             log.debug("not answering %s from an earlier connection: it is redelivered", event)
             return
         yield from self.ready()
-        epoch = session.epoch
-        rid = session.acknowledge(command, event, transaction, receipt)
+        epoch = engine.epoch
+        rid = engine.acknowledge(command, event, transaction, receipt)
         yield from self.flush()
         if rid is not None:
             yield from self.receipt(rid, epoch)
 
     def goodbye(self) -> Steps[bool]:
         """The graceful end: DISCONNECT if connected, and its receipt (bounded; an error
-        on the way only ends it sooner). The session is closed afterwards.
+        on the way only ends it sooner). The engine is closed afterwards.
 
-        Returns whether the broker confirmed it (:attr:`Session.goodbye_confirmed`):
+        Returns whether the broker confirmed it (:attr:`Engine.goodbye_confirmed`):
         ``False`` when the receipt did not come in time, the connection was lost or
         failed first, or there was none; a second goodbye says what the first did.
         """
-        session = self.session
-        if session.status is CLOSED and session.goodbye_confirmed is not None:
-            return session.goodbye_confirmed
+        engine = self.engine
+        if engine.status is CLOSED and engine.goodbye_confirmed is not None:
+            return engine.goodbye_confirmed
         try:
-            if session.status in (CONNECTED, RECONNECTING) and (session.failure is None):
-                epoch = session.epoch
-                rid = session.begin_close()
-                session.flush(self.now)
+            if engine.status in (CONNECTED, RECONNECTING) and (engine.failure is None):
+                epoch = engine.epoch
+                rid = engine.begin_close()
+                engine.flush(self.now)
                 if rid is not None:
                     yield from self.receipt(rid, epoch)
-                    session.goodbye_confirmed = True
+                    engine.goodbye_confirmed = True
         except StompError as exc:
             log.info("the broker did not confirm the DISCONNECT: %s", exc)
         finally:
-            if session.goodbye_confirmed is None:
-                session.goodbye_confirmed = False
-            session.closed()
-        return session.goodbye_confirmed
+            if engine.goodbye_confirmed is None:
+                engine.goodbye_confirmed = False
+            engine.closed()
+        return engine.goodbye_confirmed

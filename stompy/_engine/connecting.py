@@ -3,7 +3,7 @@
 A :class:`Handshake` takes one connection from its first bytes (the WebSocket upgrade,
 if any, and CONNECT) to CONNECTED; :class:`Attempts` says which address to try next,
 after what delay, and which error ends the attempts. The transport does the I/O; the
-session makes an established connection its current one (:meth:`Session.install`).
+engine makes an established connection its current one (:meth:`Engine.install`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class Attempts:
     what delay, and which error ends them.
 
     Iterating gives ``(delay, endpoint)``: each round tries every address in turn, the
-    round's delay before its first. For :meth:`Session.connect_attempts` a refusal
+    round's delay before its first. For :meth:`Engine.connect_attempts` a refusal
     (:class:`ServerError`) is final; a reconnect tries on.
     """
 

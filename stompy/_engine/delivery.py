@@ -2,7 +2,7 @@
 the ``on_unrouted`` hook; and when the transport must stop reading.
 
 Flow control: a subscription keeps at most ``max_pending`` received messages. In the
-client ack modes the session asks the broker to hold back more than that
+client ack modes the engine asks the broker to hold back more than that
 (:func:`~stompy._engine.inbox.subscribe_headers`: a prefetch of ``max_pending``), so one
 slow consumer never stops the connection. Where only the socket can pace (``auto``,
 or a broker that ignores the prefetch), the inbox's ``overflow`` decides: ``"pause"``
@@ -42,16 +42,16 @@ STALL_WARNING: Final = 5.0
 #: for them are expected (DEBUG), not a surprise (WARNING).
 _ENDED_IDS: Final = 256
 
-#: A transport's message class (see :class:`~stompy._engine.session.Session`).
+#: A transport's message class (see :class:`~stompy._engine.engine.Engine`).
 M = TypeVar("M", bound=MessageBase)
 
 
 class Delivery(Generic[M]):
-    """The session's subscriptions by id, and the messages that wait for room in them.
+    """The engine's subscriptions by id, and the messages that wait for room in them.
 
     ``requests`` takes the replies, ``notices`` the ``on_unrouted`` hook's calls, and
     ``end_subscription(inbox)`` ends a subscription whose consumer fell too far behind
-    (``overflow="fail"``): an UNSUBSCRIBE, which is the session's to send.
+    (``overflow="fail"``): an UNSUBSCRIBE, which is the engine's to send.
     """
 
     __slots__ = (
@@ -111,7 +111,7 @@ class Delivery(Generic[M]):
         return True
 
     def end_all(self) -> None:
-        """The session is over: every subscription ends."""
+        """The engine is over: every subscription ends."""
         for inbox in self.inboxes.values():
             inbox.end()
 
@@ -124,7 +124,7 @@ class Delivery(Generic[M]):
         First it gets what the core's event lacks: the connection it came on
         (``epoch``: the backlog is emptied with its connection, so this stays true),
         what answers it (``owner``) and its delivery number. Here, once per message
-        and not in the session's pump: a function called this often runs specialised
+        and not in the engine's pump: a function called this often runs specialised
         by the interpreter, while a pump called a few times for thousands of
         messages may not.
         """

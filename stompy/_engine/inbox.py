@@ -1,10 +1,10 @@
-"""One subscription as the session keeps it, and what its SUBSCRIBE asks the broker.
+"""One subscription as the engine keeps it, and what its SUBSCRIBE asks the broker.
 
 An :class:`Inbox` holds at most ``max_pending`` received messages. In the client ack
 modes, :func:`subscribe_headers` asks the broker for a prefetch of ``max_pending``, so
 a consumer that falls behind is paced by the broker, not by the socket; what the
-session does with a message that does not fit (the inbox's ``overflow``) is the
-session's decision.
+engine does with a message that does not fit (the inbox's ``overflow``) is the
+engine's decision.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ PREFETCH_HEADERS: Final = ("prefetch-count", "activemq.prefetchSize")
 #: The largest prefetch asked for: RabbitMQ takes no more (a 16-bit count).
 MAX_PREFETCH: Final = 65535
 
-#: What a transport's message class is built from (see :class:`Session`).
+#: What a transport's message class is built from (see :class:`Engine`).
 M = TypeVar("M")
 
 
 class Inbox(Generic[M]):
-    """One subscription as the session keeps it: what to replay, and the messages
+    """One subscription as the engine keeps it: what to replay, and the messages
     received for it that the consumer has not taken yet (at most ``max_pending``).
 
-    The session puts messages in (:meth:`offer`, :meth:`keep`) and ends it
+    The engine puts messages in (:meth:`offer`, :meth:`keep`) and ends it
     (:meth:`end`); the consumer takes them out (:meth:`take`, :meth:`take_many`), also
-    from another thread than the session's: each of these is one step of a
+    from another thread than the engine's: each of these is one step of a
     :class:`~collections.deque`, atomic without a lock.
     """
 
@@ -72,7 +72,7 @@ class Inbox(Generic[M]):
         #: Whether the subscription goes on; read it, and end it with :meth:`end`
         #: (a plain attribute: a consumer that waits reads it at each wake-up).
         self.active = True
-        #: Why the session ended the subscription (``overflow="fail"``), or ``None``.
+        #: Why the engine ended the subscription (``overflow="fail"``), or ``None``.
         self.failure: StompError | None = None
 
     def __repr__(self) -> str:
@@ -121,7 +121,7 @@ class Inbox(Generic[M]):
             pass  # a get() in another thread took some meanwhile (it takes unlocked)
 
     def resume_due(self) -> bool:
-        """Whether the consumer made room enough for the session to move its backlog:
+        """Whether the consumer made room enough for the engine to move its backlog:
         half the inbox, not one message, or each take would cost the transport a
         wake-up to move one."""
         return len(self._items) <= self.max_pending // 2

@@ -7,7 +7,7 @@ as a plain Python function does. Two ways, one rule:
 
 * Calls whose keywords go on as a dict (``Connection`` and ``AsyncConnection`` to
   :class:`~stompy._engine.options.ClientOptions`; ``subscribe``, ``request`` and a message's
-  ``reply`` to the session engine's calls; the one-shot ``send``/``send_async``) take
+  ``reply`` to the engine's calls; the one-shot ``send``/``send_async``) take
   them as ``**options: Unpack[...]`` and pass them through :func:`check` first, against
   the ``TypedDict``'s own keys (so the list and the check cannot differ), with a
   "did you mean" for a near miss.

@@ -15,10 +15,10 @@ clock (``tests/test_lifecycle.py``).
 
 The rules:
 
-* An attempt is made only while the session still wants one (its status ``NEW`` or
+* An attempt is made only while the engine still wants one (its status ``NEW`` or
   ``RECONNECTING``); it is checked after each delay, and again once a connection was
   established, so a close that came meanwhile is never undone by installing a new
-  connection: a closed session stays closed. A connection made for nothing is dropped
+  connection: a closed engine stays closed. A connection made for nothing is dropped
   (:data:`DROP`).
 * A delay waits out its whole time (:class:`Pause` is asked again after an early
   wake-up) unless the status changed: only a close cuts it short.
@@ -32,7 +32,7 @@ The rules:
   matters). A :class:`ConnectionLost` with many bytes unwritten names the likely cause
   (:func:`while_writing`), whichever of the transport's loops found it.
 * A lost connection is closed (:data:`HANG_UP`, with the WebSocket's goodbye when the
-  link was one: :func:`farewell`) before the session's verdict; every wait is woken
+  link was one: :func:`farewell`) before the engine's verdict; every wait is woken
   once the status changed (:data:`CHANGED`).
 """
 
@@ -51,7 +51,7 @@ from stompy._engine.urls import Endpoint
 from stompy.errors import ConnectFailed, ConnectionLost, StompError
 
 if TYPE_CHECKING:
-    from stompy._engine.session import Session
+    from stompy._engine.engine import Engine
 
 __all__ = (
     "CHANGED",
@@ -140,16 +140,16 @@ class Read(_Until):
 
 
 class Pause(_Until):
-    """Wait until ``deadline``, or until the session's status changes (a close), or
+    """Wait until ``deadline``, or until the engine's status changes (a close), or
     sooner: the lifecycle asks again if it must."""
 
     __slots__ = ()
 
 
 class Serve:
-    """The connection was established and installed in the session
-    (:meth:`Session.install`): make the link the transport's current one, write what
-    the session queued, and serve it until it ends. The result: why it ended, or
+    """The connection was established and installed in the engine
+    (:meth:`Engine.install`): make the link the transport's current one, write what
+    the engine queued, and serve it until it ends. The result: why it ended, or
     ``None`` when it was closed by the user."""
 
     __slots__ = ("handshake",)
@@ -168,7 +168,7 @@ class Signal(enum.Enum):
     DROP = "drop"
     #: Close the current link, after writing :func:`farewell` if it says anything.
     HANG_UP = "hang up"
-    #: The session's status changed: wake every wait, each checks its own cause.
+    #: The engine's status changed: wake every wait, each checks its own cause.
     CHANGED = "changed"
 
 
@@ -184,14 +184,14 @@ Steps = Generator[Step, object, None]
 _WANTING: Final = (NEW, RECONNECTING)
 
 
-def why_ended(session: Session[M], failure: StompError | None, unsent: int) -> StompError | None:
+def why_ended(engine: Engine[M], failure: StompError | None, unsent: int) -> StompError | None:
     """After a pump that gave ``failure`` (``None``: none), with ``unsent`` bytes not
     yet written: why the connection ended, or ``None`` when it goes on. The transport
-    ends the connection when this is not ``None`` (a failure while the session is
+    ends the connection when this is not ``None`` (a failure while the engine is
     closing is the user's close, not a loss)."""
     if failure is None:
-        proto = session.proto
-        if proto is None or proto.state is not PROTOCOL_CLOSED or session.outgoing:
+        proto = engine.proto
+        if proto is None or proto.state is not PROTOCOL_CLOSED or engine.outgoing:
             return None
         failure = ConnectionLost("closed")
     if isinstance(failure, ConnectionLost):
@@ -199,18 +199,18 @@ def why_ended(session: Session[M], failure: StompError | None, unsent: int) -> S
     return failure
 
 
-def farewell(session: Session[M]) -> bytes:
+def farewell(engine: Engine[M]) -> bytes:
     """The bytes to write as the current link closes: the WebSocket close frame when it
     is a WebSocket with nothing left unwritten (a goodbye behind a half-written frame
     would corrupt it), else nothing. Best effort: the link is closing either way."""
-    ws = session.ws
-    if ws is None or session.outgoing:
+    ws = engine.ws
+    if ws is None or engine.outgoing:
         return b""
     return ws.close()
 
 
 class Lifecycle(Generic[M]):
-    """The life of ``session``'s connections, for a transport to run step by step.
+    """The life of ``engine``'s connections, for a transport to run step by step.
 
     :meth:`resume` with the time gives the first step; after running a step, the
     transport calls :meth:`resume` with the time and the step's result (or
@@ -219,10 +219,10 @@ class Lifecycle(Generic[M]):
     (:class:`ConnectFailed`, :class:`ServerError`): the transport hands it to the user.
     """
 
-    __slots__ = ("_steps", "now", "session")
+    __slots__ = ("_steps", "engine", "now")
 
-    def __init__(self, session: Session[M]) -> None:
-        self.session = session
+    def __init__(self, engine: Engine[M]) -> None:
+        self.engine = engine
         #: The time, as the transport last said.
         self.now = 0.0
         self._steps: Steps = self._life()
@@ -252,48 +252,48 @@ class Lifecycle(Generic[M]):
     # -- the steps ---------------------------------------------------------------------
 
     def _life(self) -> Steps:
-        session = self.session
-        attempts = session.connect_attempts()
+        engine = self.engine
+        attempts = engine.connect_attempts()
         handshake = yield from self._attempt(attempts)
         if handshake is None:
-            if session.status is NEW:
+            if engine.status is NEW:
                 raise attempts.error()
             raise ConnectFailed("the connection was closed before it was made")
         while True:
-            session.install(handshake, self.now)
+            engine.install(handshake, self.now)
             lost = yield Serve(handshake)
             yield HANG_UP
             if lost is None:
                 return
             assert isinstance(lost, StompError)
-            attempts_again = session.lost(lost)
+            attempts_again = engine.lost(lost)
             yield CHANGED
             if attempts_again is None:
                 return
             handshake = yield from self._attempt(attempts_again)
             if handshake is None:
-                status: Status = session.status  # the steps ran meanwhile
+                status: Status = engine.status  # the steps ran meanwhile
                 if status is RECONNECTING:
-                    session.give_up(attempts_again)
+                    engine.give_up(attempts_again)
                     yield CHANGED
                 return
 
     def _attempt(self, attempts: Attempts) -> Generator[Step, object, Handshake | None]:
         """Go through ``attempts``: the first connection established, or ``None`` when
-        none was (or the session stopped wanting one)."""
-        session = self.session
+        none was (or the engine stopped wanting one)."""
+        engine = self.engine
         for delay, endpoint in attempts:
             until = self.now + delay
-            while self.now < until and session.status in _WANTING:
+            while self.now < until and engine.status in _WANTING:
                 yield Pause(until)
-            if session.status not in _WANTING:
+            if engine.status not in _WANTING:
                 return None
             try:
                 handshake = yield from self._establish(endpoint)
             except StompError as exc:
                 attempts.failed(endpoint, exc)
                 continue
-            status: Status = session.status  # again: a close may have come meanwhile
+            status: Status = engine.status  # again: a close may have come meanwhile
             if status not in _WANTING:
                 yield DROP
                 return None
@@ -303,13 +303,13 @@ class Lifecycle(Generic[M]):
     def _establish(self, endpoint: Endpoint) -> Generator[Step, object, Handshake]:
         """One connection to ``endpoint``, up to CONNECTED; raises why not (the link is
         dropped first)."""
-        options = self.session.options
+        options = self.engine.options
         deadline = self.now + options.connect_timeout
         try:
             context = options.ssl_context(endpoint)
         except ValueError as exc:
             raise ConnectFailed(str(exc)) from None
-        handshake = self.session.handshake(endpoint)
+        handshake = self.engine.handshake(endpoint)
         late = f"no CONNECTED from {endpoint} within the connect timeout"
         try:
             yield Open(endpoint, context, deadline)

@@ -3,7 +3,7 @@
 :class:`MessageBase` is the core's :class:`~stompy._core.events.MessageReceived`, made by the
 core itself (:attr:`ClientProtocol.message_class
 <stompy._core.protocol.ClientProtocol.message_class>`): one object per received message, not
-an event and a wrapper around it. The session engine stamps it with the connection it
+an event and a wrapper around it. The engine stamps it with the connection it
 came on (its *epoch*, for the ack rule) and the transport that answers it; the blocking
 ``Message`` and the ``AsyncMessage`` add only how they are answered.
 """
@@ -41,14 +41,14 @@ class MessageBase(MessageReceived):
     (:class:`~stompy.events.MessageReceived`).
 
     No ``__init__`` of its own: the core makes it as a ``MessageReceived`` (compiled,
-    natively), and :meth:`stompy._engine.session.Session.pump` sets the fields below
+    natively), and :meth:`stompy._engine.engine.Engine.pump` sets the fields below
     before anyone sees it. Unlike the core's event it compares by identity and is
     hashable, as a message always was.
     """
 
     __slots__ = ("_answered", "_epoch", "_headers", "_owner", "_seq")
 
-    #: The session's epoch when it arrived: answering it in a later one does nothing.
+    #: The engine's epoch when it arrived: answering it in a later one does nothing.
     _epoch: int
     #: Its delivery number on its connection (the order of a ``client`` ack's reach).
     _seq: int
@@ -79,7 +79,7 @@ class MessageBase(MessageReceived):
         epoch: int = 0,
         owner: Any = None,
     ) -> Self:
-        """One made outside the core and the session engine, with what they would set
+        """One made outside the core and the engine, with what they would set
         (for tests, and for a transport that makes its own)."""
         message = cls(frame, subscription, ack_mode)
         message._epoch = epoch

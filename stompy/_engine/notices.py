@@ -1,10 +1,10 @@
 """Lifecycle hook calls waiting to be made: what one is, and how many may wait.
 
 What the application asked to hear of (a connection made, lost, made again; an ERROR
-frame; a MESSAGE for no known subscription) the session queues, in order, as
-:class:`Notice` s in :attr:`Session.notices` (:func:`queue_notice`); the transport
+frame; a MESSAGE for no known subscription) the engine queues, in order, as
+:class:`Notice` s in :attr:`Engine.notices` (:func:`queue_notice`); the transport
 makes the calls outside its own work (a thread of their own, a task), so a slow hook
-never stalls the connection. When to call which hook is the session's decision.
+never stalls the connection. When to call which hook is the engine's decision.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ MAX_NOTICES: Final = 10_000
 
 
 class Notice:
-    """One call of a lifecycle hook, queued by the session for the transport to make:
+    """One call of a lifecycle hook, queued by the engine for the transport to make:
     ``hook(argument)``. ``what`` names the hook (``"on_connected"``...)."""
 
     __slots__ = ("argument", "hook", "what")

@@ -2,9 +2,9 @@
 
 A call that asks for a receipt (a send, a subscribe, the goodbye's DISCONNECT) tells
 :class:`Receipts` to :meth:`~Receipts.expect` it before its frame can be answered; the
-session's pump records each RECEIPT that comes (:meth:`~Receipts.came`), and the call,
-woken, asks the session how its wait stands
-(:meth:`~stompy._engine.session.Session.receipt_state`) and :meth:`~Receipts.forget` s
+engine's pump records each RECEIPT that comes (:meth:`~Receipts.came`), and the call,
+woken, asks the engine how its wait stands
+(:meth:`~stompy._engine.engine.Engine.receipt_state`) and :meth:`~Receipts.forget` s
 it when done. A RECEIPT nobody waits for is not kept: the table stays as small as the
 waits.
 

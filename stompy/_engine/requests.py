@@ -1,7 +1,7 @@
 """Request/reply: where a request asks for its reply, and which request a reply answers.
 
-:meth:`Session.request` sends with ``reply-to`` naming a temporary queue and a fresh
-``correlation-id``, and keeps the :class:`Request` in :attr:`Session.requests` until its
+:meth:`Engine.request` sends with ``reply-to`` naming a temporary queue and a fresh
+``correlation-id``, and keeps the :class:`Request` in :attr:`Engine.requests` until its
 waiter is done. How the replies reach the connection depends on the broker, told by the
 ``server`` header of its CONNECTED frame (:func:`explicit_replies`):
 
@@ -9,13 +9,13 @@ waiter is done. How the replies reach the connection depends on the broker, told
   into a queue private to the connection and deliver its replies on a subscription
   they make themselves, whose id is that name (a SUBSCRIBE to it is refused);
 * *explicit*: every other broker (ActiveMQ, CoilMQ, stompserver...) delivers only to a
-  SUBSCRIBE. The session makes one at the connection's first request, to a name of its
+  SUBSCRIBE. The engine makes one at the connection's first request, to a name of its
   own under ``/temp-queue/`` (:func:`reply_destination`: ActiveMQ makes it a temporary
   queue of the connection, other brokers a destination nobody else uses) with
   :data:`REPLY_QUEUE` as its id.
 
 Either way the replies arrive with ``subscription`` set to :data:`REPLY_QUEUE`, and the
-session hands each to the request :func:`answered` names. ``request(...,
+engine hands each to the request :func:`answered` names. ``request(...,
 reply_subscription=...)`` overrides the choice; a :class:`RequestTimeout` says which way
 was used (:func:`timed_out`). :func:`reply_address` is the other side: where a reply to
 a received message goes.
@@ -47,7 +47,7 @@ __all__ = (
     "timed_out",
 )
 
-#: The temporary queue a session's requests name in ``reply-to`` on a broker that
+#: The temporary queue a engine's requests name in ``reply-to`` on a broker that
 #: delivers the replies implicitly (RabbitMQ), and the subscription id of the replies
 #: in either way.
 REPLY_QUEUE: Final = "/temp-queue/stompy-replies"
@@ -59,17 +59,17 @@ REPLY_SUBSCRIPTIONS: Final[tuple[str, ...]] = get_args(ReplySubscription)
 #: ``server`` header prefixes (lower case) of the brokers that deliver the replies to a
 #: ``reply-to:/temp-queue/...`` on a subscription of their own making.
 _IMPLICIT_REPLIES: Final = ("rabbitmq/", "stompy-broker/")
-#: The headers :meth:`Session.request` writes itself.
+#: The headers :meth:`Engine.request` writes itself.
 _REQUEST_HEADERS: Final = ("reply-to", "correlation-id")
 
 log: Final = logging.getLogger("stompy")
 
-#: A transport's message class (see :class:`Session`).
+#: A transport's message class (see :class:`Engine`).
 M = TypeVar("M", bound=MessageReceived)
 
 
 class Request(Generic[M]):
-    """One request waiting for its reply (see :meth:`Session.request`)."""
+    """One request waiting for its reply (see :meth:`Engine.request`)."""
 
     __slots__ = ("correlation_id", "destination", "epoch", "reply", "route")
 
@@ -86,7 +86,7 @@ class Request(Generic[M]):
 
 class Requests(Generic[M]):
     """The requests waiting for their reply, by ``correlation-id``, and those that got
-    it since the session's last pump (:meth:`take_replied`)."""
+    it since the engine's last pump (:meth:`take_replied`)."""
 
     __slots__ = ("_made", "_replied", "_waiting")
 

@@ -1,6 +1,6 @@
-"""The statuses a client connection goes through, and the answers the session gives.
+"""The statuses a client connection goes through, and the answers the engine gives.
 
-Plain enums, shared by the session engine and both transports, so that a status is
+Plain enums, shared by the engine and both transports, so that a status is
 spelled once and a comparison is by identity, not by string.
 """
 
@@ -48,7 +48,7 @@ class ReceiptState(enum.Enum):
     #: The connection it was asked on ended first: whether the frame took effect is
     #: unknown (a reply can no longer come).
     LOST = "lost"
-    #: The connection failed for good (:attr:`Session.failure` says why).
+    #: The connection failed for good (:attr:`Engine.failure` says why).
     FAILED = "failed"
     #: The user closed the connection before the receipt came, and the broker did not
     #: confirm the DISCONNECT (whose receipt settles every wait): whether the frame

@@ -8,7 +8,7 @@ paths: per message, the cost of tracing that is off is one ``is None``. This mod
 imported only by a connection whose ``tracing`` option is on, and only if
 ``opentelemetry-api`` can be imported; the sans-IO core never imports it.
 
-With a tracer, every call that sends runs a :class:`TracedCall` around the session
+With a tracer, every call that sends runs a :class:`TracedCall` around the engine
 engine's steps (:mod:`stompy._engine.calls`): a PRODUCER span starts as the call does, its
 context goes into the SEND's headers with the globally configured propagator (W3C
 ``traceparent`` and ``tracestate`` by default; a header the user set wins, and a
@@ -45,11 +45,11 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from stompy._core.frames import Frame
 from stompy._engine.calls import Call, Sends, Steps
+from stompy._engine.engine import Engine
 from stompy._engine.keywords import RequestOptions
 from stompy._engine.message import MessageBase
 from stompy._engine.options import ClientOptions
 from stompy._engine.outgoing import Outgoing
-from stompy._engine.session import Session
 from stompy._engine.urls import Endpoint
 from stompy._version import __version__
 from stompy.errors import HeartbeatTimeout, StompError
@@ -326,29 +326,29 @@ def _instruments() -> Instruments | None:
     return _meters[1]
 
 
-def instrument(session: Session[Any]) -> Telemetry | None:
-    """What ``session``'s connection records, decided now (as it connects): ``None``
+def instrument(engine: Engine[Any]) -> Telemetry | None:
+    """What ``engine``'s connection records, decided now (as it connects): ``None``
     when no SDK is installed, for traces or for metrics."""
     tracer = _tracer()
     instruments = _instruments()
     if tracer is None and instruments is None:
         return None
-    telemetry = Telemetry(session, tracer, instruments)
+    telemetry = Telemetry(engine, tracer, instruments)
     if instruments is not None:
-        telemetry.watch(session.options)
+        telemetry.watch(engine.options)
     return telemetry
 
 
 class Telemetry:
     """One connection's instrumentation: spans (with a ``tracer``) and metrics (with
-    ``instruments``) for its calls, around the session engine's steps."""
+    ``instruments``) for its calls, around the engine's steps."""
 
-    __slots__ = ("_instruments", "_session", "_tracer")
+    __slots__ = ("_engine", "_instruments", "_tracer")
 
     def __init__(
-        self, session: Session[Any], tracer: Tracer | None, instruments: Instruments | None
+        self, engine: Engine[Any], tracer: Tracer | None, instruments: Instruments | None
     ) -> None:
-        self._session = session
+        self._engine = engine
         self._tracer = tracer
         self._instruments = instruments
 
@@ -363,12 +363,12 @@ class Telemetry:
             attributes[DESTINATION] = destination
             if _temporary(destination):
                 attributes[TEMPORARY] = True
-        session = self._session
-        endpoint = session.endpoint
+        engine = self._engine
+        endpoint = engine.endpoint
         if endpoint is not None:
             attributes[SERVER_ADDRESS] = endpoint.host
             attributes[SERVER_PORT] = endpoint.port
-        connected = session.connected
+        connected = engine.connected
         if connected is not None:
             attributes[PROTOCOL_NAME] = SYSTEM
             attributes[PROTOCOL_VERSION] = connected.version
@@ -431,7 +431,7 @@ class Telemetry:
             instruments.receipt_duration.record(receipt_wait, _tally_attributes(key))
 
     def _key(self, operation: str, destination: str, subscription: str) -> TallyKey:
-        endpoint = self._session.endpoint
+        endpoint = self._engine.endpoint
         if endpoint is None:
             return (operation, destination, subscription, "", 0)
         return (operation, destination, subscription, endpoint.host, endpoint.port)

@@ -10,24 +10,24 @@ runs in a cancel scope of its own, which close cancels, then it waits for the ta
 end), and leaves the task group, empty, to the end of the block.
 
 For each established connection (an *epoch*; a reconnect starts a new one) it runs
-three tasks: a reader that feeds received bytes to the session engine, a writer that
-sends what the session has to send, and a timer that wakes at the core's heart-beat
+three tasks: a reader that feeds received bytes to the engine, a writer that
+sends what the engine has to send, and a timer that wakes at the core's heart-beat
 deadline and at the deadlines of the waits for receipts and replies. User calls run
-their steps on the session synchronously (:meth:`TaskIO.run`), which queues their
-frames in the session's one outgoing buffer, so nothing can interleave. A call that
+their steps on the engine synchronously (:meth:`TaskIO.run`), which queues their
+frames in the engine's one outgoing buffer, so nothing can interleave. A call that
 waits next (a receipt, a reply), or a send on a connection at rest, writes that buffer
 from its own task when the stream is free (:meth:`TaskIO.push`), saving the hand-off
 to the writer; otherwise it wakes the writer. Every
 write takes the whole buffer under the write lock and is shielded: cancelling a call
 never leaves half a frame on the wire.
 
-While the session keeps a backlog (a subscription's inbox is full) the reader stops
+While the engine keeps a backlog (a subscription's inbox is full) the reader stops
 reading: TCP pushes back on the broker and memory stays flat. It reads again once a
 consumer has taken half an inbox. The timer looks into the socket before the engine
-judges the broker silent (:meth:`~stompy._engine.session.Session.tick`): bytes waiting there
+judges the broker silent (:meth:`~stompy._engine.engine.Engine.tick`): bytes waiting there
 are a sign of life, so neither a slow consumer nor user code that blocked the event
 loop for a while is mistaken for a dead broker.
-The tasks catch their own errors and hand them to the session, so no ExceptionGroup
+The tasks catch their own errors and hand them to the engine, so no ExceptionGroup
 reaches the user (were one to come, :meth:`TaskIO.leave` would unwrap it).
 """
 
@@ -48,9 +48,9 @@ import anyio.lowlevel
 
 from stompy._engine import lifecycle
 from stompy._engine.calls import Call, Running, Steps, Wait, Waiting
+from stompy._engine.engine import Engine
 from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
-from stompy._engine.session import Session
 from stompy._engine.state import CLOSED, PROTOCOL_CLOSED
 from stompy._transports.blocking import bytes_waiting
 from stompy._transports.signal import Signal
@@ -129,10 +129,10 @@ class Getter(Protocol):
 
 
 class TaskIO(Generic[M]):
-    """Serves one session: establishes its connections and runs the tasks."""
+    """Serves one engine: establishes its connections and runs the tasks."""
 
-    def __init__(self, session: Session[M]) -> None:
-        self.session = session
+    def __init__(self, engine: Engine[M]) -> None:
+        self.engine = engine
         self.stream: anyio.abc.ByteStream | None = None
         #: The stream being established (made by the lifecycle's ``Open`` step).
         self._pending: anyio.abc.ByteStream | None = None
@@ -167,7 +167,7 @@ class TaskIO(Generic[M]):
         self._work_ended = Signal()  # pulsed when a spawned task ended
         self._closing: anyio.Event | None = None  # set once close() finished
         self._epoch_scope: anyio.CancelScope | None = None
-        #: Set when the session has hook calls to make (:attr:`Session.notices`).
+        #: Set when the engine has hook calls to make (:attr:`Engine.notices`).
         self.noticed = Signal()
         #: Set by the hooks task once it made the last call (``None``: no such task).
         self.hooks_done: anyio.Event | None = None
@@ -207,7 +207,7 @@ class TaskIO(Generic[M]):
     # -- waking waits ----------------------------------------------------------------------
 
     def status_changed(self) -> None:
-        """The session's status changed: wake every wait, each checks its own cause."""
+        """The engine's status changed: wake every wait, each checks its own cause."""
         self.noticed.set()
         self._changed.pulse()
         self._drained.pulse()
@@ -237,7 +237,7 @@ class TaskIO(Generic[M]):
 
     def kick(self) -> None:
         """Start the writer if there is something to write."""
-        if self.session.outgoing and not self.write_due:
+        if self.engine.outgoing and not self.write_due:
             self.write_due = True
             self._out_ready.set()
 
@@ -252,8 +252,8 @@ class TaskIO(Generic[M]):
         and bounded by ``receipt_timeout``; a failure ends the connection as the
         writer's would, for the reader and the supervisor to judge. It saves the
         hand-off to the writer task, one task switch per round trip."""
-        session = self.session
-        out = session.outgoing
+        engine = self.engine
+        out = engine.outgoing
         if not out:
             return False
         stream = self.stream
@@ -268,15 +268,15 @@ class TaskIO(Generic[M]):
             data = bytes(out)
             out.clear()
             now = anyio.current_time()
-            session.wrote(now)
-            timeout = session.options.receipt_timeout
+            engine.wrote(now)
+            timeout = engine.options.receipt_timeout
             with anyio.CancelScope(shield=True, deadline=now + timeout) as writing:
                 try:
                     await stream.send(data)
                 except NETWORK_ERRORS as exc:
                     failure = self._failed(exc)
             if writing.cancelled_caught:
-                failure = session.stopped_reading()
+                failure = engine.stopped_reading()
         finally:
             lock.release()
         if failure is not None:
@@ -358,7 +358,7 @@ class TaskIO(Generic[M]):
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
         self.thread = thread_id()
         self._thread_name = threading.current_thread().name
-        life = lifecycle.Lifecycle(self.session)
+        life = lifecycle.Lifecycle(self.engine)
         await self._run_steps(life)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
@@ -400,21 +400,21 @@ class TaskIO(Generic[M]):
         if closing is not None:
             with anyio.CancelScope(shield=True):
                 await closing.wait()  # bounded: each wait of the first close is
-            return self.session.goodbye_confirmed is True
+            return self.engine.goodbye_confirmed is True
         closing = self._closing = anyio.Event()
         try:
             await self._goodbye()
             await self._stop_work()
         finally:
             closing.set()
-        return self.session.goodbye_confirmed is True
+        return self.engine.goodbye_confirmed is True
 
     async def _goodbye(self) -> None:
-        session = self.session
-        running = Running(Call(session, anyio.current_time()).goodbye())
+        engine = self.engine
+        running = Running(Call(engine, anyio.current_time()).goodbye())
         with (
             anyio.CancelScope(shield=True),
-            anyio.move_on_after(session.options.receipt_timeout),
+            anyio.move_on_after(engine.options.receipt_timeout),
             contextlib.suppress(StompError, *NETWORK_ERRORS),
         ):
             wait = running.resume()  # DISCONNECT queued; its receipt expected
@@ -425,19 +425,19 @@ class TaskIO(Generic[M]):
                 stream = self.stream
                 if stream is not None:
                     async with self._write_lock:
-                        data = bytes(session.outgoing)
-                        session.outgoing.clear()
+                        data = bytes(engine.outgoing)
+                        engine.outgoing.clear()
                         await stream.send(data)
                 # Look again before waiting: the write let the tasks run.
                 wait = running.resume(anyio.current_time())
             await self._drive(running, wait)
         running.close()
-        session.closed()
+        engine.closed()
         self.status_changed()
         if self.hooks_done is not None and anyio.get_current_task().id != self.hooks_task:
             # on_disconnected, and what came before it; not when close() came from a
             # hook, whose task would wait for itself.
-            with anyio.move_on_after(session.options.receipt_timeout, shield=True):
+            with anyio.move_on_after(engine.options.receipt_timeout, shield=True):
                 await self.hooks_done.wait()
 
     async def _stop_work(self) -> None:
@@ -451,7 +451,7 @@ class TaskIO(Generic[M]):
         with anyio.CancelScope(shield=True):
             await self._close_stream()
             me = anyio.get_current_task().id
-            with anyio.move_on_after(self.session.options.receipt_timeout):
+            with anyio.move_on_after(self.engine.options.receipt_timeout):
                 while any(task != me for task in self._working.values()):
                     await self._work_ended.wait()
 
@@ -480,7 +480,7 @@ class TaskIO(Generic[M]):
         self.stream = None
         if stream is not None:
             with anyio.move_on_after(1.0), contextlib.suppress(Exception):
-                bye = lifecycle.farewell(self.session)
+                bye = lifecycle.farewell(self.engine)
                 if bye:
                     async with self._write_lock:
                         await stream.send(bye)
@@ -568,12 +568,12 @@ class TaskIO(Generic[M]):
 
     async def _supervise(self, life: lifecycle.Lifecycle[M]) -> None:
         """Serve each connection the lifecycle makes, until it is over."""
-        session = self.session
+        engine = self.engine
         try:
             while await self._run_steps(life, await self._run_epoch()) is not None:
                 pass
         finally:
-            session.serving = False
+            engine.serving = False
             self._wake_answers()
 
     async def _run_epoch(self) -> StompError | None:
@@ -586,18 +586,18 @@ class TaskIO(Generic[M]):
             tg.start_soon(self._timer, stream, tg.cancel_scope)
         self._epoch_scope = None
         self._room = None
-        return self.session.ending
+        return self.engine.ending
 
     def _end_epoch(self, scope: anyio.CancelScope, failure: StompError | None) -> None:
         if failure is not None:
-            self.session.saw_end(failure)
+            self.engine.saw_end(failure)
         scope.cancel()
 
     def _pumped(self, woke: bool, replied: Sequence[str] = ()) -> None:
         """After a pump: start the writer, wake whom the routed events concern (of the
         requests, only those whose reply came)."""
         self.kick()
-        if self.session.notices:
+        if self.engine.notices:
             self.noticed.set()
         if woke:
             if self.getting:
@@ -611,38 +611,38 @@ class TaskIO(Generic[M]):
                 waiter.set()
 
     async def _reader(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
-        session = self.session
+        engine = self.engine
         try:
             while True:
                 try:
                     data = await stream.receive(_RECV_SIZE)
                 except anyio.EndOfStream:
-                    data = b""  # the session's end of stream
+                    data = b""  # the engine's end of stream
                 now = anyio.current_time()
-                ended = session.receive(data, now)
+                ended = engine.receive(data, now)
                 self.at_rest = True  # an answer came: the next send may write through
-                pumped = session.pump(now)
+                pumped = engine.pump(now)
                 self._pumped(pumped.woke, pumped.replied)
                 failure = pumped.failure
                 if failure is None:
-                    while session.paused:
+                    while engine.paused:
                         # An inbox is full: read no more until a consumer made room.
                         room = self._room = anyio.Event()
                         self._rearm.set()  # the engine has a stall to watch
                         await room.wait()
-                        self._pumped(session.drain_backlog(anyio.current_time()))
+                        self._pumped(engine.drain_backlog(anyio.current_time()))
                     self._room = None
                     if ended is not None:
                         # Frames that came before the close were handled; the writer
                         # gets a moment to answer the close before the epoch ends.
                         with anyio.move_on_after(0.5):
-                            while session.outgoing:
+                            while engine.outgoing:
                                 await self._drained.wait()
                         failure = ended
-                proto = session.proto
+                proto = engine.proto
                 if failure is not None or (proto is not None and proto.state is PROTOCOL_CLOSED):
-                    unsent = self._writing + len(session.outgoing)
-                    failure = lifecycle.why_ended(session, failure, unsent)
+                    unsent = self._writing + len(engine.outgoing)
+                    failure = lifecycle.why_ended(engine, failure, unsent)
                 if failure is not None or not data:
                     # After EOF there is nothing more to read: end here rather than
                     # spin on EndOfStream.
@@ -652,37 +652,37 @@ class TaskIO(Generic[M]):
             self._end_epoch(scope, self._failed(exc))
 
     def _failed(self, exc: BaseException) -> ConnectionLost:
-        session = self.session
-        return transport_failed(session.endpoint, exc, self._writing + len(session.outgoing))
+        engine = self.engine
+        return transport_failed(engine.endpoint, exc, self._writing + len(engine.outgoing))
 
     async def _writer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
-        session = self.session
+        engine = self.engine
         try:
             while True:
                 await self._out_ready.take()
                 self.write_due = False  # from here on, what is queued needs a kick again
-                while session.outgoing:
+                while engine.outgoing:
                     # Shielded: a cancelled write must not leave half a frame behind.
                     with (
                         anyio.CancelScope(shield=True),
-                        anyio.fail_after(session.options.receipt_timeout),
+                        anyio.fail_after(engine.options.receipt_timeout),
                     ):
                         async with self._write_lock:
                             # Taken under the lock: close() writes its DISCONNECT
                             # under it too, and must not overtake these frames.
-                            out = session.outgoing
+                            out = engine.outgoing
                             data = bytes(out)
                             out.clear()
                             if data:
-                                session.wrote(anyio.current_time())
+                                engine.wrote(anyio.current_time())
                                 self._writing = len(data)
                                 await stream.send(data)
                                 self._writing = 0
                     self._drained.pulse()
-                if session.status is CLOSED:
+                if engine.status is CLOSED:
                     return
         except TimeoutError:
-            self._end_epoch(scope, session.stopped_reading())
+            self._end_epoch(scope, engine.stopped_reading())
         except NETWORK_ERRORS as exc:
             # A broker that refuses a frame (one too large, say) sends an ERROR and
             # closes while the frame is still being written: the write fails first. The
@@ -711,9 +711,9 @@ class TaskIO(Generic[M]):
         deadlines: dict[anyio.Event, float],
     ) -> None:
         """The timer's loop: wake at the core's next deadline and at the answers'."""
-        session = self.session
+        engine = self.engine
         while True:
-            deadline = session.next_deadline(anyio.current_time())
+            deadline = engine.next_deadline(anyio.current_time())
             answers = min(deadlines.values(), default=math.inf)
             wake_at = self._timer_at = min(answers, math.inf if deadline is None else deadline)
             rearm = self._rearm = anyio.Event()
@@ -730,11 +730,11 @@ class TaskIO(Generic[M]):
             # the bytes it was woken for may already be out of the socket, in the stream.
             await anyio.lowlevel.checkpoint()
             now = anyio.current_time()
-            pumped = session.tick(now, waiting)
+            pumped = engine.tick(now, waiting)
             self._pumped(pumped.woke, pumped.replied)
             self.make_room()  # the pump may have moved the backlog the reader waits on
-            unsent = self._writing + len(session.outgoing)
-            failure = lifecycle.why_ended(session, pumped.failure, unsent)
+            unsent = self._writing + len(engine.outgoing)
+            failure = lifecycle.why_ended(engine, pumped.failure, unsent)
             if failure is not None:
                 self._end_epoch(scope, failure)
                 return

@@ -3,7 +3,7 @@
 One I/O thread per connection serves the socket. It waits in a selector (``epoll`` or
 ``kqueue`` where there is one: no limit on descriptor numbers) for bytes from
 the broker, for bytes to write, for a wake-up from a user thread, or for the core's
-next heart-beat deadline, whichever comes first. A call runs its steps on the session
+next heart-beat deadline, whichever comes first. A call runs its steps on the engine
 engine under the lock (:meth:`IOThread.run`; a send that waits for nothing,
 :meth:`IOThread.queue_output`), which appends the encoded bytes to the outgoing
 buffer. Before the caller waits, or when the connection is at rest, the caller's
@@ -17,11 +17,11 @@ itself meanwhile, as the I/O thread does (:meth:`IOThread.wait`, the read-throug
 answer then costs no hand-off back either. Both read and route under the lock, so the
 bytes are routed in the order they came; only the I/O thread judges a failed socket.
 
-While the session keeps a backlog (a subscription's inbox is full) the thread stops
+While the engine keeps a backlog (a subscription's inbox is full) the thread stops
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
 still sends heart-beats, and bytes waiting in the socket count as a sign of life, so a
 slow consumer is not mistaken for a dead broker (:func:`bytes_waiting` looks, for the
-engine's :meth:`~stompy._engine.session.Session.tick`). Every decision (reconnecting, routing,
+engine's :meth:`~stompy._engine.engine.Engine.tick`). Every decision (reconnecting, routing,
 receipts, the goodbye) is the engine's; this module moves bytes, waits and wakes.
 """
 
@@ -41,9 +41,9 @@ from typing import Any, Final, Generic, TypeVar
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
 from stompy._engine.calls import Call, Running, Steps, Waiting
+from stompy._engine.engine import MAX_OUTGOING, Engine, log
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
-from stompy._engine.session import MAX_OUTGOING, Session, log
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, PROTOCOL_CLOSED, Status
 from stompy.errors import ConnectionLost, StompError
 
@@ -101,15 +101,15 @@ class _Condition(threading.Condition):
 
 
 class IOThread(Generic[M]):
-    """Serves one session: establishes its connections and runs the I/O thread.
+    """Serves one engine: establishes its connections and runs the I/O thread.
 
-    :attr:`cond` (over :attr:`lock`) guards the session; it is notified whenever
+    :attr:`cond` (over :attr:`lock`) guards the engine; it is notified whenever
     something a waiting call may be waiting for happened. A call waits with
     :meth:`wait`, which may read the socket itself.
     """
 
-    def __init__(self, session: Session[M]) -> None:
-        self.session = session
+    def __init__(self, engine: Engine[M]) -> None:
+        self.engine = engine
         self.lock = threading.RLock()
         self.cond: threading.Condition = _Condition(self.lock, self)
         self.thread: threading.Thread | None = None
@@ -184,16 +184,16 @@ class IOThread(Generic[M]):
         of stream or an error read here is handed to it (:attr:`_handed`), and a
         failure the routing found ends the connection through it."""
         sock = self._direct
-        session = self.session
+        engine = self.engine
         if (
             sock is None
             or not _READ_THROUGH
             or self.reading
             or self._handed is not None
-            or session.status is not CONNECTED
-            or session.ending is not None
-            or session.ws is not None
-            or session.paused
+            or engine.status is not CONNECTED
+            or engine.ending is not None
+            or engine.ws is not None
+            or engine.paused
             or threading.current_thread() is self.thread
         ):
             self.cond.wait(timeout)
@@ -224,8 +224,8 @@ class IOThread(Generic[M]):
 
     def _read_here(self, sock: socket.socket) -> None:
         """The read-through, under the lock: read what came and route it."""
-        session = self.session
-        if session.status is not CONNECTED or session.ending is not None or session.paused:
+        engine = self.engine
+        if engine.status is not CONNECTED or engine.ending is not None or engine.paused:
             return  # changed while the lock was released: the I/O thread's to read
         try:
             data: bytes | OSError = sock.recv(_RECV_SIZE)
@@ -238,17 +238,17 @@ class IOThread(Generic[M]):
             self.wake()
             return
         now = time.monotonic()
-        session.receive(data, now)  # no WebSocket here: no close to report
-        pumped = session.pump(now)
+        engine.receive(data, now)  # no WebSocket here: no close to report
+        pumped = engine.pump(now)
         self.at_rest = True
         if pumped.woke:
             self.cond.notify_all()
         failure = pumped.failure
-        proto = session.proto
+        proto = engine.proto
         if failure is not None or (proto is not None and proto.state is PROTOCOL_CLOSED):
-            failure = lifecycle.why_ended(session, failure, len(session.outgoing))
+            failure = lifecycle.why_ended(engine, failure, len(engine.outgoing))
         if failure is not None:
-            session.saw_end(failure)  # the I/O thread ends the connection with it
+            engine.saw_end(failure)  # the I/O thread ends the connection with it
             self.wake()
         else:
             self.kick()  # an answer the pump queued (a heart-beat's, say)
@@ -262,13 +262,13 @@ class IOThread(Generic[M]):
 
     def queue_output(self) -> None:
         """After a send queued under the lock (a client's fast path,
-        :meth:`Session.send_now`): written now (:meth:`push`); past
+        :meth:`Engine.send_now`): written now (:meth:`push`); past
         :data:`MAX_OUTGOING`, wait for room as a call's steps do."""
         if not self.wake_sent:
             self.push()
-        session = self.session
-        if len(session.outgoing) > MAX_OUTGOING and threading.current_thread() is not self.thread:
-            self.run(Call(session, time.monotonic()).flush())
+        engine = self.engine
+        if len(engine.outgoing) > MAX_OUTGOING and threading.current_thread() is not self.thread:
+            self.run(Call(engine, time.monotonic()).flush())
 
     def push(self, *, waiting: bool = False) -> None:
         """Under the lock, after something was queued: write the outgoing buffer from
@@ -276,7 +276,7 @@ class IOThread(Generic[M]):
         I/O thread for what the socket does not take. ``waiting``: the caller waits
         next (for a receipt, a reply, a message).
 
-        The frames stay in order: every byte goes through :attr:`Session.outgoing`,
+        The frames stay in order: every byte goes through :attr:`Engine.outgoing`,
         from its start, under the lock, and only when the I/O thread has none of it in
         hand (:attr:`_writing`) and was not woken to write it. What the socket would
         not take at once (it would block), or refused (an error), stays queued for the
@@ -287,8 +287,8 @@ class IOThread(Generic[M]):
         writes the rest in one go, as a system call per frame would halve a
         publisher's rate. So a connection at rest costs a send no hand-off to the I/O
         thread (two thread switches and four system calls more)."""
-        session = self.session
-        out = session.outgoing
+        engine = self.engine
+        out = engine.outgoing
         if waiting:
             self.at_rest = True
         if not out:
@@ -302,14 +302,14 @@ class IOThread(Generic[M]):
                 sent = 0
             if sent:
                 del out[:sent]
-                session.wrote(time.monotonic())
+                engine.wrote(time.monotonic())
                 if not out:
                     return
         self.wake()
 
     def kick(self) -> None:
         """Wake the I/O thread if there is something to write and it does not know."""
-        if self.session.outgoing and not self.wake_sent:
+        if self.engine.outgoing and not self.wake_sent:
             self.wake()
 
     def wake(self) -> None:
@@ -324,7 +324,7 @@ class IOThread(Generic[M]):
         self._poke_r, self._poke_w = socket.socketpair()
         for each in (self._wake_r, self._wake_w, self._poke_r, self._poke_w):
             each.setblocking(False)
-        life = lifecycle.Lifecycle(self.session)
+        life = lifecycle.Lifecycle(self.engine)
         try:
             serve = self._run_steps(life)
         except BaseException:
@@ -337,7 +337,7 @@ class IOThread(Generic[M]):
         )
         self.thread = thread
         thread.start()
-        if self.session.options.hooked:
+        if self.engine.options.hooked:
             hooks = threading.Thread(
                 target=self._run_hooks, name=f"stompy-hooks-{id(self):x}", daemon=True
             )
@@ -345,7 +345,7 @@ class IOThread(Generic[M]):
             hooks.start()
 
     def stop(self, timeout: float) -> None:
-        """After the session closed: let the thread end, close the sockets."""
+        """After the engine closed: let the thread end, close the sockets."""
         with self.cond:
             self.cond.notify_all()
             self.wake()
@@ -357,12 +357,12 @@ class IOThread(Generic[M]):
             self._release()
 
     def abandon(self) -> None:
-        """The connection was never closed and is gone (collected): end the session
+        """The connection was never closed and is gone (collected): end the engine
         without a goodbye and without waiting; the thread closes the sockets as it ends.
         Safe from any thread, the I/O thread included."""
         with self.cond:
             self._abandoned = True
-            self.session.closed()
+            self.engine.closed()
             self.cond.notify_all()
             self.wake()
             self._cut_short()
@@ -371,16 +371,16 @@ class IOThread(Generic[M]):
                 self._release()
 
     def _run_hooks(self) -> None:
-        """The hooks thread: make the session's hook calls in order, outside the lock,
-        until the session is over and every call was made."""
-        session, cond = self.session, self.cond
+        """The hooks thread: make the engine's hook calls in order, outside the lock,
+        until the engine is over and every call was made."""
+        engine, cond = self.engine, self.cond
         while True:
             with cond:
-                while not session.notices:
-                    if hooks_over(session):
+                while not engine.notices:
+                    if hooks_over(engine):
                         return
                     cond.wait()
-                notice = session.notices.popleft()
+                notice = engine.notices.popleft()
             call_plainly(call_hook(notice), notice.what)
 
     def _release(self) -> None:
@@ -496,7 +496,7 @@ class IOThread(Generic[M]):
         self._sock = None
         self._direct = None
         if sock is not None:
-            bye = lifecycle.farewell(self.session)
+            bye = lifecycle.farewell(self.engine)
             if bye:
                 with contextlib.suppress(OSError):  # best effort: the socket is closing
                     sock.send(bye)
@@ -506,19 +506,19 @@ class IOThread(Generic[M]):
     # -- the I/O thread --------------------------------------------------------------------
 
     def _main(self, life: lifecycle.Lifecycle[M]) -> None:
-        session = self.session
+        engine = self.engine
         try:
             while self._run_steps(life, self._serve()) is not None:
                 pass
         except BaseException:  # a bug: never leave waiters hanging
             log.exception("stompy I/O thread failed")
             with self.cond:
-                session.fail(ConnectionLost("the I/O thread failed"))
+                engine.fail(ConnectionLost("the I/O thread failed"))
                 self._close_socket()
             raise
         finally:
             with self.cond:
-                session.serving = False
+                engine.serving = False
                 self.cond.notify_all()
                 if self._abandoned:
                     self._release()
@@ -529,27 +529,27 @@ class IOThread(Generic[M]):
             return self._pump(selector)
 
     def _pump(self, selector: selectors.BaseSelector) -> StompError | None:
-        session = self.session
+        engine = self.engine
         wake_r = self._wake_r
         assert wake_r is not None
         selector.register(wake_r, selectors.EVENT_READ)
         watched = 0  # the events the selector watches on the socket
         while True:
             with self.cond:
-                if session.status is CLOSED:
+                if engine.status is CLOSED:
                     return None
-                if session.ending is not None:  # a call found the broker not reading
-                    return session.ending
-                sock, proto = self._sock, session.proto
+                if engine.ending is not None:  # a call found the broker not reading
+                    return engine.ending
+                sock, proto = self._sock, engine.proto
                 assert sock is not None
                 assert proto is not None
                 # Room a consumer made since the last pump: its wake-up may have been
                 # folded into one that was already read, so look now, under the lock.
-                if session.drain_backlog(time.monotonic()):
+                if engine.drain_backlog(time.monotonic()):
                     self.cond.notify_all()
-                paused = session.paused
-                want_write = bool(session.outgoing)
-                deadline = session.next_deadline(time.monotonic())
+                paused = engine.paused
+                want_write = bool(engine.outgoing)
+                deadline = engine.next_deadline(time.monotonic())
                 self.wake_sent = False
             # At most an hour: a deadline weeks away (a long heart-beat times its
             # tolerance) would overflow the selector; the loop looks again.
@@ -586,10 +586,10 @@ class IOThread(Generic[M]):
                 return self._broken(sock, exc)
             now = time.monotonic()
             with self.cond:
-                status: Status = session.status  # a local: another thread changes it
+                status: Status = engine.status  # a local: another thread changes it
                 if status is CLOSED:
                     return None
-                ending: StompError | None = session.ending  # a local: a caller sets it
+                ending: StompError | None = engine.ending  # a local: a caller sets it
                 if ending is not None:  # a reading caller saw the connection end
                     return ending
                 # Read under the lock, in the same turn as the routing: a caller that
@@ -602,12 +602,12 @@ class IOThread(Generic[M]):
                         return self._broken(sock, exc)
                 ended = None
                 if data is not None:
-                    ended = session.receive(data, now)
+                    ended = engine.receive(data, now)
                     self.at_rest = True  # an answer came: the next send may write through
                 if deadline is not None and now >= deadline:
-                    pumped = session.tick(now, functools.partial(bytes_waiting, sock))
+                    pumped = engine.tick(now, functools.partial(bytes_waiting, sock))
                 else:
-                    pumped = session.pump(now)
+                    pumped = engine.pump(now)
                 if pumped.woke:
                     self.cond.notify_all()
                 failure = pumped.failure
@@ -617,28 +617,28 @@ class IOThread(Generic[M]):
                         self._send(sock)
                     failure = ended
                 if failure is not None or proto.state is PROTOCOL_CLOSED:  # else it goes on
-                    failure = lifecycle.why_ended(session, failure, len(session.outgoing))
+                    failure = lifecycle.why_ended(engine, failure, len(engine.outgoing))
                 if failure is not None:
-                    if session.status is CLOSING:
+                    if engine.status is CLOSING:
                         return None
-                    session.saw_end(failure)
+                    engine.saw_end(failure)
                     return failure
 
     def _broken(self, sock: socket.socket, exc: OSError) -> StompError | None:
         """The socket failed with ``exc``: why the connection ended (``None``: closed
         by us)."""
-        session = self.session
+        engine = self.engine
         with self.cond:
             # A broker that refuses a frame (one too large, say) sends an ERROR and
             # closes while the frame is still being written: the write fails first,
             # and the ERROR, which says why, is still to be read.
             last_words = self._last_words(sock)
-            if session.status in (CLOSING, CLOSED):
+            if engine.status in (CLOSING, CLOSED):
                 return None
             error = self._heard(last_words) or transport_failed(
-                session.endpoint, exc, len(session.outgoing)
+                engine.endpoint, exc, len(engine.outgoing)
             )
-            session.saw_end(error)
+            engine.saw_end(error)
             return error
 
     def _read(self, sock: socket.socket) -> bytes | None:
@@ -671,11 +671,11 @@ class IOThread(Generic[M]):
         frames before it are routed as usual. Under the lock."""
         if not data:
             return None
-        session = self.session
+        engine = self.engine
         now = time.monotonic()
         try:
-            session.receive(data, now)
-            pumped = session.pump(now)
+            engine.receive(data, now)
+            pumped = engine.pump(now)
         except StompError as exc:  # what came was no frame: the failure stays the write's
             log.debug("after a failed write, the peer's last bytes were unusable: %s", exc)
             return None
@@ -691,7 +691,7 @@ class IOThread(Generic[M]):
 
     def _send(self, sock: socket.socket) -> None:
         with self.cond:
-            out = self.session.outgoing
+            out = self.engine.outgoing
             # One copy, not two (a slice, then its bytes) when all of it fits.
             chunk = bytes(out) if len(out) <= _SEND_CHUNK else bytes(out[:_SEND_CHUNK])
             self._writing = True  # no write-through until this chunk is out
@@ -705,9 +705,9 @@ class IOThread(Generic[M]):
             raise
         with self.cond:
             self._writing = False  # in the same turn as the delete: nothing goes twice
-            out = self.session.outgoing
+            out = self.engine.outgoing
             del out[:sent]
             if sent:
-                self.session.wrote(time.monotonic())
+                self.engine.wrote(time.monotonic())
             if len(out) <= MAX_OUTGOING:
                 self.cond.notify_all()

@@ -1,9 +1,9 @@
-"""The session engine: every decision of a client connection that is not moving bytes
+"""The engine: every decision of a client connection that is not moving bytes
 or waiting.
 
 :class:`ClientProtocol` knows one STOMP connection. A client lives longer: it
 reconnects, replays its subscriptions, keeps received messages for slow consumers,
-matches receipts to the calls that wait for them, and says goodbye. :class:`Session`
+matches receipts to the calls that wait for them, and says goodbye. :class:`Engine`
 holds that state and makes those decisions for both transports, which only move
 bytes, wait, and wake the user's waits. Like the core, it does no I/O and reads no
 clock: time and randomness come in as arguments.
@@ -16,14 +16,14 @@ reading (:mod:`stompy._engine.delivery`, over each subscription's
 acknowledged (:mod:`stompy._engine.acks`) and the queued hook calls
 (:mod:`stompy._engine.notices`); import their names from there.
 
-Heart-beats: the transport calls :meth:`Session.tick` at :meth:`Session.next_deadline`,
+Heart-beats: the transport calls :meth:`Engine.tick` at :meth:`Engine.next_deadline`,
 with a probe that says whether bytes wait unread in its socket. Bytes that wait are a
 sign of life, however long the client took to read them: a client that stopped
 reading (backpressure, a blocked event loop) never takes the broker for dead.
 
-Lifecycle hooks: the session decides when the application hears of a connection made,
+Lifecycle hooks: the engine decides when the application hears of a connection made,
 lost or made again, an ERROR frame, or a MESSAGE for no known subscription, and queues
-the call in :attr:`Session.notices` for the transport to make (:meth:`Session.notify`).
+the call in :attr:`Engine.notices` for the transport to make (:meth:`Engine.notify`).
 
 Each established connection is an *epoch*. What belongs to an epoch (unanswered
 receipts, open transactions, unacked messages) is void in the next: an ACK for a
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 __all__ = (
     "MAX_OUTGOING",
     "Pumped",
-    "Session",
+    "Engine",
     "Subscribed",
 )
 
@@ -93,12 +93,12 @@ log: Final = logging.getLogger("stompy")
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 
-#: A transport's message class: the core makes it of each MESSAGE, the session stamps it.
+#: A transport's message class: the core makes it of each MESSAGE, the engine stamps it.
 M = TypeVar("M", bound=MessageBase)
 
 
 class Subscribed(Generic[M]):
-    """What :meth:`Session.subscribe` made: the inbox, and the receipt id to wait for."""
+    """What :meth:`Engine.subscribe` made: the inbox, and the receipt id to wait for."""
 
     __slots__ = ("inbox", "receipt")
 
@@ -108,7 +108,7 @@ class Subscribed(Generic[M]):
 
 
 class Pumped:
-    """What one :meth:`Session.pump` did: whether anyone should be woken, why the
+    """What one :meth:`Engine.pump` did: whether anyone should be woken, why the
     connection ended (if it did), and the ``correlation-id`` of each request that got
     its reply."""
 
@@ -120,12 +120,12 @@ class Pumped:
         self.replied = replied
 
 
-class Session(Generic[M]):
+class Engine(Generic[M]):
     """A client connection's state across reconnects, and the rules that change it.
 
     ``message_class`` is the transport's message class (:class:`MessageBase` or a
     subclass): the core makes one of each MESSAGE (see
-    :attr:`ClientProtocol.message_class`), and the session stamps it with its epoch and
+    :attr:`ClientProtocol.message_class`), and the engine stamps it with its epoch and
     :attr:`owner`, what answers it. ``uniform(a, b)`` is the randomness of the
     reconnect jitter.
     """
@@ -139,7 +139,7 @@ class Session(Generic[M]):
     ) -> None:
         self.options = options
         self.status = NEW
-        #: The error that ended the session for good, or ``None``.
+        #: The error that ended the engine for good, or ``None``.
         self.failure: StompError | None = None
         self.epoch = 0
         self.proto: ClientProtocol | None = None
@@ -149,7 +149,7 @@ class Session(Generic[M]):
         self.connected: Connected | None = None
         #: Encoded bytes not yet written, in order.
         self.outgoing = bytearray()
-        #: Whether a transport serves the session (reads, and will give a verdict when
+        #: Whether a transport serves the engine (reads, and will give a verdict when
         #: the connection ends): set by :meth:`install`, cleared by the transport.
         self.serving = False
         #: How the current connection ended, seen by the transport before its verdict
@@ -187,11 +187,11 @@ class Session(Generic[M]):
         #: per batch of received bytes, rather than one per frame sent).
         self.debug = log.isEnabledFor(logging.DEBUG)
         #: Whether the broker confirmed the goodbye (its DISCONNECT receipt came); set
-        #: when the session is closed (see :meth:`Call.goodbye`).
+        #: when the engine is closed (see :meth:`Call.goodbye`).
         self.goodbye_confirmed: bool | None = None
 
     def __repr__(self) -> str:
-        return f"<Session {self.endpoint} {self.status} epoch={self.epoch}>"
+        return f"<Engine {self.endpoint} {self.status} epoch={self.epoch}>"
 
     # -- establishing --------------------------------------------------------------------
 
@@ -498,7 +498,7 @@ class Session(Generic[M]):
         """How the wait for ``rid``, asked in ``epoch``, stands.
 
         While the transport has seen the end but not given its verdict, the wait goes on:
-        the verdict says whether the session failed or the receipt is lost. While the
+        the verdict says whether the engine failed or the receipt is lost. While the
         connection closes, it goes on too: the DISCONNECT's receipt settles it (see
         :mod:`stompy._engine.receipts`); once the close ended without that, whether the
         frame took effect is unknown (:attr:`ReceiptState.UNCONFIRMED`)."""
@@ -673,12 +673,12 @@ class Session(Generic[M]):
         self.delivery.warn_stall(now, self.endpoint)
         return self.pump(now)
 
-    # -- the end of a connection, and of the session ------------------------------------
+    # -- the end of a connection, and of the engine ------------------------------------
 
     def lost(self, error: StompError) -> Attempts | None:
         """The current connection ended with ``error``.
 
-        Returns the reconnect attempts, or ``None`` when the session is over: closed by
+        Returns the reconnect attempts, or ``None`` when the engine is over: closed by
         the user, or failed (no reconnect policy).
         """
         if self.status in (CLOSING, CLOSED):
@@ -734,7 +734,7 @@ class Session(Generic[M]):
         return rid
 
     def closed(self) -> None:
-        """The session is over: every subscription ends."""
+        """The engine is over: every subscription ends."""
         self._told_end(None)  # closed by the user (a loss was told as it happened)
         self.status = CLOSED
         self.delivery.end_all()
