@@ -83,7 +83,7 @@ class _Columns:
             chunks.popleft()
 
 
-class _Inbox:
+class _RoundRobin:
     """Messages from any of several subscriptions, each of them in turn."""
 
     def __init__(self, subscriptions: Sequence[Subscription]) -> None:
@@ -136,7 +136,7 @@ class StreamConsumer:
 
     def _reset(self) -> None:
         self._conns: list[Connection] = []
-        self._inbox: _Inbox | None = None
+        self._inbox: _RoundRobin | None = None
         self._book: OffsetBook[Message] | None = None
         self._columns = _Columns()
         self._fresh = False
@@ -208,7 +208,7 @@ class StreamConsumer:
                     conn.close()
             raise
         self._conns = conns
-        self._inbox = inbox = _Inbox(subs)
+        self._inbox = inbox = _RoundRobin(subs)
         self._fresh = True
         self._stopping = False
         self._intake = threading.Thread(
@@ -221,7 +221,7 @@ class StreamConsumer:
             settings.connection.where,
         )
 
-    def _take_in(self, inbox: _Inbox, book: OffsetBook[Message]) -> None:
+    def _take_in(self, inbox: _RoundRobin, book: OffsetBook[Message]) -> None:
         """The intake thread: number and convert what arrives, one batch ahead at most."""
         limit = self.settings.max_messages_per_batch
         single = len(inbox.subscriptions) == 1
