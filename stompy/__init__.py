@@ -11,18 +11,13 @@ transport), :mod:`stompy.engine` (the session engine, provisional) and
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
 from stompy import errors
 from stompy import events as events
 from stompy import protocol as protocol
-from stompy._client.asynchronous import (
-    AsyncConnection,
-    AsyncMessage,
-    AsyncSubscription,
-    AsyncTransaction,
-    send_async,
-)
 from stompy._client.blocking import Connection, Message, Subscription, Transaction, send
 from stompy._compiled import COMPILED
 from stompy._core.events import AckMode
@@ -33,6 +28,15 @@ from stompy._engine.outgoing import Outgoing
 from stompy._engine.urls import Endpoint, parse_url
 from stompy._public import publish
 from stompy._version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from stompy._client.asynchronous import (
+        AsyncConnection,
+        AsyncMessage,
+        AsyncSubscription,
+        AsyncTransaction,
+        send_async,
+    )
 
 # Also importable from here, for code written before stompy.protocol and stompy.errors
 # were their one documented home (not in __all__: documented there, once).
@@ -66,5 +70,26 @@ __all__ = (
     "send_async",
 )
 
+#: The async client's names, loaded on first use: it brings anyio and the task
+#: transport, about a third of ``import stompy``, which a process that only uses the
+#: blocking client (a script, a Spark worker) need not pay.
+_ASYNC_NAMES = frozenset(
+    ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
+)
+
 # Documented, shown and pickled as this module's (stompy/_public.py).
-publish(globals(), __all__, __name__)
+publish(globals(), [name for name in __all__ if name not in _ASYNC_NAMES], __name__)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ASYNC_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module("stompy._client.asynchronous")
+    loaded = {each: getattr(module, each) for each in _ASYNC_NAMES}
+    publish(loaded, _ASYNC_NAMES, __name__)
+    globals().update(loaded)
+    return loaded[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ASYNC_NAMES})

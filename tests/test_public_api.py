@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 from types import ModuleType
 
 import pytest
@@ -157,3 +159,26 @@ def test_the_testing_surface_is_what_a_test_of_an_application_needs() -> None:
     for internal in ("BrokerCore", "ServerSession", "SessionState", "StoredMessage"):
         with pytest.raises(AttributeError):
             getattr(stompy.testing, internal)
+
+
+def test_import_stompy_leaves_the_async_client_until_it_is_used() -> None:
+    """A script or a Spark worker that uses only the blocking client does not pay for
+    anyio and the task transport; the async names still import, published as stompy's."""
+    code = (
+        "import sys, stompy\n"
+        "loaded = sorted(m for m in ('anyio', 'stompy._client.asynchronous') if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+        "from stompy import AsyncConnection, send_async\n"
+        "assert 'anyio' in sys.modules\n"
+        "assert AsyncConnection.__module__ == send_async.__module__ == 'stompy'\n"
+        "assert stompy.AsyncConnection is AsyncConnection\n"
+        "assert 'AsyncTransaction' in dir(stompy)\n"
+        "try:\n"
+        "    stompy.AsyncConection\n"
+        "except AttributeError as exc:\n"
+        "    assert 'AsyncConection' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('a misspelled name imported')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
