@@ -71,6 +71,22 @@ setup(name="stompy-cscan", ext_modules=cythonize([extension], language_level=3))
 """
 
 
+#: A C extension of nothing, built first: without a working C compiler (or without
+#: Python's headers) the build says so at once, rather than after mypyc has spent most
+#: of a minute translating the core into C that nothing can compile.
+PROBE = "probe.c"
+PROBE_SOURCE = """\
+#include <Python.h>
+static struct PyModuleDef probe = {PyModuleDef_HEAD_INIT, "stompy_probe", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_stompy_probe(void) { return PyModule_Create(&probe); }
+"""
+PROBE_SETUP = """\
+from setuptools import Extension, setup
+
+setup(name="stompy-probe", ext_modules=[Extension("stompy_probe", [{path!r}])])
+"""
+
+
 def forced_pure() -> bool:
     return os.environ.get(NO_EXTENSIONS, "") not in ("", "0")
 
@@ -103,6 +119,14 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
         if platform.python_implementation() != "CPython":
             self.app.display_info("stompy: not CPython: a pure-Python wheel")
             return
+        if find_spec("setuptools") is not None:
+            try:
+                self.probe()
+            except (CompileFailed, OSError) as error:
+                self.app.display_warning(
+                    f"stompy: no working C compiler, a pure-Python wheel:\n{error}"
+                )
+                return
         built: dict[str, str] = {}
         if find_spec("mypyc") is None:
             self.app.display_warning("stompy: mypyc is not installed: a pure-Python core")
@@ -158,6 +182,15 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
                 raise CompileFailed(f"mypyc built no extension module for {path}")
             built[str(found[0])] = (path.parent / found[0].name).as_posix()
         return built
+
+    def probe(self) -> None:
+        """Build an empty C extension; raises CompileFailed as :meth:`compile` does."""
+        if self.work is None:
+            self.work = tempfile.TemporaryDirectory(prefix="stompy-build-")
+        work = Path(self.work.name) / "probe"
+        work.mkdir()
+        (work / PROBE).write_text(PROBE_SOURCE)
+        self.build(work, PROBE_SETUP.format(path=PROBE))
 
     def accelerate(self) -> dict[str, str]:
         """Build the Cython accelerator in a copy of the package; return its extension

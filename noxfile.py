@@ -211,85 +211,101 @@ INTEROP_BROKERS = (
 )
 
 
-#: How long one broker's interop pytest may take before it is stopped (it takes 4-5 min).
-INTEROP_TIMEOUT = 20 * 60
+def side_by_side(session: nox.Session, runs: list[tuple[str, list[str], dict[str, str]]]) -> None:
+    """Run each ``(name, argv, extra env)`` as a process of its own, all at once; print
+    each one's output whole when it ends; fail naming every run that failed.
+
+    For runs that share nothing and spend their time waiting on a broker: together they
+    take about as long as the longest one.
+    """
+    import contextlib
+    import os
+    import subprocess
+    import tempfile
+
+    bin_dir = session.bin
+    base = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "VIRTUAL_ENV": str(Path(bin_dir).parent),
+    }
+    failed = []
+    with contextlib.ExitStack() as stack:
+        started = []
+        for name, argv, env in runs:
+            session.log(f"{name}: {' '.join(argv)}")
+            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            proc = stack.enter_context(
+                subprocess.Popen(argv, env={**base, **env}, stdout=out, stderr=subprocess.STDOUT)
+            )
+            stack.callback(proc.kill)  # a no-op once it has ended
+            started.append((name, proc, out))
+        for name, proc, out in started:
+            try:
+                code = proc.wait(RUN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+                session.warn(f"{name}: stopped after {RUN_TIMEOUT} s")
+            out.seek(0)
+            print(f"===== {name}: exit {code} =====", flush=True)
+            print(out.read(), flush=True)
+            if code != 0:
+                failed.append(name)  # still report the others
+    if failed:
+        session.error(f"failed: {', '.join(failed)}")
+
+
+#: How long one of ``side_by_side``'s runs may take before it is stopped (the longest,
+#: interop against RabbitMQ, takes 4-5 min).
+RUN_TIMEOUT = 20 * 60
 
 
 @nox.session
 def interop(session: nox.Session) -> None:
     """RabbitMQ and ActiveMQ from Debian's packages, CoilMQ from PyPI: install, start,
-    test each, stop.
+    test each (side by side, one pytest each: they share nothing, and a restart test
+    restarts only its own broker), stop.
 
-    The brokers' pytest runs go side by side, one process each: they share nothing
-    (a restart test restarts only its own broker), and most of their time is spent
-    waiting on a broker, so together they take about as long as the longest one. Each
-    run's output is printed whole when it ends. CoilMQ's known failures are marked as
-    its quirks (docs/brokers.md); it skips the long runs.
-
-    Needs root (or password-less sudo) and apt the first time; see docs/brokers.md.
-    Extra arguments go to pytest, e.g. ``nox -s interop -- -k nack``.
+    CoilMQ's known failures are marked as its quirks (docs/brokers.md); it skips the
+    long runs. Needs root (or password-less sudo) and apt the first time; see
+    docs/brokers.md. Extra arguments go to pytest, e.g. ``nox -s interop -- -k nack``.
     """
-    import contextlib
-    import os
     import socket
-    import subprocess
-    import tempfile
 
     # pyarrow: tests/interop/test_spark_core.py runs the Spark connector's reading logic.
     session.install("-e", ".", *group("test"), "pyarrow>=14")
     session.run("bash", "ci/brokers/install.sh", external=True)
     paths = [p for p in ("tests/interop", "tests/conformance") if Path(p).is_dir()]
-    bin_dir = session.bin
-    failed = []
-    with contextlib.ExitStack() as stack:
-        stack.callback(session.run, "bash", "ci/brokers/stop.sh", external=True)
+    fqdn = socket.getfqdn()
+    runs = []
+    for name, url_of, vhost_of, ws_url, long_runs in INTEROP_BROKERS:
+        env = {
+            "STOMPY_BROKER_NAME": name,
+            "STOMPY_BROKER_URL": url_of.format(fqdn=fqdn),
+            "STOMPY_BROKER_WS_URL": ws_url,
+            "STOMPY_BROKER_LOGIN": "guest",
+            "STOMPY_BROKER_PASSCODE": "guest",
+            "STOMPY_BROKER_VHOST": vhost_of.format(fqdn=fqdn),
+            "HYPOTHESIS_PROFILE": "ci",
+            # The 10,000-message runs, with a broker restart mid-stream.
+            "STOMPY_INTEROP_RELIABILITY": "1" if long_runs else "0",
+            "STOMPY_BROKER_RESTART": "1" if long_runs else "0",
+        }
+        # Without pytest's cache the runs share no file.
+        argv = [f"{session.bin}/pytest", "-p", "no:cacheprovider", *paths, *session.posargs]
+        runs.append((f"interop against {name}", argv, env))
+    try:
         session.run("bash", "ci/brokers/start.sh", "all", external=True)
-        runs = []
-        fqdn = socket.getfqdn()
-        for name, url_of, vhost_of, ws_url, long_runs in INTEROP_BROKERS:
-            url, vhost = url_of.format(fqdn=fqdn), vhost_of.format(fqdn=fqdn)
-            env = {
-                **os.environ,
-                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                "VIRTUAL_ENV": str(Path(bin_dir).parent),
-                "STOMPY_BROKER_NAME": name,
-                "STOMPY_BROKER_URL": url,
-                "STOMPY_BROKER_WS_URL": ws_url,
-                "STOMPY_BROKER_LOGIN": "guest",
-                "STOMPY_BROKER_PASSCODE": "guest",
-                "STOMPY_BROKER_VHOST": vhost,
-                "HYPOTHESIS_PROFILE": "ci",
-                # The 10,000-message runs, with a broker restart mid-stream.
-                "STOMPY_INTEROP_RELIABILITY": "1" if long_runs else "0",
-                "STOMPY_BROKER_RESTART": "1" if long_runs else "0",
-            }
-            # Without pytest's cache the two runs share no file.
-            args = [f"{bin_dir}/pytest", "-p", "no:cacheprovider", *paths, *session.posargs]
-            session.log(f"{name}: {' '.join(args)}")
-            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            proc = stack.enter_context(
-                subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
-            )
-            stack.callback(proc.kill)  # a no-op once it has ended
-            runs.append((name, proc, out))
-        for name, proc, out in runs:
-            try:
-                code = proc.wait(INTEROP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-                session.warn(f"{name}: stopped after {INTEROP_TIMEOUT} s")
-            out.seek(0)
-            print(f"===== interop against {name}: exit {code} =====", flush=True)
-            print(out.read(), flush=True)
-            if code != 0:
-                failed.append(name)  # still report the other broker
-    if failed:
-        session.error(f"interop tests failed against: {', '.join(failed)}")
+        side_by_side(session, runs)
+    finally:
+        session.run("bash", "ci/brokers/stop.sh", external=True)
 
 
-#: Seconds of faults per flavour x broker in ``soak``: nine runs of about this long.
+#: Seconds of faults per flavour x broker in ``soak``: three flavours after one another
+#: against each broker, the brokers side by side.
 SOAK_DURATION = "10"
+SOAK_BROKERS = ("stompy", "rabbitmq", "activemq")
 
 
 @nox.session
@@ -298,17 +314,23 @@ def soak(session: nox.Session) -> None:
     to RabbitMQ, ActiveMQ and the in-process broker; fails on a lost message, a call
     past its bound or a leak.
 
-    Starts the brokers like ``interop``. Extra arguments go to the soak, e.g.
-    ``nox -s soak -- --duration 60`` or ``-- --seed 123 --brokers stompy``.
+    Starts the brokers like ``interop``; one soak process per broker, side by side
+    (each counts its own threads, descriptors and memory). Extra arguments go to each
+    soak, e.g. ``nox -s soak -- --duration 60`` or ``-- --seed 123``.
     """
     session.install("-e", ".", *group("test"))
     session.run("bash", "ci/brokers/install.sh", external=True)
+    # A fixed seed by default, so that a failure in CI can be replayed; --seed in the
+    # extra arguments (the last one wins) picks another.
+    args = ("--duration", SOAK_DURATION, "--seed", "7", *session.posargs)
+    python = f"{session.bin}/python"
+    runs = [
+        (f"soak against {name}", [python, "-m", "tests.soak", "--brokers", name, *args], {})
+        for name in SOAK_BROKERS
+    ]
     try:
         session.run("bash", "ci/brokers/start.sh", "all", external=True)
-        # A fixed seed by default, so that a failure in CI can be replayed; --seed in the
-        # extra arguments (the last one wins) picks another.
-        args = ("--duration", SOAK_DURATION, "--seed", "7", *session.posargs)
-        session.run("python", "-m", "tests.soak", *args)
+        side_by_side(session, runs)
     finally:
         session.run("bash", "ci/brokers/stop.sh", external=True)
 
