@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import stompy
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 def skip_without_spark() -> None:
@@ -69,3 +81,84 @@ class Collector:
 
     def close(self) -> None:
         self._conn.close()
+
+
+@contextlib.contextmanager
+def broker_process() -> Iterator[str]:
+    """``stompy broker`` in a process of its own (it outlives a killed driver, as a real
+    broker would); yields its URL, terminates it on the way out."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "broker", "--port", "0", "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        match = re.search(r"(stomp://\S+)", proc.stdout.readline())
+        assert match is not None
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (the driver, its JVM, Spark's workers)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = (entry / "stat").read_text()
+            fields = stat.rpartition(")")[2].split()
+            # fields[0] is the state: a zombie is gone already.
+            if int(fields[3]) == sid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def kill_tree(driver: subprocess.Popen[str]) -> None:
+    """SIGKILL the driver's whole session at once and wait until none of it is left."""
+    sid = driver.pid
+    for pid in [sid, *_session_members(sid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    driver.wait(30)
+    deadline = time.monotonic() + 30
+    while _session_members(sid):
+        assert time.monotonic() < deadline, f"still alive: {_session_members(sid)}"
+        for pid in _session_members(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def wait_for_process(
+    what: Callable[[], bool], driver: subprocess.Popen[str], timeout: float
+) -> None:
+    """Wait until ``what()`` holds; fail if the driver exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert driver.poll() is None, f"the driver exited with {driver.returncode}"
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        time.sleep(0.1)
+
+
+def wait_for_query(what: Callable[[], bool], query: StreamingQuery, timeout: float) -> None:
+    """Wait until ``what()`` holds; fail if the query fails first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        error = query.exception()
+        if error is not None:
+            raise AssertionError(f"the streaming query failed: {error}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not done within {timeout} s: {query.lastProgress}")
+        time.sleep(0.2)

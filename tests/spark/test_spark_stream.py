@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.spark._support import Collector, skip_without_spark
+from tests.spark._support import Collector, skip_without_spark, wait_for_query
 
 skip_without_spark()
 
@@ -33,17 +32,6 @@ PER_BATCH = 250
 def broker() -> Iterator[Broker]:
     with run_broker(max_queue=4 * MESSAGES) as running:
         yield running
-
-
-def wait_for(what: Callable[[], bool], query: StreamingQuery, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        error = query.exception()
-        if error is not None:
-            raise AssertionError(f"the streaming query failed: {error}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not done within {timeout} s: {query.lastProgress}")
-        time.sleep(0.2)
 
 
 def test_stop_and_restart_from_the_checkpoint_loses_nothing(
@@ -78,7 +66,7 @@ def test_stop_and_restart_from_the_checkpoint_loses_nothing(
     try:
         query = start()
         try:
-            wait_for(lambda: collector.total >= PER_BATCH, query, timeout=180)
+            wait_for_query(lambda: collector.total >= PER_BATCH, query, timeout=180)
         finally:
             query.stop()
         before_restart = collector.total
@@ -89,7 +77,7 @@ def test_stop_and_restart_from_the_checkpoint_loses_nothing(
 
         query = start()
         try:
-            wait_for(lambda: collector.unique >= MESSAGES, query, timeout=300)
+            wait_for_query(lambda: collector.unique >= MESSAGES, query, timeout=300)
         finally:
             query.stop()
         record_property("messages", MESSAGES)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tests.spark.test_spark_kill import kill_tree
+from tests.spark._support import kill_tree
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -66,6 +66,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.fixture
+def broker_url() -> Iterator[str]:
+    """The broker, ``stompy broker`` in a process of its own, one per test."""
+    from tests.spark._support import broker_process
+
+    with broker_process() as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 def spark(cluster: Cluster) -> Iterator[SparkSession]:
     """A driver in this process with both executors registered; stopped after the

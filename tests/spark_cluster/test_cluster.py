@@ -16,13 +16,9 @@ skip_without_spark()
 from pyspark.sql import SparkSession  # noqa: E402
 
 import stompy  # noqa: E402
-from tests.spark import test_spark_kill  # noqa: E402
-from tests.spark.test_spark_stream import wait_for  # noqa: E402
+from tests.spark._support import wait_for_query  # noqa: E402
 from tests.spark_cluster._cluster import PER_BATCH, Cluster, executors, start_copy  # noqa: E402
 from tests.spark_cluster._support import Copies, check_copies, send  # noqa: E402
-
-#: The broker, ``stompy broker`` in a process of its own, one per test.
-broker_url = test_spark_kill.broker_url
 
 ROWS = 2_000
 MESSAGES = 3_000
@@ -57,15 +53,15 @@ def test_a_stream_loses_nothing_when_a_worker_is_killed_mid_query(
     try:
         query = start_copy(spark, broker_url, tmp_path / "checkpoint")
         try:
-            wait_for(lambda: copies.total >= 2 * PER_BATCH, query, timeout=120)
+            wait_for_query(lambda: copies.total >= 2 * PER_BATCH, query, timeout=120)
             cluster.kill_worker(0)  # its JVM, its executor and their Python workers
             before = copies.total
             assert before < MESSAGES, "the query finished before the kill"
             # The driver noticed, and the query goes on with the other executor...
-            wait_for(lambda: executors(spark) == 1, query, timeout=60)
+            wait_for_query(lambda: executors(spark) == 1, query, timeout=60)
             # ... and with one on the restarted worker, when it comes.
             cluster.start_worker(0)
-            wait_for(lambda: copies.unique >= MESSAGES, query, timeout=180)
+            wait_for_query(lambda: copies.unique >= MESSAGES, query, timeout=180)
         finally:
             query.stop()
         record_property("duplicates", copies.duplicates)

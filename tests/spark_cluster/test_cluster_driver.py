@@ -18,13 +18,9 @@ from tests.spark._support import skip_without_spark
 
 skip_without_spark()
 
-from tests.spark import test_spark_kill  # noqa: E402
-from tests.spark.test_spark_kill import kill_tree, wait_for  # noqa: E402
+from tests.spark._support import kill_tree, wait_for_process  # noqa: E402
 from tests.spark_cluster._cluster import PER_BATCH, ROOT, Cluster, die_with_parent  # noqa: E402
 from tests.spark_cluster._support import Copies, check_copies, send  # noqa: E402
-
-#: The broker, ``stompy broker`` in a process of its own, one per test.
-broker_url = test_spark_kill.broker_url
 
 MESSAGES = 2_000
 
@@ -47,9 +43,9 @@ def start_driver(
 def wait_for_driver(
     what: Callable[[], bool], driver: subprocess.Popen[str], log: Path, timeout: float
 ) -> None:
-    """``wait_for``, with the end of the driver's log when it fails."""
+    """``wait_for_process``, with the end of the driver's log when it fails."""
     try:
-        wait_for(what, driver, timeout)
+        wait_for_process(what, driver, timeout)
     except AssertionError as error:
         end = log.read_text(errors="replace")[-4000:]
         raise AssertionError(f"{error}; the driver's log ends:\n{end}") from None
