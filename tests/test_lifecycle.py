@@ -497,6 +497,19 @@ def test_transport_close_during_the_first_establish(flavour: str) -> None:
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
+def test_transport_close_cuts_the_first_establish_short(flavour: str) -> None:
+    """A close while the first connection waits for CONNECTED ends the wait at once, in
+    every flavour: the connect raises why, not at the connect timeout."""
+    with raw_server(hold) as url:
+        started = time.monotonic()
+        outcome = run(flavour, url, "close while connecting", connect_timeout=20)
+        took = time.monotonic() - started
+    assert isinstance(outcome, ConnectFailed)
+    assert "closed before it was made" in str(outcome)
+    assert took < 3.0
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_transport_websocket_goodbye_after_a_loss(flavour: str) -> None:
     """The broker's ERROR ends the connection: the client closes its WebSocket with a
     close frame, not by dropping the socket."""

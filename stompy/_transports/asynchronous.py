@@ -167,6 +167,8 @@ class TaskIO(Generic[M]):
         self._work_ended = Signal()  # pulsed when a spawned task ended
         self._closing: anyio.Event | None = None  # set once close() finished
         self._epoch_scope: anyio.CancelScope | None = None
+        #: The cancel scope of the establishing step under way (:meth:`_step`).
+        self._cut: anyio.CancelScope | None = None
         #: Set when the engine has hook calls to make (:attr:`Engine.notices`).
         self.noticed = Signal()
         #: Set by the hooks task once it made the last call (``None``: no such task).
@@ -443,8 +445,9 @@ class TaskIO(Generic[M]):
     async def _stop_work(self) -> None:
         """Cancel the tasks and wait (bounded) until they ended: all but the caller, when
         close() came from one of them (its own scope ends it once close() returned)."""
-        if self._epoch_scope is not None:
-            self._epoch_scope.cancel()
+        for cut in (self._epoch_scope, self._cut):
+            if cut is not None:
+                cut.cancel()
         for scope in self._working:
             scope.cancel()
         self._out_ready.set()
@@ -520,8 +523,16 @@ class TaskIO(Generic[M]):
     async def _step(self, step: lifecycle.Step) -> object:
         """Run one of the lifecycle's I/O steps; what it gave."""
         if isinstance(step, (lifecycle.Open, lifecycle.Write, lifecycle.Read)):
-            with anyio.fail_after(step.deadline - anyio.current_time()):
-                return await self._on_link(step)
+            # close() cancels ``cut`` (:meth:`_stop_work`): the step fails as the blocking
+            # transport's does when close() shuts its socket, and the lifecycle, seeing
+            # the engine closed, says the connection was closed before it was made.
+            cut = self._cut = anyio.CancelScope()
+            try:
+                with anyio.fail_after(step.deadline - anyio.current_time()), cut:
+                    return await self._on_link(step)
+            finally:
+                self._cut = None
+            raise anyio.ClosedResourceError("closed while connecting")
         if isinstance(step, lifecycle.Pause):
             with anyio.CancelScope(deadline=step.deadline):
                 await self._changed.wait()  # a close() pulses it
