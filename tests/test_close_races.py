@@ -23,6 +23,7 @@ import pytest
 
 import stompy
 from stompy.errors import ConnectionLost, StompError
+from stompy.testing import run_broker
 from tests.test_lenient import TIMEOUT, Peer, scripted
 
 #: The frames a racer sends with a receipt: a SEND, a COMMIT, an ACK.
@@ -243,3 +244,57 @@ async def test_get_returns_as_close_begins_async() -> None:
     for got, when in returned:
         assert got is None
         assert when - began < AT_ONCE
+
+
+# -- a request waiting for its reply when close() begins ---------------------------------
+
+
+def check_closed_by_the_caller(outcome: object) -> None:
+    """Said as what happened: the caller's close(), not a lost connection."""
+    assert isinstance(outcome, ConnectionLost), outcome
+    assert "closed by the caller" in str(outcome), outcome
+    assert "lost" not in str(outcome), outcome
+
+
+def test_a_request_waiting_when_close_begins_says_the_caller_closed() -> None:
+    outcomes: list[object] = []
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+
+        def request() -> None:
+            try:
+                outcomes.append(conn.request("/queue/nobody-answers", "ping", timeout=TIMEOUT))
+            except StompError as exc:
+                outcomes.append(exc)
+
+        requester = threading.Thread(target=request)
+        requester.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not broker.queue_depth("/queue/nobody-answers") and time.monotonic() < deadline:
+            time.sleep(0.01)  # the request went out: its call waits for the reply
+        conn.close()
+        requester.join(TIMEOUT)
+        assert not requester.is_alive()
+    assert len(outcomes) == 1
+    check_closed_by_the_caller(outcomes[0])
+
+
+@pytest.mark.anyio
+async def test_a_request_waiting_when_close_begins_says_the_caller_closed_async() -> None:
+    outcomes: list[object] = []
+    with run_broker() as broker, anyio.fail_after(TIMEOUT * 2):
+        async with stompy.AsyncConnection(broker.url) as conn:
+
+            async def request() -> None:
+                try:
+                    reply = await conn.request("/queue/nobody-answers", "ping", timeout=TIMEOUT)
+                    outcomes.append(reply)
+                except StompError as exc:
+                    outcomes.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(request)
+                while not broker.queue_depth("/queue/nobody-answers"):
+                    await anyio.sleep(0.01)  # bounded by fail_after
+                await conn.close()
+    assert len(outcomes) == 1
+    check_closed_by_the_caller(outcomes[0])

@@ -508,7 +508,8 @@ class Connection(ConnectionBase[Message]):
         may wait for replies on one connection at once. Raises
         :class:`~stompy.errors.RequestTimeout` when none came within ``timeout``
         seconds (30 by default; a later reply is dropped), and
-        :class:`~stompy.errors.ConnectionLost` when the connection was lost first.
+        :class:`~stompy.errors.ConnectionLost` when the connection was lost first (or
+        closed by :meth:`close`, which the error says).
         """
         kw.check(options, kw.REQUEST, "Connection.request")
         call = traced(Call(self._engine, time.monotonic()), self._link.telemetry)

@@ -289,8 +289,9 @@ class Call(Sends[M]):
     ) -> None:
         """Raise why the wait for ``what`` (a receipt, a reply, asked in ``epoch``) ended
         unanswered, if it did: the engine's failure, ``lost`` when its connection
-        ended first (:class:`MessageTooLarge` itself, when that is why it ended), or
-        :class:`ClosedBeforeReceipt` when ``close()`` ended it unconfirmed."""
+        ended first (:class:`MessageTooLarge` itself, when that is why it ended) or
+        ``close()`` ended a wait for a reply, or :class:`ClosedBeforeReceipt` when
+        ``close()`` ended a wait for a receipt unconfirmed."""
         if state is ReceiptState.FAILED:
             failure = self.engine.failure
             assert failure is not None
@@ -301,6 +302,11 @@ class Call(Sends[M]):
             raise ClosedBeforeReceipt(
                 f"the connection was closed before {what} arrived, and the broker did not "
                 f"confirm the DISCONNECT{why}: whether the frame took effect is unknown"
+            )
+        if state is ReceiptState.CLOSED:
+            raise lost(
+                f"the connection was closed by the caller (close()) before {what} arrived: "
+                "no reply is awaited once it closes"
             )
         if state is ReceiptState.LOST:
             cause = self.engine.end_of(epoch)
@@ -365,7 +371,8 @@ class Call(Sends[M]):
 
         Raises :class:`RequestTimeout` when no reply came in time (one that comes later
         is dropped), :class:`ConnectionLost` when the connection is lost first (the reply
-        cannot come on another: a new request must be made), the engine's failure, and
+        cannot come on another: a new request must be made) or ``close()`` came first
+        (which it says), the engine's failure, and
         :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long
         (:class:`TypeError` for one not a number), or a header it writes.
         """

@@ -516,7 +516,9 @@ class Engine(Generic[M]):
         status = self.status
         if status is CONNECTED:
             return ReceiptState.PENDING if self.serving else ReceiptState.LOST
-        if receipt and (status is CLOSING or status is CLOSED):
+        if status is CLOSING or status is CLOSED:
+            if not receipt:
+                return ReceiptState.CLOSED
             if status is CLOSING and self.serving:
                 return ReceiptState.PENDING
             return ReceiptState.UNCONFIRMED

@@ -54,3 +54,6 @@ class ReceiptState(enum.Enum):
     #: confirm the DISCONNECT (whose receipt settles every wait): whether the frame
     #: took effect is unknown.
     UNCONFIRMED = "unconfirmed"
+    #: The user closed the connection before the reply to a request came: none is
+    #: awaited after the DISCONNECT (a receipt's wait is settled by its receipt instead).
+    CLOSED = "closed"
