@@ -18,6 +18,7 @@ __all__ = (
     "AckLost",
     "BodyNotText",
     "ClosedBeforeReceipt",
+    "CommitOutcomeUnknown",
     "ConfigurationError",
     "ConnectFailed",
     "ConnectionLost",
@@ -208,7 +209,20 @@ class RequestTimeout(StompTimeout):
 class TransactionLost(StompError):
     """The connection was lost (and perhaps re-established) while a transaction was open.
 
-    The broker aborted the transaction; nothing sent or acked in it took effect.
+    The broker aborted the transaction; nothing sent or acked in it took effect. Not so
+    for its subclass :class:`CommitOutcomeUnknown`: the COMMIT went out, and whether it
+    took effect is unknown.
+    """
+
+
+class CommitOutcomeUnknown(TransactionLost, ConnectionLost):
+    """The connection was lost after a transaction's COMMIT was sent and before the
+    broker confirmed it: the broker may have committed the transaction, or aborted it
+    with the connection. Which is unknown.
+
+    A :class:`TransactionLost`, which this case raised before it had a name of its own,
+    and a :class:`ConnectionLost`, which says the same of a send whose receipt was lost:
+    the frame may or may not have taken effect.
     """
 
 

@@ -16,7 +16,14 @@ import stompy
 from stompy._engine.calls import RESENT_HEADER, Call, Steps, Wait, Waiting
 from stompy._engine.engine import MAX_OUTGOING, Engine
 from stompy._engine.state import Status
-from stompy.errors import AckLost, ConnectionLost, ReceiptTimeout, StompTimeout, TransactionLost
+from stompy.errors import (
+    AckLost,
+    CommitOutcomeUnknown,
+    ConnectionLost,
+    ReceiptTimeout,
+    StompTimeout,
+    TransactionLost,
+)
 from tests.test_session import T0, Delivered, establish, make_session, message, receipt, taken
 
 T = TypeVar("T")
@@ -226,13 +233,15 @@ def test_a_transaction_of_an_earlier_connection_is_lost() -> None:
     session.lost(ConnectionLost("cut"))
     establish(session, T0 + 1)
     session.outgoing.clear()
-    with pytest.raises(TransactionLost):
+    with pytest.raises(TransactionLost) as lost:
         drive(Call(session, T0).end_transaction("COMMIT", tx, epoch, True), time_passes)
+    # Its COMMIT never went out: the broker aborted it, which is known.
+    assert not isinstance(lost.value, CommitOutcomeUnknown)
     drive(Call(session, T0).end_transaction("ABORT", tx, epoch, False), time_passes)
     assert not session.outgoing  # the broker aborted it already: nothing to send
 
 
-def test_a_commit_whose_connection_ends_before_its_receipt_is_lost() -> None:
+def test_a_commit_whose_connection_ends_before_its_receipt_has_an_unknown_outcome() -> None:
     session = make_session(reconnect=stompy.Reconnect())
     establish(session)
     tx, _ = drive(Call(session, T0).begin(), time_passes)
@@ -242,8 +251,10 @@ def test_a_commit_whose_connection_ends_before_its_receipt_is_lost() -> None:
         return T0 + 1
 
     steps = Call(session, T0).end_transaction("COMMIT", tx, session.epoch, True)
-    with pytest.raises(TransactionLost, match="cut"):
+    with pytest.raises(CommitOutcomeUnknown, match="cut; whether the broker committed") as info:
         drive(steps, cut)
+    assert isinstance(info.value, TransactionLost)  # as it was caught before
+    assert isinstance(info.value, ConnectionLost)
 
 
 @pytest.mark.parametrize("command", ["ACK", "NACK"])

@@ -13,6 +13,7 @@ from stompy._core.frames import Frame
 from stompy._core.parser import FrameLimits, FrameParser
 from stompy._core.protocol import ClientProtocol, State
 from stompy.errors import (
+    CommitOutcomeUnknown,
     ConnectFailed,
     ConnectionLost,
     FrameTooLarge,
@@ -44,6 +45,7 @@ PARENTS: dict[type[Exception], tuple[type[BaseException], ...]] = {
     ReceiptTimeout: (StompTimeout,),
     HeartbeatTimeout: (ConnectionLost, StompTimeout),
     TransactionLost: (StompError,),
+    CommitOutcomeUnknown: (TransactionLost, ConnectionLost),
     WebSocketClosed: (ConnectionLost,),
 }
 

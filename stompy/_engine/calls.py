@@ -37,6 +37,7 @@ from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, Recei
 from stompy.errors import (
     AckLost,
     ClosedBeforeReceipt,
+    CommitOutcomeUnknown,
     ConnectionLost,
     MessageTooLarge,
     ReceiptTimeout,
@@ -262,12 +263,13 @@ class Call(Sends[M]):
         *,
         until: float | None = None,
         lost: type[StompError] = ConnectionLost,
+        unknown: str = "whether the frame took effect",
     ) -> Steps[None]:
         """Wait for the RECEIPT ``rid`` asked in ``epoch``, until ``until`` (default:
-        ``receipt_timeout``). ``lost`` is raised when its connection ends first;
-        :class:`ClosedBeforeReceipt` when ``close()`` ended it without the broker's
-        confirmation (with it, every wait ends as confirmed: see
-        :mod:`stompy._engine.receipts`)."""
+        ``receipt_timeout``). ``lost`` is raised when its connection ends first, saying
+        that ``unknown`` is unknown; :class:`ClosedBeforeReceipt` when ``close()`` ended
+        it without the broker's confirmation (with it, every wait ends as confirmed:
+        see :mod:`stompy._engine.receipts`)."""
         engine = self.engine
         timeout = engine.options.receipt_timeout
         deadline = self.now + timeout if until is None else until
@@ -277,7 +279,7 @@ class Call(Sends[M]):
                 state = engine.receipt_state(rid, epoch)
                 if state is ReceiptState.ARRIVED:
                     return
-                self._unanswered(state, lost, f"the receipt {rid!r}", epoch)
+                self._unanswered(state, lost, f"the receipt {rid!r}", epoch, unknown)
                 if self.now >= deadline:
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
                 yield from self._wait(Waiting.RECEIPT, deadline, rid)
@@ -285,11 +287,12 @@ class Call(Sends[M]):
             engine.receipts.forget(rid)
 
     def _unanswered(
-        self, state: ReceiptState, lost: type[StompError], what: str, epoch: int
+        self, state: ReceiptState, lost: type[StompError], what: str, epoch: int, unknown: str = ""
     ) -> None:
         """Raise why the wait for ``what`` (a receipt, a reply, asked in ``epoch``) ended
         unanswered, if it did: the engine's failure, ``lost`` when its connection
-        ended first (:class:`MessageTooLarge` itself, when that is why it ended) or
+        ended first (saying that ``unknown``, if given, is unknown; :class:`MessageTooLarge`
+        itself, when that is why it ended) or
         ``close()`` ended a wait for a reply, or :class:`ClosedBeforeReceipt` when
         ``close()`` ended a wait for a receipt unconfirmed."""
         if state is ReceiptState.FAILED:
@@ -315,7 +318,8 @@ class Call(Sends[M]):
                 # on the next one would fail the same way.
                 raise _again(cause) from cause
             why = f": {cause}" if cause is not None else ""
-            raise lost(f"the connection was lost before {what} arrived{why}")
+            unknown = f"; {unknown} is unknown" if unknown else ""
+            raise lost(f"the connection was lost before {what} arrived{why}{unknown}")
 
     # -- the calls ---------------------------------------------------------------------
 
@@ -482,7 +486,9 @@ class Call(Sends[M]):
         """COMMIT or ABORT the transaction ``tx`` begun in ``epoch``.
 
         One from an earlier connection is gone with it: its COMMIT raises
-        :class:`TransactionLost`, its ABORT does nothing.
+        :class:`TransactionLost` (the broker aborted it), its ABORT does nothing. A
+        COMMIT whose connection ends before its receipt came raises
+        :class:`CommitOutcomeUnknown`: the broker may have committed it first.
         """
         check_flag("receipt", receipt)
         engine = self.engine
@@ -493,7 +499,15 @@ class Call(Sends[M]):
         yield from self.ready()
         rid = engine.end_transaction(command, tx, receipt)
         yield from self.flush()
-        if rid is not None:
+        if rid is None:
+            return
+        if command == "COMMIT":
+            # "Any transaction which has not been committed is implicitly aborted if
+            # [...] the TCP connection fails for any reason" (STOMP 1.2, BEGIN): it fails
+            # after the COMMIT went, before its receipt, so either may have come first.
+            unknown = f"whether the broker committed transaction {tx!r} before it ended"
+            yield from self.receipt(rid, epoch, lost=CommitOutcomeUnknown, unknown=unknown)
+        else:
             yield from self.receipt(rid, epoch, lost=TransactionLost)
 
     def acknowledge(
