@@ -159,12 +159,13 @@ class RawConnection:
         return data
 
     def next_frame(self) -> bytes:
-        """The next whole frame (without its NUL), skipping EOLs between frames."""
+        """The next whole frame (without its NUL), skipping EOLs between frames (RabbitMQ
+        writes one after each frame's NUL: it leads the bytes up to the next NUL)."""
         while True:
             nul = self.buffer.find(_NUL)
             if nul >= 0:
-                raw, self.buffer = self.buffer[:nul], self.buffer[nul + 1 :]
-                if raw.strip(b"\r\n"):
+                raw, self.buffer = self.buffer[:nul].lstrip(b"\r\n"), self.buffer[nul + 1 :]
+                if raw:
                     return raw
                 continue
             self.buffer += self.recv()
