@@ -325,6 +325,44 @@ def test_an_unknown_option_points_to_the_commands_help(
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "meant"),
+    [
+        (["broker", "--max-subscription", "3"], "--max-subscriptions"),
+        (["subscribe", "stomp://h", "/q", "--time", "2"], "--timeout"),
+        (["subscribe", "stomp://h", "/q", "--time=2"], "--timeout"),
+        (["send", "stomp://h", "/q", "x", "--content", "text/x"], "--content-type"),
+        (["send", "stomp://h", "/q", "x", "--rec"], "--receipt or --reconnect"),
+        (["proxy", "--target", "stomp://h", "--thr", "5"], "--throttle"),
+    ],
+)
+def test_an_abbreviated_option_is_refused_naming_the_whole_one(
+    argv: list[str], meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prefix of an option is not taken for it (argparse's default): a new option that
+    begins the same would silently change what an old command line means."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    given = next(arg for arg in argv if arg.startswith("--") and arg not in ("--target",))
+    assert f"unrecognized arguments: {given}" in err, err
+    assert f"did you mean {meant}?" in err, err
+
+
+def test_a_misspelled_option_is_told_what_it_likely_meant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["subscribe", "stomp://h", "/q", "--timout", "2"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (
+        "stompy subscribe: error: unrecognized arguments: --timout 2; did you mean "
+        "--timeout? (see 'stompy subscribe --help')\n"
+    )
+
+
 @pytest.mark.parametrize("command", [["broker"], ["proxy", "--target", "stomp://127.0.0.1:1"]])
 def test_backend_trio_without_trio_is_one_line_and_exit_2(command: list[str]) -> None:
     """Without the trio extra, --backend trio is a usage error that says what to

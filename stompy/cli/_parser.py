@@ -3,12 +3,18 @@
 argparse (the standard library's) parses the arguments: stompy's only runtime
 dependencies are anyio and typing-extensions. A usage error is one line on stderr
 that names the argument, and exit status 2.
+
+Options are taken only by their whole names (``allow_abbrev=False``): with argparse's
+prefix matching, ``--time 5`` meant ``--timeout 5`` until an option that also starts
+so came along, and a script that relied on it would change its meaning, or break,
+with a new release. An unknown option is told with the option it most likely meant.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import difflib
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -25,7 +31,12 @@ __all__ = ("build_parser",)
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """A usage error is one line on stderr, naming the argument, and exit status 2."""
+    """A usage error is one line on stderr, naming the argument, and exit status 2.
+    Options are not abbreviated (see the module's docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -54,13 +65,33 @@ class _Parser(_OneLineParser):
         if extras:
             # Said here, by the command's own parser, not by the top one's: "stompy send:
             # ... (see 'stompy send --help')" names the command whose options to read.
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            hints = [
+                f"did you mean {meant}?"
+                for meant in (_meant(extra, self._option_string_actions) for extra in extras)
+                if meant
+            ]
+            said = "".join(f"; {hint}" for hint in hints)
+            self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
         set_here = _SET_BY_STOMPY.get(self.prog.rsplit(" ", 1)[-1], {})
         for name, _ in getattr(parsed, "extra_headers", None) or ():
             hint = set_here.get(name.lower())
             if hint is not None:
                 self.error(f"argument -H/--header: {name!r} is set by stompy: {hint}")
         return parsed, extras
+
+
+def _meant(given: str, options: Collection[str]) -> str:
+    """The option(s) an unknown ``--option`` (perhaps ``--option=value``) most likely
+    meant: those it begins (an abbreviation, which is not taken), else one spelled
+    nearly the same; ``""`` when none (or when ``given`` is no long option)."""
+    if not given.startswith("--"):
+        return ""
+    name = given.split("=", 1)[0]
+    longs = sorted(option for option in options if option.startswith("--"))
+    begun = [option for option in longs if option.startswith(name)]
+    if begun:
+        return " or ".join(begun)
+    return "".join(difflib.get_close_matches(name, longs, n=1, cutoff=0.85))
 
 
 #: Per command, the headers stompy writes itself, and what to use instead of -H.
