@@ -72,3 +72,34 @@ def test_a_flag_or_header_of_the_wrong_type_is_refused_with_nothing_sent(
 def test_a_port_out_of_range_is_a_configuration_error(port: int) -> None:
     with pytest.raises(stompy.ConfigurationError, match="port"), run_broker(port=port):
         pass
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_commit_or_abort_of_the_wrong_type_leaves_the_transaction_open(end: str) -> None:
+    # receipt="yes" was refused only after the transaction counted as finished: no
+    # COMMIT went out, and the commit the user tried next said "already finished", so
+    # what was sent in it was lost (aborted with the connection).
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        tx = conn.transaction()
+        tx.send("/queue/tx", "in the transaction")
+        with pytest.raises(TypeError, match="receipt"):
+            getattr(tx, end)(receipt="yes")
+        tx.send("/queue/tx", "still open")
+        getattr(tx, end)(receipt=True)
+        assert broker.queue_depth("/queue/tx") == (2 if end == "commit" else 0)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("end", ["commit", "abort"])
+async def test_a_commit_or_abort_of_the_wrong_type_leaves_the_transaction_open_async(
+    end: str,
+) -> None:
+    with run_broker() as broker, anyio.fail_after(10):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            tx = await conn.transaction()
+            await tx.send("/queue/tx", "in the transaction")
+            with pytest.raises(TypeError, match="receipt"):
+                await getattr(tx, end)(receipt="yes")
+            await tx.send("/queue/tx", "still open")
+            await getattr(tx, end)(receipt=True)
+            assert broker.queue_depth("/queue/tx") == (2 if end == "commit" else 0)

@@ -18,7 +18,7 @@ import anyio
 import anyio.lowlevel
 from typing_extensions import Unpack
 
-from stompy._checks import check_timeout, wrong_type
+from stompy._checks import check_flag, check_timeout, wrong_type
 from stompy._client.base import (
     ConnectionBase,
     LinkBase,
@@ -339,6 +339,7 @@ class AsyncTransaction(TransactionBase):
 
     async def commit(self, *, receipt: bool = True) -> None:
         """Commit; with ``receipt`` (the default) wait until the broker confirmed."""
+        check_flag("receipt", receipt)  # before the transaction counts as finished
         self._check()
         self._conn._io.check_thread()  # before the transaction counts as finished
         self._done = True
@@ -346,6 +347,7 @@ class AsyncTransaction(TransactionBase):
 
     async def abort(self, *, receipt: bool = False) -> None:
         """Roll back everything sent or acked in the transaction."""
+        check_flag("receipt", receipt)
         self._conn._io.check_thread()
         if self._finish():
             await self._conn._end(self, "ABORT", receipt)

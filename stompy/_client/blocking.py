@@ -23,7 +23,7 @@ from typing import Final, NoReturn
 
 from typing_extensions import Unpack
 
-from stompy._checks import check_timeout, wrong_type
+from stompy._checks import check_flag, check_timeout, wrong_type
 from stompy._client.base import (
     ConnectionBase,
     LinkBase,
@@ -312,12 +312,14 @@ class Transaction(TransactionBase):
 
     def commit(self, *, receipt: bool = True) -> None:
         """Commit; with ``receipt`` (the default) wait until the broker confirmed."""
+        check_flag("receipt", receipt)  # before the transaction counts as finished
         self._check()
         self._done = True
         self._conn._end(self, "COMMIT", receipt)
 
     def abort(self, *, receipt: bool = False) -> None:
         """Roll back everything sent or acked in the transaction."""
+        check_flag("receipt", receipt)
         if self._finish():
             self._conn._end(self, "ABORT", receipt)
 
