@@ -308,3 +308,68 @@ def test_the_blocking_client_refuses_a_coroutine_function_where_it_calls_one() -
         (info,) = broker.connections
         assert info.subscriptions == ()
         assert broker.queue_depth(dest) == 1
+
+
+# -- SystemExit, KeyboardInterrupt: not an Exception -----------------------------------
+
+
+def exiting_on(bad: str, handled: list[str]) -> Callable[[Any], None]:
+    def handle(message: Any) -> None:
+        if message.text == bad:
+            sys.exit(3)  # a newcomer's way to stop after the message it waited for
+        handled.append(message.text)
+
+    return handle
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_callback_that_exits_ends_the_async_block_and_is_reported_in_a_thread(
+    flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async clients hand SystemExit on, as any task does: it ends the block. The
+    blocking client's callback runs in a thread, which SystemExit cannot end the program
+    from: it is reported as an exception is, and the next message comes (it ended the
+    thread, unseen, and the subscription's later messages were never handed over)."""
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    handled: list[str] = []
+    handle = exiting_on("bad", handled)
+    if flavour != "blocking":
+        with pytest.raises(SystemExit):
+            run_flavour(flavour, ["bad", "good"], handle, until=lambda: False)
+        assert unraisable == []
+        return
+    run_flavour(flavour, ["bad", "good"], handle, until=lambda: handled == ["good"])
+    (report,) = unraisable
+    assert report.exc_type is SystemExit
+    assert report.err_msg.startswith("Exception ignored in the on_message callback of <")
+    assert "SystemExit cannot end the program" in report.err_msg
+    assert report.object.text == "bad"
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_hook_that_raises_keyboard_interrupt_is_reported_in_a_thread(
+    flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    handled: list[str] = []
+    disconnected: list[object] = []
+
+    def on_connected(endpoint: object) -> None:
+        raise KeyboardInterrupt
+
+    options: dict[str, Any] = {
+        "on_connected": on_connected,
+        "on_disconnected": disconnected.append,
+    }
+    handle = failing_on("never", handled)
+    if flavour != "blocking":
+        with pytest.raises(KeyboardInterrupt):
+            run_flavour(flavour, ["good"], handle, until=lambda: False, **options)
+        return
+    run_flavour(flavour, ["good"], handle, until=lambda: handled == ["good"], **options)
+    (report,) = unraisable
+    assert report.exc_type is KeyboardInterrupt
+    assert report.err_msg.startswith("Exception ignored in the on_connected hook (")
+    assert disconnected == [None]  # the hooks thread went on: the later hook was called

@@ -262,7 +262,8 @@ class Subscription(SubscriptionBase[Message]):
             while (message := self._take(None)) is not None:
                 around = UNTRACED if telemetry is None else telemetry.processing(message)
                 calling = handle_message(callback, message, self, on_error, around)
-                call_plainly(calling, "on_message")
+                who = f"the on_message callback of {self!r}"
+                call_plainly(calling, "on_message", message, who)
         except StompError as exc:
             log.debug("%r ended: %s", self, exc)
 

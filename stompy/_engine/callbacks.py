@@ -139,13 +139,29 @@ def hooks_over(engine: Engine[Any]) -> bool:
     return engine.status is CLOSED and not engine.notices
 
 
-def call_plainly(calling: Calling, what: str) -> None:
+def call_plainly(calling: Calling, what: str, about: object = None, who: str | None = None) -> None:
     """Run ``calling`` where nothing can be awaited (the blocking client, which calls
-    plain functions): an awaitable it returns is closed, with a WARNING naming ``what``."""
-    for result in calling:
-        if inspect.iscoroutine(result):
-            result.close()
-        log.warning("%s is a coroutine function: Connection calls plain ones", what)
+    plain functions): an awaitable it returns is closed, with a WARNING naming ``what``.
+
+    What ``calling`` lets through of the function's own errors, a ``SystemExit`` or a
+    ``KeyboardInterrupt`` (``calling`` handles an ``Exception``), is reported as an
+    ``Exception`` is (:func:`report_callback_error`: ``who``, the ``what`` hook by
+    default, called with ``about``), and the next call comes. The blocking client calls
+    in a thread of its own, which cannot end the program: ended by it, the thread would
+    leave its subscription's messages undelivered (or the hooks uncalled) without a word.
+    The anyio client's tasks hand it on instead, which ends the ``async with`` block."""
+    try:
+        for result in calling:
+            if inspect.iscoroutine(result):
+                result.close()
+            log.warning("%s is a coroutine function: Connection calls plain ones", what)
+    except Exception:
+        raise  # not the function's: ``calling`` handled those
+    except BaseException as exc:
+        where = f"the {what} hook" if who is None else who
+        kind = type(exc).__name__
+        note = f"in a thread of the Connection, where {kind} cannot end the program"
+        report_callback_error(exc, f"{where} ({note})", about)
 
 
 async def call_awaiting(calling: Calling) -> None:

@@ -381,7 +381,7 @@ class IOThread(Generic[M]):
                         return
                     cond.wait()
                 notice = engine.notices.popleft()
-            call_plainly(call_hook(notice), notice.what)
+            call_plainly(call_hook(notice), notice.what, notice.argument)
 
     def _release(self) -> None:
         """Close the socket and the wake-up pair (under the lock)."""
