@@ -194,7 +194,9 @@ def bench(session: nox.Session) -> None:
 
 #: The real brokers of ``interop``: name, STOMP URL, the CONNECT host header, the
 #: STOMP-over-WebSocket URL ("": none; the -ws conformance flavours are skipped), and
-#: whether the long runs go too (10,000 messages, a restart mid-stream).
+#: whether the long runs go too (10,000 messages, a restart mid-stream), and how many
+#: pytest-xdist workers share its run (RabbitMQ's is the longest, mostly waits: idle
+#: heart-beats, redelivery delays; every test has destinations of its own).
 #: RabbitMQ takes ``host`` as its virtual host ("/" by default); ActiveMQ ignores it;
 #: CoilMQ takes only its machine's name with STOMP 1.2 ("{fqdn}", filled in), and
 #: keeps its messages in memory (a restart loses them): no long runs.
@@ -205,23 +207,31 @@ INTEROP_BROKERS = (
         "/",
         "ws://guest:guest@127.0.0.1:15674/ws",
         True,
+        2,
     ),
-    ("activemq", "stomp://guest:guest@127.0.0.1:61614/", "/", "", True),
-    ("coilmq", "stomp://guest:guest@127.0.0.1:61615/{fqdn}", "{fqdn}", "", False),
+    ("activemq", "stomp://guest:guest@127.0.0.1:61614/", "/", "", True, 1),
+    ("coilmq", "stomp://guest:guest@127.0.0.1:61615/{fqdn}", "{fqdn}", "", False, 1),
 )
 
 
-def side_by_side(session: nox.Session, runs: list[tuple[str, list[str], dict[str, str]]]) -> None:
-    """Run each ``(name, argv, extra env)`` as a process of its own, all at once; print
-    each one's output whole when it ends; fail naming every run that failed.
+#: The interop tests that stream 10,000 messages and restart the broker.
+RELIABILITY = "tests/interop/test_reliability.py"
+
+
+def side_by_side(
+    session: nox.Session, runs: list[tuple[str, list[list[str]], dict[str, str]]]
+) -> None:
+    """Run each ``(name, commands, extra env)`` in a thread of its own, all at once: a
+    run's commands one after another (each runs even if one before failed); print each
+    run's output whole when it ends; fail naming every run that failed.
 
     For runs that share nothing and spend their time waiting on a broker: together they
     take about as long as the longest one.
     """
-    import contextlib
     import os
     import subprocess
     import tempfile
+    import threading
 
     bin_dir = session.bin
     base = {
@@ -229,35 +239,53 @@ def side_by_side(session: nox.Session, runs: list[tuple[str, list[str], dict[str
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "VIRTUAL_ENV": str(Path(bin_dir).parent),
     }
-    failed = []
-    with contextlib.ExitStack() as stack:
-        started = []
-        for name, argv, env in runs:
-            session.log(f"{name}: {' '.join(argv)}")
-            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            proc = stack.enter_context(
-                subprocess.Popen(argv, env={**base, **env}, stdout=out, stderr=subprocess.STDOUT)
-            )
-            stack.callback(proc.kill)  # a no-op once it has ended
-            started.append((name, proc, out))
-        for name, proc, out in started:
-            try:
-                code = proc.wait(RUN_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-                session.warn(f"{name}: stopped after {RUN_TIMEOUT} s")
+    codes: dict[str, int] = {}
+    outputs: dict[str, str] = {}
+
+    def run(name: str, commands: list[list[str]], env: dict[str, str]) -> None:
+        code = 0
+        with tempfile.TemporaryFile(mode="w+") as out:
+            for argv in commands:
+                out.write(f"$ {' '.join(argv)}\n")
+                out.flush()
+                try:
+                    done = subprocess.run(
+                        argv,
+                        env={**base, **env},
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        timeout=RUN_TIMEOUT,
+                        check=False,
+                    )
+                except subprocess.TimeoutExpired:
+                    out.write(f"stopped after {RUN_TIMEOUT} s\n")
+                    code = code or 1
+                else:
+                    code = code or done.returncode
             out.seek(0)
-            print(f"===== {name}: exit {code} =====", flush=True)
-            print(out.read(), flush=True)
-            if code != 0:
-                failed.append(name)  # still report the others
+            outputs[name] = out.read()
+        codes[name] = code
+
+    threads = []
+    for name, commands, env in runs:
+        session.log(f"{name}: {' && '.join(' '.join(argv) for argv in commands)}")
+        thread = threading.Thread(target=run, args=(name, commands, env), daemon=True)
+        thread.start()
+        threads.append((name, thread))
+    failed = []
+    for name, thread in threads:
+        thread.join()
+        code = codes.get(name, 1)
+        print(f"===== {name}: exit {code} =====", flush=True)
+        print(outputs.get(name, ""), flush=True)
+        if code != 0:
+            failed.append(name)  # still report the others
     if failed:
         session.error(f"failed: {', '.join(failed)}")
 
 
-#: How long one of ``side_by_side``'s runs may take before it is stopped (the longest,
-#: interop against RabbitMQ, takes 4-5 min).
+#: How long one command of ``side_by_side`` may take before it is stopped (the longest,
+#: interop against RabbitMQ, takes 2-3 min).
 RUN_TIMEOUT = 20 * 60
 
 
@@ -279,7 +307,7 @@ def interop(session: nox.Session) -> None:
     paths = [p for p in ("tests/interop", "tests/conformance") if Path(p).is_dir()]
     fqdn = socket.getfqdn()
     runs = []
-    for name, url_of, vhost_of, ws_url, long_runs in INTEROP_BROKERS:
+    for name, url_of, vhost_of, ws_url, long_runs, workers in INTEROP_BROKERS:
         env = {
             "STOMPY_BROKER_NAME": name,
             "STOMPY_BROKER_URL": url_of.format(fqdn=fqdn),
@@ -293,8 +321,15 @@ def interop(session: nox.Session) -> None:
             "STOMPY_BROKER_RESTART": "1" if long_runs else "0",
         }
         # Without pytest's cache the runs share no file.
-        argv = [f"{session.bin}/pytest", "-p", "no:cacheprovider", *paths, *session.posargs]
-        runs.append((f"interop against {name}", argv, env))
+        pytest = [f"{session.bin}/pytest", "-p", "no:cacheprovider"]
+        spread = ["-n", str(workers)] if workers > 1 else []
+        # The long runs (a broker restarted mid-stream among them) go alone, after the
+        # others, and print what they measured.
+        commands = [
+            [*pytest, *spread, f"--ignore={RELIABILITY}", *paths, *session.posargs],
+            [*pytest, RELIABILITY, *session.posargs],
+        ]
+        runs.append((f"interop against {name}", commands, env))
     try:
         session.run("bash", "ci/brokers/start.sh", "all", external=True)
         side_by_side(session, runs)
@@ -325,7 +360,7 @@ def soak(session: nox.Session) -> None:
     args = ("--duration", SOAK_DURATION, "--seed", "7", *session.posargs)
     python = f"{session.bin}/python"
     runs = [
-        (f"soak against {name}", [python, "-m", "tests.soak", "--brokers", name, *args], {})
+        (f"soak against {name}", [[python, "-m", "tests.soak", "--brokers", name, *args]], {})
         for name in SOAK_BROKERS
     ]
     try:
