@@ -487,12 +487,17 @@ def describe(settings: Settings) -> dict[str, Any]:
 
 
 #: The targets of issue 36: a round trip's p50 at most 0.8x stomp.py's (a ratio of
-#: 1.25 as :func:`ratio` takes it), its p99 at most stomp.py's, in each client.
+#: 1.25 as :func:`ratio` takes it), its p99 at most stomp.py's, in each client; through
+#: RabbitMQ, where the broker's share is larger, a p50 no worse than stomp.py's.
 TARGETS: Final = tuple(
     Target(f"stompy.testing {what}{suffix}", STOMPPY, need, ours=who)
     for who in (STOMPY, STOMPY_ASYNCIO, STOMPY_TRIO)
     for what in ("", "receipt ")
     for suffix, need in (("p50", 1.25), ("p99", 1.0))
+) + tuple(
+    Target(f"rabbitmq {what}p50", STOMPPY, 1.0, ours=who)
+    for who in (STOMPY, STOMPY_ASYNCIO, STOMPY_TRIO)
+    for what in ("", "receipt ")
 )
 
 
