@@ -177,7 +177,7 @@ def test_an_invalid_port_says_what_a_port_is(url: str) -> None:
     with pytest.raises(stompy.ConfigurationError) as info:
         stompy.Connection(url)
     assert str(info.value) == (
-        "URL 'stomp://localhost:...' has an invalid port: want a number from 0 to 65535 "
+        "URL 'stomp://localhost:...' has an invalid port: want a number from 1 to 65535 "
         "after the host, as in stomp://login:passcode@host:61613"
     )
 
@@ -195,3 +195,22 @@ def test_the_cli_shows_no_passcode_of_a_bad_url(capsys: pytest.CaptureFixture[st
         assert "invalid port" in err
         assert "Hunter2" not in err
         assert "Tail" not in err
+
+
+@pytest.mark.parametrize("url", ["stomp://localhost:0", "stomp://guest:guest@localhost:0/vh"])
+def test_port_0_is_refused_not_taken_for_the_default(url: str) -> None:
+    # It connected to 61613: another broker, perhaps, than the one meant (0 picks a
+    # free port only where a broker listens: `stompy broker --port 0`).
+    with pytest.raises(stompy.ConfigurationError, match="port 0") as info:
+        stompy.Connection(url)
+    assert "guest" not in str(info.value)
+    assert parse_url("stomp://localhost").port == 61613  # no port: the default
+
+
+@pytest.mark.parametrize("urls", [b"stomp://localhost:61613", bytearray(b"stomp://h")])
+def test_a_url_in_bytes_is_named_as_bytes(urls: bytes) -> None:
+    # bytes are a sequence too: it said "a broker URL must be a str, got int".
+    with pytest.raises(TypeError, match=f"got {type(urls).__name__}$"):
+        stompy.Connection(urls)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=f"got {type(urls).__name__}$"):
+        parse_urls(urls)  # type: ignore[arg-type]

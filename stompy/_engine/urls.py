@@ -123,12 +123,20 @@ def parse_url(url: str) -> Endpoint:
     if not host:
         raise ConfigurationError(f"URL {_place(parts)!r} has no host")
     try:
-        port = parts.port or DEFAULT_PORTS[scheme]
+        port = parts.port
     except ValueError:
         raise ConfigurationError(
-            f"URL {_place(parts)!r} has an invalid port: want a number from 0 to 65535 "
+            f"URL {_place(parts)!r} has an invalid port: want a number from 1 to 65535 "
             "after the host, as in stomp://login:passcode@host:61613"
         ) from None
+    if port == 0:
+        # Not the default port: 0 means "a free port" only where a broker listens.
+        raise ConfigurationError(
+            f"URL {_place(parts)!r} has port 0: a client connects to the port its broker "
+            "listens on (leave it out for the default), as in stomp://host:61613"
+        )
+    if port is None:
+        port = DEFAULT_PORTS[scheme]
     login = unquote(parts.username) if parts.username is not None else None
     passcode = unquote(parts.password) if parts.password is not None else None
     if scheme in ("ws", "wss"):
@@ -146,6 +154,8 @@ def parse_urls(urls: str | Endpoint | Sequence[str | Endpoint]) -> tuple[Endpoin
     an :class:`Endpoint`); raises as :func:`parse_url`."""
     if isinstance(urls, Endpoint):
         return (urls,)
+    if isinstance(urls, (bytes, bytearray)):  # a sequence too, of ints
+        raise TypeError(f"a broker URL must be a str, got {type(urls).__name__}")
     items: list[str | Endpoint] = (
         [u for u in _NEXT_URL.split(urls.strip().rstrip(",")) if u.strip()]
         if isinstance(urls, str)
