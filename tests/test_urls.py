@@ -214,3 +214,13 @@ def test_a_url_in_bytes_is_named_as_bytes(urls: bytes) -> None:
         stompy.Connection(urls)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=f"got {type(urls).__name__}$"):
         parse_urls(urls)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "url", ["stomp://h:61613?heart-beat=1000,1000", "stomp+ssl://h/vh?x=1", "stomp://h/#frag"]
+)
+def test_a_query_on_a_stomp_url_is_refused_not_ignored(url: str) -> None:
+    # Options in the query (as other clients' URLs take them) were dropped without a word.
+    with pytest.raises(stompy.ConfigurationError, match="keyword"):
+        parse_url(url)
+    assert parse_url("ws://h:15674/ws?x=1").path == "/ws?x=1"  # a WebSocket's is its own

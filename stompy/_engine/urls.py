@@ -144,6 +144,13 @@ def parse_url(url: str) -> Endpoint:
         if parts.query:
             path += "?" + parts.query
         return Endpoint(scheme, host, port, login, passcode, None, path)
+    if parts.query or parts.fragment:
+        # Other clients take options there; ignored, they would mislead.
+        raise ConfigurationError(
+            f"URL {_place(parts)!r} has a query or fragment (?...#...), which a {scheme}:// "
+            "URL does not take: give options as keyword arguments (heartbeats=..., "
+            "connect_timeout=...), or as the stompy command's options"
+        )
     raw_path = parts.path[1:] if parts.path.startswith("/") else parts.path
     vhost = unquote(raw_path) if raw_path else None
     return Endpoint(scheme, host, port, login, passcode, vhost)
