@@ -161,8 +161,9 @@ def parse_urls(urls: str | Endpoint | Sequence[str | Endpoint]) -> tuple[Endpoin
     an :class:`Endpoint`); raises as :func:`parse_url`."""
     if isinstance(urls, Endpoint):
         return (urls,)
-    if isinstance(urls, (bytes, bytearray)):  # a sequence too, of ints
-        raise TypeError(f"a broker URL must be a str, got {type(urls).__name__}")
+    given: object = urls  # what a caller without a type checker may pass
+    if isinstance(given, (bytes, bytearray)):  # a sequence too, of ints
+        raise TypeError(f"a broker URL must be a str, got {type(given).__name__}")
     items: list[str | Endpoint] = (
         [u for u in _NEXT_URL.split(urls.strip().rstrip(",")) if u.strip()]
         if isinstance(urls, str)
