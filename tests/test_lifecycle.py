@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -501,6 +502,49 @@ def test_transport_close_cuts_the_first_establish_short(flavour: str) -> None:
     """A close while the first connection waits for CONNECTED ends the wait at once, in
     every flavour: the connect raises why, not at the connect timeout."""
     with raw_server(hold) as url:
+        started = time.monotonic()
+        outcome = run(flavour, url, "close while connecting", connect_timeout=20)
+        took = time.monotonic() - started
+    assert isinstance(outcome, ConnectFailed)
+    assert "closed before it was made" in str(outcome)
+    assert took < 3.0
+
+
+@contextlib.contextmanager
+def unanswered_syn() -> Iterator[str]:
+    """A URL whose TCP connect hangs, as behind a firewall that drops SYNs: a listener
+    on the loopback interface whose accept queue is full (Linux then drops the SYNs of
+    new connections). Yields the URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        time.sleep(0.2)  # the handshakes the queue takes are done
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            with contextlib.suppress(TimeoutError):
+                probe.connect(("127.0.0.1", port))
+                pytest.skip("the accept queue takes more connections here: no SYN is dropped")
+        yield f"stomp://127.0.0.1:{port}"
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a full accept queue drops SYNs")
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_transport_close_cuts_a_hanging_tcp_connect_short(flavour: str) -> None:
+    """A close while the first connection's TCP connect hangs ends it at once too."""
+    with unanswered_syn() as url:
         started = time.monotonic()
         outcome = run(flavour, url, "close while connecting", connect_timeout=20)
         took = time.monotonic() - started

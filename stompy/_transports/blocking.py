@@ -117,6 +117,8 @@ class IOThread(Generic[M]):
         self._sock: socket.socket | None = None
         #: The socket being established (made by the lifecycle's ``Open`` step).
         self._pending: socket.socket | None = None
+        #: Set by :meth:`_cut_short`: no connection is wanted any more.
+        self._cut = False
         # Made at start(): a user thread writes a byte to wake the I/O thread.
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -456,12 +458,35 @@ class IOThread(Generic[M]):
 
     def _open(self, step: lifecycle.Open) -> None:
         endpoint = step.endpoint
-        timeout = max(_SOON, step.deadline - time.monotonic())
-        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
-        self._pending = sock
+        sock = self._connect_tcp(endpoint.host, endpoint.port, step.deadline)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if step.tls is not None:
             self._pending = step.tls.wrap_socket(sock, server_hostname=endpoint.host)
+
+    def _connect_tcp(self, host: str, port: int, deadline: float) -> socket.socket:
+        """:func:`socket.create_connection`'s work (each address in turn, the first
+        error raised), each socket :attr:`_pending` while it connects: a close() then
+        cuts a connect that hangs short (:meth:`_cut_short`), as the rest of the
+        establishing, rather than leave it to the connect timeout."""
+        errors: list[OSError] = []
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        ):
+            sock = self._pending = socket.socket(family, kind, proto)
+            try:
+                if self._cut:  # after the assignment: see _cut_short
+                    raise OSError("the connection was closed while connecting")
+                sock.settimeout(max(_SOON, deadline - time.monotonic()))
+                sock.connect(address)
+            except OSError as exc:
+                self._pending = None
+                sock.close()
+                errors.append(exc)
+                if self._cut:
+                    break
+            else:
+                return sock
+        raise errors[0] if errors else OSError(f"no address found for {host}")
 
     def _drop(self) -> None:
         """Close the socket being established, if any."""
@@ -471,7 +496,9 @@ class IOThread(Generic[M]):
             sock.close()
 
     def _cut_short(self) -> None:
-        """From another thread: end an establishing under way (its socket fails)."""
+        """From another thread: end an establishing under way (its socket fails, a TCP
+        connect included)."""
+        self._cut = True  # before reading _pending, which _connect_tcp sets before reading this
         sock = self._pending
         if sock is not None:
             with contextlib.suppress(OSError):
