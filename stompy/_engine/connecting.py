@@ -142,7 +142,9 @@ class Attempts:
         """The attempt at ``endpoint`` failed with ``error``; raises it if that is final."""
         if self._first and not isinstance(error, (ConnectFailed, RemoteProtocolError)):
             raise error
-        log.info("could not connect to %s: %s", endpoint, error)
+        # The address once: most errors name it already ("cannot connect to X: why").
+        reason = str(error).removeprefix(f"cannot connect to {endpoint}: ")
+        log.info("could not connect to %s: %s", endpoint, reason)
         self._errors.append(str(error))
 
     def error(self) -> StompError:
