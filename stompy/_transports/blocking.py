@@ -464,10 +464,10 @@ class IOThread(Generic[M]):
             self._pending = step.tls.wrap_socket(sock, server_hostname=endpoint.host)
 
     def _connect_tcp(self, host: str, port: int, deadline: float) -> socket.socket:
-        """:func:`socket.create_connection`'s work (each address in turn, the first
-        error raised), each socket :attr:`_pending` while it connects: a close() then
-        cuts a connect that hangs short (:meth:`_cut_short`), as the rest of the
-        establishing, rather than leave it to the connect timeout."""
+        """:func:`socket.create_connection`'s work (each address in turn, all by
+        ``deadline``, the last error raised), each socket :attr:`_pending` while it
+        connects: a close() then cuts a connect that hangs short (:meth:`_cut_short`),
+        as the rest of the establishing, rather than leave it to the connect timeout."""
         errors: list[OSError] = []
         for family, kind, proto, _, address in socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM
@@ -486,7 +486,7 @@ class IOThread(Generic[M]):
                     break
             else:
                 return sock
-        raise errors[0] if errors else OSError(f"no address found for {host}")
+        raise errors[-1] if errors else OSError(f"no address found for {host}")
 
     def _drop(self) -> None:
         """Close the socket being established, if any."""
