@@ -285,6 +285,68 @@ def test_waiting_threads_read_the_socket_in_turn_and_lose_no_order(broker: Broke
     assert got == {dest: [str(i) for i in range(count)] for dest in dests}
 
 
+def taken_without_reading(sub: stompy.Subscription) -> stompy.Message | None:
+    """The next message, once the I/O thread has read it: ``get(timeout=0)`` takes
+    what is in the inbox and never reads the socket itself."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        message = sub.get(timeout=0)
+        if message is not None:
+            return message
+        time.sleep(0.005)
+    return None
+
+
+def test_the_io_thread_reads_again_once_a_reading_caller_returns(broker: Broker) -> None:
+    # While a caller waits for a receipt it reads the socket itself and the I/O thread
+    # stands aside (IOThread.wait): once the caller returned, what comes is the I/O
+    # thread's to read again, with nobody waiting.
+    with stompy.Connection(url(broker)) as conn, stompy.Connection(url(broker)) as sender:
+        dest = queue()
+        sub = conn.subscribe(dest, receipt=True)
+        for i in range(5):
+            conn.send(queue(), "x", receipt=True)  # read through, the I/O thread aside
+            sender.send(dest, str(i), receipt=True)
+            message = taken_without_reading(sub)
+            assert message is not None
+            assert message.text == str(i)
+
+
+def test_the_io_thread_reads_again_after_a_wait_that_timed_out(broker: Broker) -> None:
+    # A caller whose wait ended unanswered (a request nobody replies to) gives the
+    # reading back to the I/O thread as one that was answered does.
+    with stompy.Connection(url(broker)) as conn, stompy.Connection(url(broker)) as sender:
+        dest = queue()
+        sub = conn.subscribe(dest, receipt=True)
+        with pytest.raises(stompy.RequestTimeout):
+            conn.request(queue(), "nobody answers", timeout=0.2)
+        sender.send(dest, "after", receipt=True)
+        message = taken_without_reading(sub)
+        assert message is not None
+        assert message.text == "after"
+
+
+def test_a_broker_gone_while_a_caller_reads_is_seen(fresh_broker: Broker) -> None:
+    # The caller reads the socket while the I/O thread stands aside: the end of the
+    # stream it reads is handed to the I/O thread, whose verdict ends the wait.
+    failed: list[BaseException] = []
+    with stompy.Connection(fresh_broker.url) as conn:
+
+        def request() -> None:
+            try:
+                conn.request(queue(), "nobody answers", timeout=10)
+            except ConnectionLost as exc:
+                failed.append(exc)
+
+        waiter = threading.Thread(target=request)
+        waiter.start()
+        time.sleep(0.2)  # most likely waiting by now; if not, it is lost all the same
+        fresh_broker.drop_all_connections()
+        waiter.join(timeout=10)
+        assert not waiter.is_alive()
+    assert len(failed) == 1
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_on_message_callback_runs_in_its_own_thread(broker: Broker) -> None:
     dest = queue()

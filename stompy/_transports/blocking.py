@@ -1,21 +1,23 @@
 """The blocking transport's I/O: the socket, the thread that serves it, and the lock.
 
-One I/O thread per connection serves the socket. It waits in a selector (``epoll`` or
-``kqueue`` where there is one: no limit on descriptor numbers) for bytes from
-the broker, for bytes to write, for a wake-up from a user thread, or for the core's
-next heart-beat deadline, whichever comes first. A call runs its steps on the engine
-engine under the lock (:meth:`IOThread.run`; a send that waits for nothing,
-:meth:`IOThread.queue_output`), which appends the encoded bytes to the outgoing
-buffer. Before the caller waits, or when the connection is at rest, the caller's
+One I/O thread per connection serves the socket. It waits in its watch
+(:mod:`stompy._transports.watch`: ``epoll`` or ``kqueue`` where there is one, no limit
+on descriptor numbers) for bytes from the broker, for bytes to write, for a wake-up
+from a user thread, or for the core's next heart-beat deadline, whichever comes first.
+A call runs its steps on the engine under the lock (:meth:`IOThread.run`; a send that
+waits for nothing, :meth:`IOThread.queue_output`), which appends the encoded bytes to
+the outgoing buffer. Before the caller waits, or when the connection is at rest, the caller's
 thread writes that buffer to a plain socket itself, under the lock, if nobody is
 writing (:meth:`IOThread.push`: a round trip then costs no hand-off); otherwise, and
 for whatever the socket does not take at once, it wakes the I/O thread, which writes
 whatever has accumulated in one go (many frames, one ``send``). Every byte leaves
 from the start of the one buffer, by one writer at a time, so frames can never
 interleave. A caller that waits (a receipt, a reply, a message) reads the socket
-itself meanwhile, as the I/O thread does (:meth:`IOThread.wait`, the read-through): the
-answer then costs no hand-off back either. Both read and route under the lock, so the
-bytes are routed in the order they came; only the I/O thread judges a failed socket.
+itself meanwhile (:meth:`IOThread.wait`, the read-through): the answer then costs no
+hand-off back either. Where the I/O thread's watch can be changed from another thread
+(``epoll``), the I/O thread stands aside meanwhile, so that an answer wakes one thread;
+elsewhere both may read. Both read and route under the lock, so the bytes are routed in
+the order they came; only the I/O thread judges a failed socket.
 
 While the engine keeps a backlog (a subscription's inbox is full) the thread stops
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
@@ -31,7 +33,6 @@ import contextlib
 import functools
 import math
 import select
-import selectors
 import socket
 import ssl as _ssl
 import threading
@@ -45,6 +46,7 @@ from stompy._engine.engine import MAX_OUTGOING, Engine, log
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, PROTOCOL_CLOSED, Status
+from stompy._transports.watch import READ, WRITE, Watch, watch_for
 from stompy.errors import ConnectionLost, StompError
 
 __all__ = ("IOThread", "bytes_waiting")
@@ -146,6 +148,13 @@ class IOThread(Generic[M]):
         #: stream (``b""``) or the socket's error.
         self._handed: bytes | OSError | None = None
         self._abandoned = False
+        #: The I/O thread's watch over the current socket, while it serves one.
+        self._watch: Watch | None = None
+        #: The events the I/O thread wants watched on the socket.
+        self._wanted = 0
+        #: The I/O thread stands aside (does not watch for reading) while a caller
+        #: reads in :meth:`wait`; only with a :attr:`Watch.shared` watch.
+        self._aside = False
 
     # -- for user threads ----------------------------------------------------------------
 
@@ -178,10 +187,13 @@ class IOThread(Generic[M]):
         thread), no other caller reads and no backlog holds reading. It then waits
         for the socket, or a notify (:class:`_Condition` pokes it while
         :attr:`reading`), with the lock released; once the socket is readable, it
-        reads and routes what came under the lock. The I/O thread, woken by the
-        same bytes, reads under the lock too: whichever comes first reads and
-        routes, the other finds nothing, so the bytes are routed in the order they
-        came, and the caller sleeps through no wake-up. Heart-beats, writes and
+        reads and routes what came under the lock. Meanwhile the I/O thread stands
+        aside: the caller takes the reading out of its watch, and puts it back after
+        its read (so that bytes still unread wake the I/O thread then), without a
+        wake-up either time. Where the watch cannot be changed so (no ``epoll``), the
+        I/O thread, woken by the same bytes, reads under the lock too: whichever
+        comes first reads and routes, the other finds nothing. Either way the bytes
+        are routed in the order they came. Heart-beats, writes and
         back-pressure stay the I/O thread's. Only it judges a failed socket: an end
         of stream or an error read here is handed to it (:attr:`_handed`), and a
         failure the routing found ends the connection through it."""
@@ -210,19 +222,48 @@ class IOThread(Generic[M]):
         ms = -1 if timeout is None else math.ceil(timeout * 1000)
         lock = self.lock
         self.reading = True
-        saved = lock._release_save()  # type: ignore[attr-defined]  # as Condition.wait
+        watch = self._watch
+        if watch is not None and watch.shared:
+            self._stand_aside(True)
         try:
-            ready = poller.poll(ms)
+            saved = lock._release_save()  # type: ignore[attr-defined]  # as Condition.wait
+            try:
+                ready = poller.poll(ms)
+            finally:
+                lock._acquire_restore(saved)  # type: ignore[attr-defined]
+                self.reading = False
+            if self.poked:
+                self.poked = False
+                with contextlib.suppress(OSError):
+                    self._poke_r.recv(4096)  # type: ignore[union-attr]
+            fd = sock.fileno()
+            if any(each == fd for each, _ in ready) and self._direct is sock:
+                self._read_here(sock)
         finally:
-            lock._acquire_restore(saved)  # type: ignore[attr-defined]
-            self.reading = False
-        if self.poked:
-            self.poked = False
-            with contextlib.suppress(OSError):
-                self._poke_r.recv(4096)  # type: ignore[union-attr]
-        fd = sock.fileno()
-        if any(each == fd for each, _ in ready) and self._direct is sock:
-            self._read_here(sock)
+            if self._aside:
+                # After the read, not before: bytes still unread would wake the I/O thread.
+                self._stand_aside(False)
+
+    def _stand_aside(self, aside: bool) -> None:
+        """Under the lock, from a caller that reads in :meth:`wait`: take the reading
+        out of the I/O thread's watch (``aside``), or put it back. The watch is
+        shared: no wake-up is needed (see :mod:`stompy._transports.watch`). Should
+        the change fail, the I/O thread is woken to make its own, and to judge the
+        socket if that fails too."""
+        self._aside = aside
+        try:
+            self._rewatch()
+        except (OSError, ValueError):
+            self._aside = False
+            self.wake()
+
+    def _rewatch(self) -> None:
+        """Under the lock: watch the socket for what the I/O thread wants, less the
+        reading while a caller reads."""
+        watch = self._watch
+        if watch is not None:
+            wanted = self._wanted
+            watch.watch(wanted & ~READ if self._aside else wanted)
 
     def _read_here(self, sock: socket.socket) -> None:
         """The read-through, under the lock: read what came and route it."""
@@ -552,15 +593,21 @@ class IOThread(Generic[M]):
 
     def _serve(self) -> StompError | None:
         """Pump one socket until it ends; return why it ended (``None``: closed by us)."""
-        with selectors.DefaultSelector() as selector:
-            return self._pump(selector)
+        assert self._wake_r is not None
+        assert self._sock is not None
+        watch = watch_for(self._wake_r, self._sock)
+        try:
+            with self.cond:
+                self._watch = watch
+                self._wanted = 0
+            return self._pump(watch)
+        finally:
+            with self.cond:
+                self._watch = None
+                watch.close()
 
-    def _pump(self, selector: selectors.BaseSelector) -> StompError | None:
+    def _pump(self, watch: Watch) -> StompError | None:
         engine = self.engine
-        wake_r = self._wake_r
-        assert wake_r is not None
-        selector.register(wake_r, selectors.EVENT_READ)
-        watched = 0  # the events the selector watches on the socket
         while True:
             with self.cond:
                 if engine.status is CLOSED:
@@ -575,39 +622,25 @@ class IOThread(Generic[M]):
                 if engine.drain_backlog(time.monotonic()):
                     self.cond.notify_all()
                 paused = engine.paused
-                want_write = bool(engine.outgoing)
                 deadline = engine.next_deadline(time.monotonic())
                 self.wake_sent = False
+                wanted = (0 if paused else READ) | (WRITE if engine.outgoing else 0)
+                self._wanted = wanted
+                try:
+                    self._rewatch()
+                except (OSError, ValueError) as exc:  # ValueError: the socket was closed
+                    return self._broken(sock, OSError(f"cannot watch the socket: {exc}"))
             # At most an hour: a deadline weeks away (a long heart-beat times its
             # tolerance) would overflow the selector; the loop looks again.
             timeout = (
                 None if deadline is None else min(3600.0, max(0.0, deadline - time.monotonic()))
             )
             pending_tls = isinstance(sock, _ssl.SSLSocket) and not paused and sock.pending() > 0
-            wanted = (0 if paused else selectors.EVENT_READ) | (
-                selectors.EVENT_WRITE if want_write else 0
-            )
             data: bytes | None = None
             try:
-                if wanted != watched:
-                    if not watched:
-                        selector.register(sock, wanted)
-                    elif not wanted:
-                        selector.unregister(sock)
-                    else:
-                        selector.modify(sock, wanted)
-                    watched = wanted
-                ready = 0
-                if pending_tls:
-                    ready = wanted
-                else:
-                    for key, events in selector.select(timeout):
-                        if key.fileobj is sock:
-                            ready = events
-                        else:
-                            with contextlib.suppress(OSError):
-                                wake_r.recv(4096)
-                if ready & selectors.EVENT_WRITE:
+                # A hang-up is reported as both events: only what is wanted is done.
+                ready = wanted if pending_tls else watch.wait(timeout) & wanted
+                if ready & WRITE:
                     self._send(sock)
             except (OSError, _ssl.SSLError) as exc:
                 return self._broken(sock, exc)
@@ -622,7 +655,7 @@ class IOThread(Generic[M]):
                 # Read under the lock, in the same turn as the routing: a caller that
                 # reads (wait()) does too, so the bytes are routed in the order read,
                 # by whichever thread came first (the other finds nothing to read).
-                if self._handed is not None or ready & selectors.EVENT_READ:
+                if self._handed is not None or ready & READ:
                     try:
                         data = self._read(sock)
                     except (OSError, _ssl.SSLError) as exc:

@@ -1,0 +1,148 @@
+"""What the blocking transport's I/O thread waits for: its wake-up socket, and the
+connection's socket for the events it wants.
+
+A caller that waits for an answer reads the socket itself (the read-through, see
+:meth:`stompy._transports.blocking.IOThread.wait`). Were the I/O thread to watch the
+socket for reading meanwhile, the same bytes would wake both threads: one reads and
+routes them, the other wakes for nothing, and when the I/O thread came first the
+caller waited for it and then for a poke. So while a caller reads, the I/O thread
+stands aside: the caller takes the reading out of the I/O thread's watch, and puts it
+back once it has read, under the connection's lock both times, without waking it.
+
+That needs a watch that one thread may change while another waits in it, with effect
+at once: an ``epoll`` set (Linux: ``epoll_ctl`` on a set another thread waits in is
+safe, and a change to a socket that is readable already wakes the waiter, so no
+bytes are left unseen). :func:`watch_for` makes one where it can (its
+:attr:`~Watch.shared` is then true); elsewhere a :mod:`selectors` selector, which only
+the I/O thread changes, and the I/O thread keeps reading beside the caller as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import selectors
+import socket
+from typing import Final
+
+__all__ = ("READ", "WRITE", "Watch", "watch_for")
+
+#: The events a watch is asked for and reports, as :mod:`selectors` names them.
+READ: Final = selectors.EVENT_READ
+WRITE: Final = selectors.EVENT_WRITE
+
+
+class Watch:
+    """The I/O thread's wait over ``wake`` (drained whenever it is readable) and
+    ``sock`` (watched for what :meth:`watch` says; at first, nothing)."""
+
+    #: Whether :meth:`watch` may be called by another thread while the I/O thread
+    #: waits in :meth:`wait`, with effect at once.
+    shared = False
+
+    def __init__(self, wake: socket.socket, sock: socket.socket) -> None:
+        self._wake = wake
+        self._sock = sock
+        #: The events watched on the socket now.
+        self.events = 0
+
+    def watch(self, events: int) -> None:
+        """Watch the socket for ``events`` (:data:`READ`, :data:`WRITE`; 0: none)."""
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None) -> int:
+        """Wait at most ``timeout`` seconds (``None``: no limit) for a wake-up or an
+        event on the socket; the socket's events that came (a hang-up or an error
+        counts as both)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake.recv(4096)
+
+
+class _Epoll(Watch):
+    """An ``epoll`` set: a watch other threads may change (see the module's text)."""
+
+    shared = True
+
+    def __init__(self, wake: socket.socket, sock: socket.socket) -> None:
+        super().__init__(wake, sock)
+        self._epoll = select.epoll()
+        self._epoll.register(wake.fileno(), select.EPOLLIN)
+        self._fd = sock.fileno()
+
+    def watch(self, events: int) -> None:
+        watched = self.events
+        if events != watched:
+            mask = (select.EPOLLIN if events & READ else 0) | (
+                select.EPOLLOUT if events & WRITE else 0
+            )
+            # Out of the set when nothing is watched: a hang-up would be reported
+            # still, again and again, to a thread that does not mean to read.
+            if not watched:
+                self._epoll.register(self._fd, mask)
+            elif not events:
+                self._epoll.unregister(self._fd)
+            else:
+                self._epoll.modify(self._fd, mask)
+            self.events = events
+
+    def wait(self, timeout: float | None) -> int:
+        ready = 0
+        for fd, event in self._epoll.poll(-1 if timeout is None else timeout):
+            if fd != self._fd:
+                self._drain()
+            else:
+                if event & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                    ready |= READ
+                if event & (select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR):
+                    ready |= WRITE
+        return ready
+
+    def close(self) -> None:
+        self._epoll.close()
+
+
+class _Selector(Watch):
+    """A :mod:`selectors` selector (``kqueue``, ``poll``, ``select``): only the I/O
+    thread changes it."""
+
+    def __init__(self, wake: socket.socket, sock: socket.socket) -> None:
+        super().__init__(wake, sock)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(wake, READ)
+
+    def watch(self, events: int) -> None:
+        watched = self.events
+        if events != watched:
+            if not watched:
+                self._selector.register(self._sock, events)
+            elif not events:
+                self._selector.unregister(self._sock)
+            else:
+                self._selector.modify(self._sock, events)
+            self.events = events
+
+    def wait(self, timeout: float | None) -> int:
+        ready = 0
+        for key, events in self._selector.select(timeout):
+            if key.fileobj is self._sock:
+                ready = events
+            else:
+                self._drain()
+        return ready
+
+    def close(self) -> None:
+        self._selector.close()
+
+
+def watch_for(wake: socket.socket, sock: socket.socket) -> Watch:
+    """The I/O thread's watch over ``wake`` and ``sock``: a shared one where the
+    platform has it (``epoll``)."""
+    if hasattr(select, "epoll"):
+        return _Epoll(wake, sock)
+    return _Selector(wake, sock)
