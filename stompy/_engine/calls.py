@@ -232,8 +232,13 @@ class Call(Sends[M]):
         """
         engine = self.engine
         engine.flush(self.now)
-        if len(engine.outgoing) <= MAX_OUTGOING:
-            return
+        if len(engine.outgoing) > MAX_OUTGOING:
+            yield from self.room(until)
+
+    def room(self, until: float | None = None) -> Steps[None]:
+        """The wait of :meth:`flush` once :attr:`Engine.outgoing` is over
+        :data:`MAX_OUTGOING`, which it raises as :meth:`flush` says."""
+        engine = self.engine
         engine.expect_pending()  # receipts may arrive meanwhile: keep them
         epoch = engine.epoch
         deadline = self.now + engine.options.receipt_timeout if until is None else until
@@ -333,7 +338,9 @@ class Call(Sends[M]):
         give_up = self.now + (policy.send_timeout if policy is not None else 0.0)
         repeat = 0
         while True:
-            proto = yield from self.ready(give_up)
+            proto = engine.usable()  # connected, mostly: no generator for a wait then
+            if proto is None:
+                proto = yield from self.ready(give_up)
             epoch = engine.epoch
             until = self.now + engine.options.receipt_timeout
             headers = message.headers
@@ -348,10 +355,11 @@ class Call(Sends[M]):
                 receipt=receipt,
             )
             if rid is not None:
-                engine.receipts.expect(
-                    rid
-                )  # before the flush, which may wait: it may come meanwhile
-            yield from self.flush(until)
+                # Before the flush, which may wait: it may come meanwhile.
+                engine.receipts.expect(rid)
+            engine.flush(self.now)
+            if len(engine.outgoing) > MAX_OUTGOING:
+                yield from self.room(until)
             if rid is None:
                 return
             try:

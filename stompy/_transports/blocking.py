@@ -96,7 +96,8 @@ class _Condition(threading.Condition):
         self._io = io
 
     def notify(self, n: int = 1) -> None:
-        super().notify(n)
+        if self._waiters:  # type: ignore[attr-defined]  # Condition's: nobody, mostly
+            super().notify(n)
         io = self._io
         if io.reading and not io.poked:
             io.poke_reader()
@@ -115,6 +116,7 @@ class IOThread(Generic[M]):
         self.lock = threading.RLock()
         self.cond: threading.Condition = _Condition(self.lock, self)
         self.thread: threading.Thread | None = None
+        self._ident: int | None = None  # the I/O thread's, once it runs
         self._hooks: threading.Thread | None = None  # runs the lifecycle hooks
         self._sock: socket.socket | None = None
         #: The socket being established (made by the lifecycle's ``Open`` step).
@@ -160,9 +162,8 @@ class IOThread(Generic[M]):
 
     def run(self, steps: Steps[T]) -> T:
         """Run a call's steps under the lock, waiting as they ask."""
-        cond = self.cond
         running = Running(steps)
-        with cond:
+        with self.lock:  # the condition's lock, entered at C speed
             try:
                 wait = running.resume()
                 while wait is not None:
@@ -171,7 +172,7 @@ class IOThread(Generic[M]):
                     if wait.what in _ANSWERS:
                         self.wait(timeout)
                     else:  # room, a change: the I/O thread's doing, not the socket's
-                        cond.wait(timeout)
+                        self.cond.wait(timeout)
                     wait = running.resume(time.monotonic())
             finally:
                 running.close()  # an interrupted wait: the call forgets its receipt
@@ -208,7 +209,7 @@ class IOThread(Generic[M]):
             or engine.ending is not None
             or engine.ws is not None
             or engine.paused
-            or threading.current_thread() is self.thread
+            or threading.get_ident() == self._ident
         ):
             self.cond.wait(timeout)
             return
@@ -236,9 +237,12 @@ class IOThread(Generic[M]):
                 self.poked = False
                 with contextlib.suppress(OSError):
                     self._poke_r.recv(4096)  # type: ignore[union-attr]
-            fd = sock.fileno()
-            if any(each == fd for each, _ in ready) and self._direct is sock:
-                self._read_here(sock)
+            if ready and self._direct is sock:
+                fd = sock.fileno()
+                for each, _ in ready:
+                    if each == fd:
+                        self._read_here(sock)
+                        break
         finally:
             if self._aside:
                 # After the read, not before: bytes still unread would wake the I/O thread.
@@ -293,8 +297,8 @@ class IOThread(Generic[M]):
         if failure is not None:
             engine.saw_end(failure)  # the I/O thread ends the connection with it
             self.wake()
-        else:
-            self.kick()  # an answer the pump queued (a heart-beat's, say)
+        elif engine.outgoing and not self.wake_sent:
+            self.wake()  # for an answer the pump queued (a heart-beat's, say)
 
     def poke_reader(self) -> None:
         """Wake the caller reading in :meth:`wait` (a notify came; under the lock)."""
@@ -574,6 +578,7 @@ class IOThread(Generic[M]):
     # -- the I/O thread --------------------------------------------------------------------
 
     def _main(self, life: lifecycle.Lifecycle[M]) -> None:
+        self._ident = threading.get_ident()
         engine = self.engine
         try:
             while self._run_steps(life, self._serve()) is not None:
