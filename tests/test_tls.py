@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 import trustme
+from anyio.streams.tls import TLSStream
 
 import stompy
 from stompy.errors import ConnectFailed
@@ -105,6 +106,23 @@ async def test_async_client_over_tls(
             with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
                 async with stompy.AsyncConnection(broker.url, connect_timeout=5):
                     pass
+
+
+@pytest.mark.anyio
+async def test_the_async_client_leaves_tls_to_anyios_stream(
+    server_context: ssl.SSLContext, client_context: ssl.SSLContext
+) -> None:
+    # A plain TCP connection is read and written through its socket (RawSocketStream);
+    # over TLS the SSL object must do both, so the stream stays anyio's.
+    with anyio.fail_after(10):
+        async with serve(ssl=server_context) as broker:
+            async with stompy.AsyncConnection(broker.url, ssl=client_context) as conn:
+                assert isinstance(conn._io.stream, TLSStream)
+                async with conn.subscribe("/queue/tls-stream") as sub:
+                    await conn.send("/queue/tls-stream", b"\x00" * 300_000, receipt=True)
+                    msg = await sub.get(timeout=5)
+                    assert msg is not None
+                    assert msg.body == b"\x00" * 300_000
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -126,7 +126,7 @@ class AsyncLink(LinkBase[AsyncMessage]):
 
     def call(self) -> Call[AsyncMessage]:
         """A call on the connection, starting now."""
-        return Call(self.engine, anyio.current_time())
+        return Call(self.engine, self.io.clock())
 
     async def answer(
         self,
@@ -484,7 +484,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             # send would start the writer, not all through a burst, which started it
             # already: the thread's id is a new int at each call, a cost a send feels.
             and (io.write_due or thread_id() == io.thread)
-            and engine.send_now(destination, body, headers, content_type, anyio.current_time)
+            and engine.send_now(destination, body, headers, content_type, io.clock)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,
             # and the writer is kicked only if it was not yet (mostly it was). On a
@@ -497,10 +497,10 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
                 else:
                     io.kick()
             if len(engine.outgoing) > MAX_OUTGOING:
-                await io.run(Call(engine, anyio.current_time()).flush())
+                await io.run(Call(engine, io.clock()).flush())
             return
         tx = transaction_id(transaction, engine)
-        call = traced(Call(engine, anyio.current_time()), telemetry)
+        call = traced(Call(engine, io.clock()), telemetry)
         await io.run(call.send(destination, body, headers, content_type, tx, receipt))
 
     async def send_many(
@@ -514,7 +514,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         tx = transaction_id(transaction, self._engine)
         count = 0
         for work in split_for_sending(messages):
-            call = traced(Call(self._engine, anyio.current_time()), self._link.telemetry)
+            call = traced(Call(self._engine, self._io.clock()), self._link.telemetry)
             count += await self._io.run(call.send_some(work, receipt, tx))
         return count
 
@@ -527,7 +527,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         forgets its request (a later reply is dropped).
         """
         kw.check(options, kw.REQUEST, "AsyncConnection.request")
-        call = traced(Call(self._engine, anyio.current_time()), self._link.telemetry)
+        call = traced(Call(self._engine, self._io.clock()), self._link.telemetry)
         return await self._io.run(call.request(destination, body, options))
 
     def subscribe(
@@ -557,7 +557,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         steps: Callable[[Call[AsyncMessage]], Steps[Inbox[AsyncMessage]]],
         on_message: Callable[[AsyncMessage], object] | None,
     ) -> AsyncSubscription:
-        inbox = await self._io.run(steps(Call(self._engine, anyio.current_time())))
+        inbox = await self._io.run(steps(Call(self._engine, self._io.clock())))
         sub = AsyncSubscription(self._link, inbox)
         if on_message is not None:
             sub._until_closed = True
@@ -570,11 +570,11 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         return _Opening(self._begin())
 
     async def _begin(self) -> AsyncTransaction:
-        tx = await self._io.run(Call(self._engine, anyio.current_time()).begin())
+        tx = await self._io.run(Call(self._engine, self._io.clock()).begin())
         return AsyncTransaction(self, tx, self._engine.epoch)
 
     async def _end(self, tx: AsyncTransaction, command: str, receipt: bool) -> None:
-        call = Call(self._engine, anyio.current_time())
+        call = Call(self._engine, self._io.clock())
         await self._io.run(call.end_transaction(command, tx.id, tx._epoch, receipt))
 
 

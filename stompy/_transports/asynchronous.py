@@ -19,7 +19,10 @@ waits next (a receipt, a reply), or a send on a connection at rest, writes that 
 from its own task when the stream is free (:meth:`TaskIO.push`), saving the hand-off
 to the writer; otherwise it wakes the writer. Every
 write takes the whole buffer under the write lock and is shielded: cancelling a call
-never leaves half a frame on the wire.
+never leaves half a frame on the wire. A plain TCP connection is read and written
+through its socket (:mod:`stompy._transports.rawsocket`): there the write-through
+writes what the socket takes at once, without awaiting anything (so nothing can come
+between), and leaves the rest, first in the buffer, to the writer.
 
 While the engine keeps a backlog (a subscription's inbox is full) the reader stops
 reading: TCP pushes back on the broker and memory stays flat. It reads again once a
@@ -53,13 +56,14 @@ from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.state import CLOSED, PROTOCOL_CLOSED
 from stompy._transports.blocking import bytes_waiting
+from stompy._transports.rawsocket import RawSocketStream, direct
 from stompy._transports.signal import Signal
 from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "thread_id")
+__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "loop_clock", "thread_id")
 
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
@@ -121,6 +125,20 @@ def _connect_reason(exc: BaseException) -> str:
     return "; ".join(reasons)
 
 
+def loop_clock() -> Callable[[], float]:
+    """The running event loop's clock, the one :func:`anyio.current_time` reads, without
+    looking up the backend at each reading (a few microseconds a time, several times
+    per round trip): anyio's backend class, found once (private to anyio, hence the
+    fallback)."""
+    try:
+        from anyio._core._eventloop import get_async_backend
+
+        clock: Callable[[], float] = get_async_backend().current_time
+    except (ImportError, AttributeError):  # pragma: no cover - another anyio
+        return anyio.current_time
+    return clock
+
+
 class Getter(Protocol):
     """A subscription with a ``get()`` waiting: woken when its inbox fills."""
 
@@ -133,6 +151,8 @@ class TaskIO(Generic[M]):
 
     def __init__(self, engine: Engine[M]) -> None:
         self.engine = engine
+        #: The event loop's clock (:func:`loop_clock`, once the connection is opened).
+        self.clock: Callable[[], float] = anyio.current_time
         self.stream: anyio.abc.ByteStream | None = None
         #: The stream being established (made by the lifecycle's ``Open`` step).
         self._pending: anyio.abc.ByteStream | None = None
@@ -264,12 +284,15 @@ class TaskIO(Generic[M]):
         if stream is None or scope is None or self.write_due or lock.locked():
             self.kick()
             return False
+        if isinstance(stream, RawSocketStream):
+            self._write_now(stream, scope)
+            return False
         lock.acquire_nowait()
         failure: StompError | None = None
         try:
             data = bytes(out)
             out.clear()
-            now = anyio.current_time()
+            now = self.clock()
             engine.wrote(now)
             timeout = engine.options.receipt_timeout
             with anyio.CancelScope(shield=True, deadline=now + timeout) as writing:
@@ -285,6 +308,23 @@ class TaskIO(Generic[M]):
             self._end_epoch(scope, failure)
         self.kick()  # what was queued while it wrote
         return True
+
+    def _write_now(self, stream: RawSocketStream, scope: anyio.CancelScope) -> None:
+        """:meth:`push` on a plain TCP socket: what the socket takes at once, without
+        waiting (no other task runs meanwhile, so neither a cancellation nor another
+        write can come between); the writer gets the rest, first in the buffer."""
+        engine = self.engine
+        out = engine.outgoing
+        try:
+            sent = stream.send_now(out)
+        except NETWORK_ERRORS as exc:
+            self._end_epoch(scope, self._failed(exc))  # all of it unsent
+            return
+        if sent:
+            engine.wrote(self.clock())
+            del out[:sent]
+        if out:
+            self.kick()
 
     # -- running calls ---------------------------------------------------------------------
 
@@ -305,7 +345,7 @@ class TaskIO(Generic[M]):
                 if await self.push():
                     # It wrote from here, and let the other tasks run meanwhile: what
                     # the call waits for may have come. It checks again before waiting.
-                    wait = running.resume(anyio.current_time())
+                    wait = running.resume(self.clock())
                     continue
                 rid, cid = wait.receipt, wait.correlation_id
                 event: anyio.Event | Signal
@@ -324,7 +364,7 @@ class TaskIO(Generic[M]):
                     with anyio.CancelScope(deadline=wait.deadline):
                         await event.wait()
                 self._unwait(wait)
-                wait = running.resume(anyio.current_time())
+                wait = running.resume(self.clock())
         finally:
             if wait is not None:
                 self._unwait(wait)
@@ -360,6 +400,7 @@ class TaskIO(Generic[M]):
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
         self.thread = thread_id()
         self._thread_name = threading.current_thread().name
+        self.clock = loop_clock()
         life = lifecycle.Lifecycle(self.engine)
         await self._run_steps(life)
         task_group = anyio.create_task_group()
@@ -413,7 +454,7 @@ class TaskIO(Generic[M]):
 
     async def _goodbye(self) -> None:
         engine = self.engine
-        running = Running(Call(engine, anyio.current_time()).goodbye())
+        running = Running(Call(engine, self.clock()).goodbye())
         with (
             anyio.CancelScope(shield=True),
             anyio.move_on_after(engine.options.receipt_timeout),
@@ -431,7 +472,7 @@ class TaskIO(Generic[M]):
                         engine.outgoing.clear()
                         await stream.send(data)
                 # Look again before waiting: the write let the tasks run.
-                wait = running.resume(anyio.current_time())
+                wait = running.resume(self.clock())
             await self._drive(running, wait)
         running.close()
         engine.closed()
@@ -498,16 +539,16 @@ class TaskIO(Generic[M]):
         """Resume ``life`` with ``result`` and run its steps until it asks to serve a
         connection (returned, installed) or is over (``None``). Cancelled, it closes
         the stream it was establishing."""
-        step = life.resume(anyio.current_time(), result)
+        step = life.resume(self.clock(), result)
         try:
             while step is not None and not isinstance(step, lifecycle.Serve):
                 try:
                     result = await self._step(step)
                 except NETWORK_ERRORS as exc:  # TimeoutError is an OSError
                     failure = lifecycle.link_error(exc, _connect_reason(exc))
-                    step = life.failed(anyio.current_time(), failure)
+                    step = life.failed(self.clock(), failure)
                 else:
-                    step = life.resume(anyio.current_time(), result)
+                    step = life.resume(self.clock(), result)
         except BaseException:
             life.close()
             await self._abandon(self._pending)
@@ -528,7 +569,7 @@ class TaskIO(Generic[M]):
             # the engine closed, says the connection was closed before it was made.
             cut = self._cut = anyio.CancelScope()
             try:
-                with anyio.fail_after(step.deadline - anyio.current_time()), cut:
+                with anyio.fail_after(step.deadline - self.clock()), cut:
                     return await self._on_link(step)
             finally:
                 self._cut = None
@@ -553,7 +594,12 @@ class TaskIO(Generic[M]):
         if isinstance(step, lifecycle.Open):
             host, port, tls = step.endpoint.host, step.endpoint.port, step.tls
             if tls is None:
-                self._pending = await anyio.connect_tcp(host, port)
+                plain = await anyio.connect_tcp(host, port)
+                try:
+                    self._pending = direct(plain)  # read and written through its socket
+                except BaseException:
+                    await self._abandon(plain)
+                    raise
             else:
                 self._pending = await anyio.connect_tcp(
                     host, port, ssl_context=tls, tls_hostname=host, tls_standard_compatible=False
@@ -629,7 +675,7 @@ class TaskIO(Generic[M]):
                     data = await stream.receive(_RECV_SIZE)
                 except anyio.EndOfStream:
                     data = b""  # the engine's end of stream
-                now = anyio.current_time()
+                now = self.clock()
                 ended = engine.receive(data, now)
                 self.at_rest = True  # an answer came: the next send may write through
                 pumped = engine.pump(now)
@@ -641,7 +687,7 @@ class TaskIO(Generic[M]):
                         room = self._room = anyio.Event()
                         self._rearm.set()  # the engine has a stall to watch
                         await room.wait()
-                        self._pumped(engine.drain_backlog(anyio.current_time()))
+                        self._pumped(engine.drain_backlog(self.clock()))
                     self._room = None
                     if ended is not None:
                         # Frames that came before the close were handled; the writer
@@ -685,7 +731,7 @@ class TaskIO(Generic[M]):
                             data = bytes(out)
                             out.clear()
                             if data:
-                                engine.wrote(anyio.current_time())
+                                engine.wrote(self.clock())
                                 self._writing = len(data)
                                 await stream.send(data)
                                 self._writing = 0
@@ -724,13 +770,13 @@ class TaskIO(Generic[M]):
         """The timer's loop: wake at the core's next deadline and at the answers'."""
         engine = self.engine
         while True:
-            deadline = engine.next_deadline(anyio.current_time())
+            deadline = engine.next_deadline(self.clock())
             answers = min(deadlines.values(), default=math.inf)
             wake_at = self._timer_at = min(answers, math.inf if deadline is None else deadline)
             rearm = self._rearm = anyio.Event()
             with anyio.CancelScope(deadline=wake_at):
                 await rearm.wait()
-            now = anyio.current_time()
+            now = self.clock()
             if answers <= now:
                 for event, at in list(deadlines.items()):
                     if at <= now:
@@ -740,7 +786,7 @@ class TaskIO(Generic[M]):
             # The reader goes first: after the event loop was held up (by a consumer, say),
             # the bytes it was woken for may already be out of the socket, in the stream.
             await anyio.lowlevel.checkpoint()
-            now = anyio.current_time()
+            now = self.clock()
             pumped = engine.tick(now, waiting)
             self._pumped(pumped.woke, pumped.replied)
             self.make_room()  # the pump may have moved the backlog the reader waits on
