@@ -222,7 +222,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         while not inbox.pending and not self._ended() and self._engine.status is not CLOSED:
             event = self._wakeup
             if event is None:
-                event = self._wakeup = anyio.Event()
+                event = self._wakeup = self._io.new_event()
                 getting.add(self)
             self._io.at_rest = True
             try:

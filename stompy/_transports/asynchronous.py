@@ -56,14 +56,14 @@ from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.state import CLOSED, PROTOCOL_CLOSED
 from stompy._transports.blocking import bytes_waiting
-from stompy._transports.rawsocket import RawSocketStream, direct
+from stompy._transports.rawsocket import RawSocketStream, direct, running_backend
 from stompy._transports.signal import Signal
 from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "loop_clock", "thread_id")
+__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "thread_id")
 
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
@@ -125,20 +125,6 @@ def _connect_reason(exc: BaseException) -> str:
     return "; ".join(reasons)
 
 
-def loop_clock() -> Callable[[], float]:
-    """The running event loop's clock, the one :func:`anyio.current_time` reads, without
-    looking up the backend at each reading (a few microseconds a time, several times
-    per round trip): anyio's backend class, found once (private to anyio, hence the
-    fallback)."""
-    try:
-        from anyio._core._eventloop import get_async_backend
-
-        clock: Callable[[], float] = get_async_backend().current_time
-    except (ImportError, AttributeError):  # pragma: no cover - another anyio
-        return anyio.current_time
-    return clock
-
-
 class Getter(Protocol):
     """A subscription with a ``get()`` waiting: woken when its inbox fills."""
 
@@ -151,8 +137,10 @@ class TaskIO(Generic[M]):
 
     def __init__(self, engine: Engine[M]) -> None:
         self.engine = engine
-        #: The event loop's clock (:func:`loop_clock`, once the connection is opened).
+        #: The event loop's clock and a maker of its events: ``anyio.current_time`` and
+        #: ``anyio.Event``, found once as the connection opens (:func:`running_backend`).
         self.clock: Callable[[], float] = anyio.current_time
+        self.new_event: Callable[[], anyio.Event] = anyio.Event
         self.stream: anyio.abc.ByteStream | None = None
         #: The stream being established (made by the lifecycle's ``Open`` step).
         self._pending: anyio.abc.ByteStream | None = None
@@ -350,9 +338,9 @@ class TaskIO(Generic[M]):
                 rid, cid = wait.receipt, wait.correlation_id
                 event: anyio.Event | Signal
                 if rid is not None:
-                    event = receipts[rid] = anyio.Event()
+                    event = receipts[rid] = self.new_event()
                 elif cid is not None:
-                    event = replies[cid] = anyio.Event()
+                    event = replies[cid] = self.new_event()
                 elif wait.what is Waiting.CHANGE:
                     event = self._changed
                 else:
@@ -400,7 +388,9 @@ class TaskIO(Generic[M]):
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
         self.thread = thread_id()
         self._thread_name = threading.current_thread().name
-        self.clock = loop_clock()
+        backend = running_backend()
+        self.clock = getattr(backend, "current_time", anyio.current_time)
+        self.new_event = getattr(backend, "create_event", anyio.Event)
         life = lifecycle.Lifecycle(self.engine)
         await self._run_steps(life)
         task_group = anyio.create_task_group()

@@ -19,19 +19,36 @@ descriptor cannot be waited on directly, hence the duplicate).
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anyio
 import anyio.abc
 
-__all__ = ("RawSocketStream", "direct")
+__all__ = ("RawSocketStream", "direct", "running_backend")
 
-_wait_readable: Final[Callable[[socket.socket], Any] | None] = getattr(anyio, "wait_readable", None)
-_wait_writable: Final[Callable[[socket.socket], Any] | None] = getattr(anyio, "wait_writable", None)
+_wait_readable: Final[Callable[[socket.socket], Awaitable[None]] | None] = getattr(
+    anyio, "wait_readable", None
+)
+_wait_writable: Final[Callable[[socket.socket], Awaitable[None]] | None] = getattr(
+    anyio, "wait_writable", None
+)
 _notify_closing: Final[Callable[[socket.socket], None] | None] = getattr(
     anyio, "notify_closing", None
 )
+
+
+def running_backend() -> Any:
+    """anyio's backend class for the running event loop (``None`` if this anyio has no
+    such lookup): what ``anyio.current_time()``, ``anyio.Event()`` and
+    ``anyio.wait_readable()`` look up at each call (sniffio, the current task), a few
+    microseconds a time, several times per round trip. Private to anyio, hence the
+    fallback."""
+    try:
+        from anyio._core._eventloop import get_async_backend
+    except ImportError:  # pragma: no cover - another anyio
+        return None
+    return get_async_backend()
 
 
 def direct(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
@@ -51,7 +68,10 @@ def direct(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
     except BaseException:
         sock.close()
         raise
-    return RawSocketStream(sock, stream)
+    backend = running_backend()
+    readable = getattr(backend, "wait_readable", _wait_readable)
+    writable = getattr(backend, "wait_writable", _wait_writable)
+    return RawSocketStream(sock, stream, readable, writable)
 
 
 class RawSocketStream(anyio.abc.ByteStream):
@@ -65,10 +85,18 @@ class RawSocketStream(anyio.abc.ByteStream):
     the stream, :class:`anyio.ClosedResourceError` once closed.
     """
 
-    def __init__(self, sock: socket.socket, stream: anyio.abc.ByteStream) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        stream: anyio.abc.ByteStream,
+        wait_readable: Callable[[socket.socket], Awaitable[None]],
+        wait_writable: Callable[[socket.socket], Awaitable[None]],
+    ) -> None:
         self.sock = sock
         self._stream = stream  # anyio's, idle: closed with this one
         self._closed = False
+        self._wait_readable = wait_readable
+        self._wait_writable = wait_writable
 
     @property
     def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
@@ -94,16 +122,14 @@ class RawSocketStream(anyio.abc.ByteStream):
             if sent == len(view):
                 return
             view = view[sent:]
-            assert _wait_writable is not None
-            await _wait_writable(self.sock)
+            await self._wait_writable(self.sock)
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         sock = self.sock
-        assert _wait_readable is not None
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
-            await _wait_readable(sock)
+            await self._wait_readable(sock)
             try:
                 data = sock.recv(max_bytes)
             except (BlockingIOError, InterruptedError):
