@@ -134,6 +134,28 @@ def test_headers_and_content_type(url: str, queue: str) -> None:
     assert body == b'{"n": 1}\n'
 
 
+@pytest.mark.parametrize("header", ["content-type:text/x", "Content-Type:text/x"])
+def test_content_type_given_twice_is_a_usage_error(
+    header: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --content-type won without a word, and the -H value was dropped.
+    with pytest.raises(SystemExit) as info:
+        cli.main(["send", "stomp://h", "/q", "x", "-H", header, "--content-type", "text/y"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "content-type" in err
+    assert "--content-type" in err
+
+
+def test_the_last_header_of_a_name_wins(url: str, queue: str) -> None:
+    sent = stompy("send", url, queue, "-H", "priority:1", "-H", "priority:9", "x")
+    assert sent.returncode == 0, sent.stderr
+    got = stompy("subscribe", url, queue, "--headers", "--count", "1", "--timeout", "10")
+    lines = got.stdout.partition(b"\n\n")[0].decode().splitlines()
+    assert [line for line in lines if line.startswith("priority:")] == ["priority:9"]
+
+
 def test_json_of_text_keeps_unicode(url: str, queue: str) -> None:
     assert stompy("send", url, queue, "grüße ✓").returncode == 0
     got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")

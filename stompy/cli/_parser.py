@@ -77,6 +77,9 @@ class _Parser(_OneLineParser):
             hint = set_here.get(name.lower())
             if hint is not None:
                 self.error(f"argument -H/--header: {name!r} is set by stompy: {hint}")
+            if name.lower() == "content-type" and getattr(parsed, "content_type", None):
+                # One of the two would be dropped without a word.
+                self.error(f"argument -H/--header: {name!r} is given by --content-type too")
         return parsed, extras
 
 
