@@ -152,8 +152,6 @@ class IOThread(Generic[M]):
         self._abandoned = False
         #: The I/O thread's watch over the current socket, while it serves one.
         self._watch: Watch | None = None
-        #: The events the I/O thread wants watched on the socket.
-        self._wanted = 0
         #: The I/O thread stands aside (does not watch for reading) while a caller
         #: reads in :meth:`wait`; only with a :attr:`Watch.shared` watch.
         self._aside = False
@@ -254,20 +252,15 @@ class IOThread(Generic[M]):
         shared: no wake-up is needed (see :mod:`stompy._transports.watch`). Should
         the change fail, the I/O thread is woken to make its own, and to judge the
         socket if that fails too."""
+        watch = self._watch
+        if watch is None:
+            return
         self._aside = aside
         try:
-            self._rewatch()
+            watch.stand_aside(aside)
         except (OSError, ValueError):
             self._aside = False
             self.wake()
-
-    def _rewatch(self) -> None:
-        """Under the lock: watch the socket for what the I/O thread wants, less the
-        reading while a caller reads."""
-        watch = self._watch
-        if watch is not None:
-            wanted = self._wanted
-            watch.watch(wanted & ~READ if self._aside else wanted)
 
     def _read_here(self, sock: socket.socket) -> None:
         """The read-through, under the lock: read what came and route it."""
@@ -604,7 +597,7 @@ class IOThread(Generic[M]):
         try:
             with self.cond:
                 self._watch = watch
-                self._wanted = 0
+                self._aside = False
             return self._pump(watch)
         finally:
             with self.cond:
@@ -630,9 +623,10 @@ class IOThread(Generic[M]):
                 deadline = engine.next_deadline(time.monotonic())
                 self.wake_sent = False
                 wanted = (0 if paused else READ) | (WRITE if engine.outgoing else 0)
-                self._wanted = wanted
                 try:
-                    self._rewatch()
+                    watch.watch(wanted)
+                    if watch.shared:  # after a failed put-back (see _stand_aside): again
+                        watch.stand_aside(self._aside)
                 except (OSError, ValueError) as exc:  # ValueError: the socket was closed
                     return self._broken(sock, OSError(f"cannot watch the socket: {exc}"))
             # At most an hour: a deadline weeks away (a long heart-beat times its

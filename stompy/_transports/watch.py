@@ -36,18 +36,23 @@ class Watch:
     """The I/O thread's wait over ``wake`` (drained whenever it is readable) and
     ``sock`` (watched for what :meth:`watch` says; at first, nothing)."""
 
-    #: Whether :meth:`watch` may be called by another thread while the I/O thread
-    #: waits in :meth:`wait`, with effect at once.
+    #: Whether :meth:`stand_aside` may be called by another thread while the I/O
+    #: thread waits in :meth:`wait`, with effect at once.
     shared = False
 
     def __init__(self, wake: socket.socket, sock: socket.socket) -> None:
         self._wake = wake
         self._sock = sock
-        #: The events watched on the socket now.
+        #: The events the I/O thread wants watched on the socket.
         self.events = 0
 
     def watch(self, events: int) -> None:
         """Watch the socket for ``events`` (:data:`READ`, :data:`WRITE`; 0: none)."""
+        raise NotImplementedError
+
+    def stand_aside(self, aside: bool) -> None:
+        """Leave the reading to a caller (``aside``), or take it back: while aside,
+        the socket's bytes do not end a :meth:`wait`. Only a :attr:`shared` watch."""
         raise NotImplementedError
 
     def wait(self, timeout: float | None) -> int:
@@ -74,22 +79,38 @@ class _Epoll(Watch):
         self._epoll = select.epoll()
         self._epoll.register(wake.fileno(), select.EPOLLIN)
         self._fd = sock.fileno()
+        self._aside = False
+        self._mask = -1  # the mask the set has for the socket; -1: not in the set
 
     def watch(self, events: int) -> None:
-        watched = self.events
-        if events != watched:
-            mask = (select.EPOLLIN if events & READ else 0) | (
-                select.EPOLLOUT if events & WRITE else 0
-            )
-            # Out of the set when nothing is watched: a hang-up would be reported
-            # still, again and again, to a thread that does not mean to read.
-            if not watched:
-                self._epoll.register(self._fd, mask)
-            elif not events:
+        if events != self.events:
+            self._set(events, self._aside)
+
+    def stand_aside(self, aside: bool) -> None:
+        if aside is not self._aside:
+            self._set(self.events, aside)
+
+    def _set(self, events: int, aside: bool) -> None:
+        """Change the set for ``events`` and ``aside``; on an error, nothing changed."""
+        mask = (select.EPOLLIN if events & READ and not aside else 0) | (
+            select.EPOLLOUT if events & WRITE else 0
+        )
+        if not events:
+            # Out of the set when the I/O thread wants nothing (a backlog holds reading):
+            # a hang-up would be reported still, again and again.
+            if self._mask >= 0:
                 self._epoll.unregister(self._fd)
-            else:
-                self._epoll.modify(self._fd, mask)
-            self.events = events
+            mask = -1
+        elif self._mask < 0:
+            self._epoll.register(self._fd, mask)
+        elif mask != self._mask:
+            # Standing aside, the socket stays in the set with no event (a cheaper
+            # change than out and in again): a hang-up still wakes the I/O thread,
+            # which reads it as before.
+            self._epoll.modify(self._fd, mask)
+        self._mask = mask
+        self.events = events
+        self._aside = aside
 
     def wait(self, timeout: float | None) -> int:
         ready = 0
@@ -115,6 +136,9 @@ class _Selector(Watch):
         super().__init__(wake, sock)
         self._selector = selectors.DefaultSelector()
         self._selector.register(wake, READ)
+
+    def stand_aside(self, aside: bool) -> None:
+        raise NotImplementedError("a selector is not changed from another thread")
 
     def watch(self, events: int) -> None:
         watched = self.events
