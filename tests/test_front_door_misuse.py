@@ -6,7 +6,7 @@ whose longest delay is shorter than its first (issue 34, found by trying the doc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import pytest
@@ -103,3 +103,84 @@ async def test_a_commit_or_abort_of_the_wrong_type_leaves_the_transaction_open_a
             await tx.send("/queue/tx", "still open")
             await getattr(tx, end)(receipt=True)
             assert broker.queue_depth("/queue/tx") == (2 if end == "commit" else 0)
+
+
+#: A ``content-type`` header and a ``content_type=`` that differ: one of the two was
+#: dropped without a word (``content_type`` won). Each call is given a connection and
+#: the message that a reply answers, and sends to ``/queue/ct`` (the reply: to its
+#: ``reply-to``, the same queue), or ``/queue/ct-request`` (a request).
+_TWO_CONTENT_TYPES: Final[dict[str, Any]] = {
+    "headers": {"content-type": "text/x"},
+    "content_type": "text/y",
+}
+_SENDS_GIVEN_TWO_CONTENT_TYPES: Final[list[Any]] = [
+    lambda conn, message: conn.send("/queue/ct", "x", **_TWO_CONTENT_TYPES),
+    lambda conn, message: conn.send("/queue/ct", b"x", **_TWO_CONTENT_TYPES, receipt=True),
+    lambda conn, message: conn.send(
+        "/queue/ct", "x", headers=[("content-type", "text/x")], content_type="text/y"
+    ),
+    lambda conn, message: message.reply("x", **_TWO_CONTENT_TYPES),
+    lambda conn, message: conn.request("/queue/ct-request", "x", **_TWO_CONTENT_TYPES, timeout=1),
+    lambda conn, message: conn.send_many(
+        [stompy.Outgoing("/queue/ct", "x", _TWO_CONTENT_TYPES["headers"], "text/y")]
+    ),
+]
+_SEND_NAMES: Final = ["send", "send-receipt", "send-pairs", "reply", "request", "send_many"]
+
+
+@pytest.mark.parametrize("call", _SENDS_GIVEN_TWO_CONTENT_TYPES, ids=_SEND_NAMES)
+def test_a_content_type_given_twice_with_two_values_is_refused(call: Any) -> None:
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with conn.subscribe("/queue/asked") as sub:
+            conn.send("/queue/asked", "?", headers={"reply-to": "/queue/ct"})
+            message = sub.get(timeout=10)
+        with pytest.raises(stompy.ConfigurationError, match=r"content_type.*content-type"):
+            call(conn, message)
+        with conn.transaction() as tx, pytest.raises(stompy.ConfigurationError):
+            tx.send("/queue/ct", "x", **_TWO_CONTENT_TYPES)
+        # Nothing went out; the connection is still usable; one value said twice is
+        # no conflict.
+        conn.send("/queue/ct", "x", headers={"content-type": "text/x"}, content_type="text/x")
+        conn.send("/queue/ct", "x", headers={"content-type": "text/z"}, receipt=True)
+        assert broker.queue_depth("/queue/ct-request") == 0
+        assert broker.queue_depth("/queue/ct") == 2
+        with conn.subscribe("/queue/ct") as sub:
+            sent = [sub.get(timeout=10) for _ in range(2)]
+        assert [m.content_type if m else None for m in sent] == ["text/x", "text/z"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", _SENDS_GIVEN_TWO_CONTENT_TYPES, ids=_SEND_NAMES)
+async def test_a_content_type_given_twice_with_two_values_is_refused_async(call: Any) -> None:
+    with run_broker() as broker, anyio.fail_after(10):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            async with conn.subscribe("/queue/asked") as sub:
+                await conn.send("/queue/asked", "?", headers={"reply-to": "/queue/ct"})
+                message = await sub.get(timeout=10)
+            with pytest.raises(stompy.ConfigurationError, match=r"content_type.*content-type"):
+                await call(conn, message)
+            async with await conn.transaction() as tx:
+                with pytest.raises(stompy.ConfigurationError):
+                    await tx.send("/queue/ct", "x", **_TWO_CONTENT_TYPES)
+            await conn.send(
+                "/queue/ct", "x", headers={"content-type": "text/x"}, content_type="text/x"
+            )
+            await conn.send("/queue/ct", "x", headers={"content-type": "text/z"}, receipt=True)
+            assert broker.queue_depth("/queue/ct-request") == 0
+            assert broker.queue_depth("/queue/ct") == 2
+            async with conn.subscribe("/queue/ct") as sub:
+                sent = [await sub.get(timeout=10) for _ in range(2)]
+            assert [m.content_type if m else None for m in sent] == ["text/x", "text/z"]
+
+
+def test_a_one_shot_send_given_two_content_types_is_refused() -> None:
+    with run_broker() as broker:
+        with pytest.raises(stompy.ConfigurationError, match="content_type"):
+            stompy.send(broker.url, "/queue/ct", "x", **_TWO_CONTENT_TYPES)
+
+        async def main() -> None:
+            with pytest.raises(stompy.ConfigurationError, match="content_type"):
+                await stompy.send_async(broker.url, "/queue/ct", "x", **_TWO_CONTENT_TYPES)
+
+        anyio.run(main)
+        assert broker.queue_depth("/queue/ct") == 0

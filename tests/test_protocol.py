@@ -21,7 +21,12 @@ from stompy._core.events import (
 from stompy._core.frames import SEND_RESERVED, Frame
 from stompy._core.parser import FrameLimits, FrameParser
 from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo
-from stompy.errors import FrameTooLarge, LocalProtocolError, RemoteProtocolError
+from stompy.errors import (
+    ConfigurationError,
+    FrameTooLarge,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
 
 # -- helpers (also used by the other protocol test modules) ---------------------------
 
@@ -381,7 +386,11 @@ def test_send_content_type_choices() -> None:
     proto = connected()
     proto.send("/q", "{}", content_type="application/json")
     proto.send("/q", "x", headers={"content-type": "text/x-mine"})
-    proto.send("/q", b"x", headers={"content-type": "a/b"}, content_type="c/d")
+    # Two values: one would be dropped without a word. Nothing is queued.
+    for headers in ({"content-type": "a/b"}, [("content-type", "a/b")]):
+        with pytest.raises(ConfigurationError, match="content_type"):
+            proto.send("/q", b"x", headers=headers, content_type="c/d", receipt=True)
+    proto.send("/q", b"x", headers={"content-type": "c/d"}, content_type="c/d")
     proto.send("/q", b"x")
     types = [f.headers for f in sent(proto)]
     assert [dict(h).get("content-type") for h in types] == [
@@ -391,6 +400,7 @@ def test_send_content_type_choices() -> None:
         None,
     ]
     assert sum(k == "content-type" for k, _ in types[2]) == 1
+    assert [dict(h).get("receipt") for h in types] == [None] * 4
 
 
 def test_send_with_transaction_and_receipts() -> None:
@@ -1425,8 +1435,8 @@ def _send_outcome(
 ) -> tuple[object, ...]:
     try:
         result: object = proto.send(destination, body, headers=headers, content_type=ctype)
-    except LocalProtocolError as exc:
-        result = f"LocalProtocolError: {exc}"
+    except (LocalProtocolError, ConfigurationError) as exc:
+        result = f"{type(exc).__name__}: {exc}"
     except TypeError:
         result = TypeError  # worded after the form of the headers given: pairs or a dict
     return (result, proto.data_to_send(), proto.implicit_subscriptions, proto.new_receipt_id())

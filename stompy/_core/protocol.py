@@ -86,7 +86,13 @@ from stompy._core.heartbeat import (
     parse_heartbeat,
 )
 from stompy._core.parser import DEFAULT_LIMITS, FrameLimits, FrameParser, shown
-from stompy.errors import LocalProtocolError, MessageTooLarge, ProtocolError, RemoteProtocolError
+from stompy.errors import (
+    ConfigurationError,
+    LocalProtocolError,
+    MessageTooLarge,
+    ProtocolError,
+    RemoteProtocolError,
+)
 
 __all__ = (
     "ACK_MODES",
@@ -142,6 +148,15 @@ def _bad_destination(command: str, destination: object) -> Exception:
     if isinstance(destination, str):
         return LocalProtocolError(f"{command} needs a destination")
     return TypeError(f"a destination must be a str, not {type(destination).__name__}")
+
+
+def _two_content_types() -> ConfigurationError:
+    """The error for a send given a ``content_type`` and a ``content-type`` header that
+    differ: one would be dropped without a word (the header values are not shown)."""
+    return ConfigurationError(
+        "content_type: the headers give a 'content-type' header too, with another value; "
+        "give the content type once, as content_type= or as the header"
+    )
 
 
 def _body_bytes(body: object) -> bytes:
@@ -514,6 +529,8 @@ class ClientProtocol:
             raise self._too_large(len(body))
         if content_type is not None:
             if "content-type" in names:
+                if names["content-type"] != content_type:
+                    raise _two_content_types()
                 pairs = user if more is None else more.items()
                 user = [(k, v) for k, v in pairs if k != "content-type"]
                 more = None
