@@ -287,7 +287,7 @@ class Call(Sends[M]):
                 self._unanswered(state, lost, f"the receipt {rid!r}", epoch, unknown)
                 if self.now >= deadline:
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
-                yield from self._wait(Waiting.RECEIPT, deadline, rid)
+                self.now = yield Wait(Waiting.RECEIPT, deadline, rid)  # _wait(), inlined
         finally:
             engine.receipts.forget(rid)
 

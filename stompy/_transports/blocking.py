@@ -95,6 +95,11 @@ class _Condition(threading.Condition):
         super().__init__(lock)
         self._io = io
 
+    def notify_all(self) -> None:
+        # Nobody waits on the condition, mostly: threading.Condition's own is skipped.
+        if self._waiters or self._io.reading:  # type: ignore[attr-defined]
+            super().notify_all()
+
     def notify(self, n: int = 1) -> None:
         if self._waiters:  # type: ignore[attr-defined]  # Condition's: nobody, mostly
             super().notify(n)
