@@ -60,9 +60,10 @@ def direct(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
     if not isinstance(stream, anyio.abc.SocketStream):  # a TLS stream, say
         return stream
     raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-    if raw is None or raw.type != socket.SOCK_STREAM:
+    dup = getattr(raw, "dup", None)  # asyncio's TransportSocket and trio's socket have it
+    if dup is None or getattr(raw, "type", None) != socket.SOCK_STREAM:
         return stream
-    sock = raw.dup()  # asyncio's TransportSocket and trio's socket both have it
+    sock: socket.socket = dup()
     try:
         sock.setblocking(False)
     except BaseException:
