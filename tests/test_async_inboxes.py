@@ -72,11 +72,13 @@ async def test_slow_consumer_with_heartbeats_loses_nothing() -> None:
                 for i in range(300):
                     await producer.send(dest, b"x" * 2048, headers={"n": str(i)})
                 await producer.send("/queue/other", "sync", receipt=True)
+            # 300 ms beats: with 100 ms ones, a 220 ms stall of the whole process (the
+            # broker shares this event loop) on a loaded machine ended the connection.
             async with stompy.AsyncConnection(
-                broker.url, heartbeats=(100, 100), max_pending=4
+                broker.url, heartbeats=(300, 300), max_pending=4
             ) as conn:
                 sub = await conn.subscribe(dest)
-                await anyio.sleep(0.8)  # far longer than the peer may be silent
+                await anyio.sleep(2.0)  # far longer than the peer may be silent
                 assert conn.failure is None
                 assert sub.pending <= 4
                 numbers = []
