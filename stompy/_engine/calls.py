@@ -392,14 +392,17 @@ class Call(Sends[M]):
         route = options.get("reply_subscription", "auto")
         check_choice("reply_subscription", route, REPLY_SUBSCRIPTIONS)
         engine = self.engine
-        yield from self.ready()
+        if engine.usable() is None:  # connected, mostly: no generator for a wait then
+            yield from self.ready()
         deadline = self.now + timeout
         request = engine.request(
             destination, body, options.get("headers"), options.get("content_type"), route
         )
         correlation_id = request.correlation_id
         try:
-            yield from self.flush(deadline)
+            engine.flush(self.now)
+            if len(engine.outgoing) > MAX_OUTGOING:
+                yield from self.room(deadline)
             while True:
                 state = engine.reply_state(request)
                 if state is ReceiptState.ARRIVED:
