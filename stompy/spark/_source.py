@@ -234,13 +234,13 @@ class StompStreamReader(DataSourceStreamReader, _AvailableNowBase):
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, int]:
         begin = None if start is None else offset_value(start)
-        max_rows, everything = _limit(limit, self.settings.max_messages_per_batch)
+        max_rows, everything = _limit(limit, self.settings.batch_rows)
         return offset_dict(self._consumer.latest(begin, max_rows, all_available=everything))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         from pyspark.sql.streaming.datasource import ReadMaxRows  # PySpark 4.2+
 
-        return ReadMaxRows(self.settings.max_messages_per_batch)
+        return ReadMaxRows(self.settings.batch_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._consumer.available_now()

@@ -137,6 +137,8 @@ class StreamConsumer:
     def _reset(self) -> None:
         self._conns: list[Connection] = []
         self._inbox: _RoundRobin | None = None
+        #: The most rows of a batch (known once connected: it depends on the broker).
+        self._rows = self.settings.batch_rows
         self._book: OffsetBook[Message] | None = None
         self._columns = _Columns()
         self._fresh = False
@@ -180,7 +182,6 @@ class StreamConsumer:
         if self._inbox is not None:
             return
         settings = self.settings
-        prefetch = settings.stream_prefetch
         conns: list[Connection] = []
         subs: list[Subscription] = []
         try:
@@ -189,17 +190,22 @@ class StreamConsumer:
             # (STOMP's rule), so one ACK could take messages of another destination
             # that Spark has not seen yet.
             for index, destination in enumerate(settings.destinations):
-                conn = settings.connection.connection(
-                    max_pending=prefetch, reconnect=settings.reconnect
-                )
+                conn = settings.connection.connection(reconnect=settings.reconnect)
                 conn.connect()
                 conns.append(conn)
+                if index == 0:  # the batch and the prefetch the broker allows
+                    self._rows, prefetch = settings.stream_limits(conn.server)
                 sub_id, headers = settings.subscribe_args(prefetch, destination, index)
                 # Ids unique across the connections: acknowledgements go by subscription.
                 sub_id = sub_id or f"spark-{index}"
                 subs.append(
                     conn.subscribe(
-                        destination, ack="client", id=sub_id, headers=headers, receipt=True
+                        destination,
+                        ack="client",
+                        id=sub_id,
+                        headers=headers,
+                        receipt=True,
+                        max_pending=prefetch,
                     )
                 )
         except BaseException:
@@ -223,7 +229,7 @@ class StreamConsumer:
 
     def _take_in(self, inbox: _RoundRobin, book: OffsetBook[Message]) -> None:
         """The intake thread: number and convert what arrives, one batch ahead at most."""
-        limit = self.settings.max_messages_per_batch
+        limit = self._rows
         single = len(inbox.subscriptions) == 1
         changed = self._changed
         try:
@@ -268,7 +274,7 @@ class StreamConsumer:
         (:data:`TRICKLE` apart at most): such a query ends once the destination stays
         idle that long.
         """
-        limit = self.settings.max_messages_per_batch
+        limit = self._rows
         changed = self._changed
         with changed:
             patient = (self._fresh or self._available_now) and book.unplanned() == 0
@@ -351,6 +357,8 @@ class StreamConsumer:
         if start is not None:
             self._release(start)
         self._subscribe(book)
+        if max_rows is not None and self.settings.max_messages_per_batch is None:
+            max_rows = min(max_rows, self._rows)  # Spark asked for the default
         self._await_batch(book)
         with self._changed:
             return book.latest(start, max_rows)

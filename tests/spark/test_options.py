@@ -30,9 +30,8 @@ def read(**options: str) -> dict[str, str]:
 def test_read_defaults() -> None:
     settings = parse_read_options(read())
     assert settings.destinations == ("/queue/a",)
-    assert settings.max_messages_per_batch == 32_000
-    # One batch in Spark's hands and the next arriving, within RabbitMQ's limit.
-    assert settings.stream_prefetch == 64_000 <= MAX_PREFETCH
+    assert settings.max_messages_per_batch is None  # the broker decides: see below
+    assert settings.batch_rows == 100_000
     assert settings.batch_window == 1000
     assert settings.max_messages_per_partition is None
     assert settings.mode == "consume"
@@ -80,6 +79,25 @@ def test_keys_are_case_insensitive_and_values_keep_their_case() -> None:
     assert settings.subscribe_headers == (("Selector", "Kind = 'A'"),)
 
 
+def test_stream_batches_are_as_large_as_the_brokers_prefetch_lets_them_pipeline() -> None:
+    # One batch in Spark's hands and the next arriving: the prefetch is twice the batch.
+    settings = parse_read_options(read(), streaming=True)
+    assert settings.stream_limits("stompy/0.1.0") == (100_000, 200_000)
+    assert settings.stream_limits("ActiveMQ/5.17.3") == (100_000, 200_000)
+    assert settings.stream_limits(None) == (100_000, 200_000)  # no server header
+    # RabbitMQ's prefetch-count is AMQP's 16-bit basic.qos field: the largest batch
+    # whose prefetch fits in it.
+    assert settings.stream_limits("RabbitMQ/3.10.8") == (32_000, 64_000)
+    assert MAX_PREFETCH >= 64_000
+    # What the user asks for holds everywhere; the prefetch stays within the limit.
+    given = parse_read_options(read(maxMessagesPerBatch="50000"), streaming=True)
+    assert given.batch_rows == 50_000
+    assert given.stream_limits("stompy/0.1.0") == (50_000, 100_000)
+    assert given.stream_limits("RabbitMQ/3.10.8") == (50_000, MAX_PREFETCH)
+    fixed = parse_read_options(read(maxMessagesPerBatch="10", prefetch="15"), streaming=True)
+    assert fixed.stream_limits("RabbitMQ/3.10.8") == fixed.stream_limits(None) == (10, 15)
+
+
 def test_subscribe_args_carry_prefetch_durable_and_extra_headers() -> None:
     settings = parse_read_options(
         read(
@@ -88,7 +106,7 @@ def test_subscribe_args_carry_prefetch_durable_and_extra_headers() -> None:
             subscribeHeaders='{"selector": "x = 1", "prefetch-count": "9"}',
         )
     )
-    sub_id, headers = settings.subscribe_args(settings.stream_prefetch, "/topic/t")
+    sub_id, headers = settings.subscribe_args(settings.stream_limits()[1], "/topic/t")
     assert sub_id == "audit"
     assert headers["activemq.prefetchSize"] == "50"
     assert headers["prefetch-count"] == "9"  # the explicit header wins

@@ -148,6 +148,31 @@ def test_a_batch_never_outgrows_the_limit(broker: Broker) -> None:
         consumer.close()
 
 
+@pytest.mark.parametrize(
+    ("server", "rows", "prefetch"),
+    [("stompy-broker/0.1", 100_000, 200_000), ("RabbitMQ/3.10.8", 32_000, 64_000)],
+)
+def test_the_default_batch_is_as_large_as_the_brokers_prefetch_lets_it_pipeline(
+    server: str, rows: int, prefetch: int
+) -> None:
+    # The subscription asks for two batches (one in Spark's hands, the next
+    # arriving), past RabbitMQ's 16-bit limit only where the broker is not RabbitMQ.
+    with run_broker(server_name=server) as running:
+        fill(running.url, "/queue/in", 3)
+        consumer = StreamConsumer(read_settings(running.url))
+        try:
+            start = consumer.initial()
+            # Spark asks for the default read limit it was given (batch_rows).
+            end = consumer.latest(start, consumer.settings.batch_rows)
+            assert end == start + 3
+            (conn,) = running.connections
+            (sub,) = conn.subscriptions
+            assert sub.prefetch == prefetch
+            assert consumer._rows == rows
+        finally:
+            consumer.close()
+
+
 def test_a_large_batch_is_spread_over_the_partitions(broker: Broker) -> None:
     fill(broker.url, "/queue/in", 10)
     consumer = StreamConsumer(read_settings(broker.url, numPartitions="4"))
