@@ -11,8 +11,11 @@ writes a 100-row DataFrame (two partitions):
 * ``stomp.py``: ``df.foreachPartition`` with a stomp.py connection per partition and
   one receipt at its end.
 
-The connector's cost is its time less the floor's. Beside them, the imports a Python
-worker pays for the connector (``python -X importtime``), measured in a fresh
+The connector's cost is its time less the floor's. Then a streaming read in a fresh
+driver (``readStream.format("stomp")`` into a parquet sink, 100 queued messages, then
+100 more three times): the seconds from ``start()`` to the first micro-batch landed,
+and the first micro-batch's ``triggerExecution`` against the later ones'. Beside them,
+the imports a Python worker pays for the connector (``python -X importtime``), measured in a fresh
 interpreter: the modules a write task unpickles (``stompy.spark._source``), against
 PySpark's own (``pyspark.sql.datasource``) in the same interpreter before them.
 """
@@ -84,6 +87,79 @@ run()
 print(f"SECONDS {time.perf_counter() - start:.4f}", flush=True)
 spark.stop()
 """.replace("ROWS", str(ROWS))
+
+
+_STREAM_DRIVER: Final = r"""
+import os, sys, tempfile, time
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+import stompy
+from pyspark.sql import SparkSession
+from stompy.spark import StompDataSource
+
+url, destination = sys.argv[1], sys.argv[2]
+spark = (
+    SparkSession.builder.master("local[2]").appName("stompy-cold-stream")
+    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    .config("spark.driver.host", "127.0.0.1").getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+spark.range(10).count()
+spark.dataSource.register(StompDataSource)
+
+def fill():
+    with stompy.Connection(url) as conn:
+        batch = (stompy.Outgoing(destination, b"x" * 100) for _ in range(ROWS))
+        conn.send_many(batch, receipt=True)
+
+def landed(query, batches):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = [p for p in query.recentProgress if p["numInputRows"]]
+        if len(done) >= batches:
+            return done
+        time.sleep(0.05)
+    raise TimeoutError(f"{batches} batches did not land")
+
+work = tempfile.mkdtemp()
+fill()
+start = time.perf_counter()
+query = (
+    spark.readStream.format("stomp").option("url", url).option("destination", destination)
+    .load().writeStream.format("parquet").option("path", work + "/rows")
+    .option("checkpointLocation", work + "/checkpoint").start()
+)
+landed(query, 1)
+print(f"FIRST {time.perf_counter() - start:.4f}", flush=True)
+for batches in range(2, BATCHES + 1):
+    fill()
+    done = landed(query, batches)
+query.stop()
+print("BATCHES " + " ".join(str(p["durationMs"]["triggerExecution"]) for p in done), flush=True)
+spark.stop()
+""".replace("ROWS", str(ROWS)).replace("BATCHES + 1", "5")
+
+
+def stream_batches(url: str) -> tuple[float, list[float]]:
+    """A fresh session's streaming read of ``ROWS`` queued messages, then ``ROWS`` more
+    three times, one micro-batch each: the seconds from ``start()`` to the first
+    batch landed, and each batch's ``triggerExecution`` (s) as Spark reports it."""
+    import uuid
+
+    destination = f"/queue/stompy-cold-stream-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", _STREAM_DRIVER, url, destination],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path[1:])},
+    )
+    first = re.search(r"FIRST (\S+)", done.stdout)
+    batches = re.search(r"BATCHES (.+)", done.stdout)
+    if first is None or batches is None:
+        raise RuntimeError(f"streaming read: no times ({done.stderr[-2000:]})")
+    return float(first.group(1)), [int(ms) / 1000 for ms in batches.group(1).split()]
 
 
 def first_write(who: str, url: str) -> float:
@@ -162,9 +238,38 @@ def run(settings: Settings) -> list[Row]:
                 samples=tuple(samples),
             )
         )
+        starts: list[float] = []
+        firsts: list[float] = []
+        laters: list[float] = []
+        for _ in range(rounds):
+            start, batches = stream_batches(url)
+            starts.append(start)
+            firsts.append(batches[0])
+            laters += batches[1:]
+            log(
+                settings,
+                f"  streaming read: first batch landed {start:.2f} s after start(); "
+                f"batches (s): {', '.join(f'{b:.2f}' for b in batches)}",
+            )
     floor = statistics.median(times[FLOOR])
     ours = statistics.median(times["stompy"])
     log(settings, f"  the connector's cost over the floor: {ours - floor:.2f} s")
+    for who, samples in (
+        ("start() to the first batch landed", starts),
+        ("first micro-batch", firsts),
+        ("later micro-batches", laters),
+    ):
+        rows.append(
+            Row(
+                GROUP,
+                "a streaming read of a fresh session",
+                who,
+                statistics.median(samples),
+                "s",
+                higher_is_better=False,
+                samples=tuple(samples),
+            )
+        )
     imports = [import_seconds("stompy.spark._source", "pyspark.sql.datasource") for _ in range(3)]
     pyspark = [import_seconds("pyspark.sql.datasource") for _ in range(3)]
     for who, samples in (("stompy.spark._source", imports), ("pyspark.sql.datasource", pyspark)):
