@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 import stompy
+import stompy._core.protocol
 from stompy.testing import run_broker
 
 
@@ -184,3 +185,68 @@ def test_a_one_shot_send_given_two_content_types_is_refused() -> None:
 
         anyio.run(main)
         assert broker.queue_depth("/queue/ct") == 0
+
+
+#: ``Outgoing(...)`` arguments that ``send()`` refuses (as ``send(destination, body,
+#: headers=..., content_type=...)``). Outgoing took them, and ``send_many()`` failed at
+#: the message, with the messages before it sent.
+_NOT_SENDABLE: Final[list[tuple[Any, ...]]] = [
+    (5, "x"),
+    ("", "x"),
+    ("/queue/o", 5),
+    ("/queue/o", bytearray(b"x")),
+    ("/queue/o", "x", {"a": 2}),
+    ("/queue/o", "x", {1: "a"}),
+    ("/queue/o", "x", "ab"),
+    ("/queue/o", "x", 5),
+    ("/queue/o", "x", [("a", 1)]),
+    ("/queue/o", "x", {"receipt": "r"}),
+    ("/queue/o", "x", {"destination": "/queue/p"}),
+    ("/queue/o", "x", {"a": "b", "transaction": "t"}),
+    ("/queue/o", "x", [("transaction", "t")]),
+    ("/queue/o", "x", None, 5),
+    ("/queue/o", "x", {"content-type": "a/b"}, "c/d"),
+]
+
+
+def _as_send(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    destination, body, *rest = args
+    return (destination, body), dict(zip(("headers", "content_type"), rest, strict=False))
+
+
+def _same_error(made: BaseException, sent: BaseException) -> None:
+    assert type(made) is type(sent)
+    if stompy._core.protocol.__file__.endswith(".py"):  # compiled, its own words
+        assert str(made) == str(sent)
+
+
+@pytest.mark.parametrize("args", _NOT_SENDABLE, ids=repr)
+def test_an_outgoing_send_would_refuse_is_refused_where_it_is_made(args: tuple[Any, ...]) -> None:
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with pytest.raises((TypeError, stompy.StompError)) as made:
+            stompy.Outgoing(*args)
+        positional, keywords = _as_send(args)
+        with pytest.raises((TypeError, stompy.StompError)) as sent:
+            conn.send(*positional, **keywords)
+        _same_error(made.value, sent.value)
+        with pytest.raises(type(made.value)):
+            conn.send_many([stompy.Outgoing("/queue/o", "before"), stompy.Outgoing(*args)])
+        conn.send("/queue/after", "x", receipt=True)
+        assert broker.queue_depth("/queue/o") == 0  # no message of the batch went out
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("args", _NOT_SENDABLE, ids=repr)
+async def test_an_outgoing_send_would_refuse_is_refused_where_it_is_made_async(
+    args: tuple[Any, ...],
+) -> None:
+    with run_broker() as broker, anyio.fail_after(10):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises((TypeError, stompy.StompError)) as made:
+                stompy.Outgoing(*args)
+            positional, keywords = _as_send(args)
+            with pytest.raises((TypeError, stompy.StompError)) as sent:
+                await conn.send(*positional, **keywords)
+            _same_error(made.value, sent.value)
+            await conn.send("/queue/after", "x", receipt=True)
+            assert broker.queue_depth("/queue/o") == 0

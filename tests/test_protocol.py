@@ -20,7 +20,7 @@ from stompy._core.events import (
 )
 from stompy._core.frames import SEND_RESERVED, Frame
 from stompy._core.parser import FrameLimits, FrameParser
-from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo
+from stompy._core.protocol import ClientProtocol, State, SubscriptionInfo, check_send
 from stompy.errors import (
     ConfigurationError,
     FrameTooLarge,
@@ -1412,12 +1412,16 @@ def test_a_message_is_routed_by_its_own_subscription_header_as_sent(version: str
 @pytest.mark.parametrize("name", sorted(SEND_RESERVED))
 @pytest.mark.parametrize("form", [dict, list])
 def test_a_send_header_stompy_writes_is_refused_in_every_form(name: str, form: type) -> None:
-    """SEND_RESERVED is what the protocol refuses and what the encoder's fast way leaves
-    to the general one: a caller's dict or pairs naming one raise, nothing is queued."""
+    """SEND_RESERVED is what the protocol refuses, what check_send (an Outgoing) refuses
+    and what the encoder's fast way leaves to the general one: a caller's dict or pairs
+    naming one raise, nothing is queued."""
     proto = connected("1.2")
     headers = {name: "x", "a": "b"}
+    given = headers if form is dict else list(headers.items())
     with pytest.raises(LocalProtocolError, match=f"header '{name}' is set by stompy for SEND"):
-        proto.send("/q", b"", headers=headers if form is dict else list(headers.items()))
+        proto.send("/q", b"", headers=given)
+    with pytest.raises(LocalProtocolError, match=f"header '{name}' is set by stompy for SEND"):
+        check_send("/q", b"", given, None)
     assert proto.data_to_send() == b""
     assert encode_send("/q", None, headers, b"", "1.2") is None
 

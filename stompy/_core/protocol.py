@@ -44,7 +44,7 @@ import enum
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from stompy._checks import (
     check_heartbeats,
@@ -101,6 +101,7 @@ __all__ = (
     "ClientProtocol",
     "State",
     "SubscriptionInfo",
+    "check_send",
 )
 
 ACK_MODES: Final[tuple[AckMode, ...]] = ("auto", "client", "client-individual")
@@ -168,6 +169,43 @@ def _body_bytes(body: object) -> bytes:
     if isinstance(body, bytes):
         return bytes(body)
     raise TypeError(f"a body must be bytes or str, not {type(body).__name__}")
+
+
+def check_send(destination: object, body: object, headers: object, content_type: object) -> None:
+    """Raise what :meth:`ClientProtocol.send` raises for these arguments in any state:
+    a destination that is empty or not a ``str``, a body neither ``bytes`` nor ``str``,
+    headers that are not a mapping of str to str (or pairs of str), a header stompy
+    sets itself, a ``content_type`` that is not a ``str`` or that another
+    ``content-type`` header contradicts. What a send checks only on a connection (the
+    text of a ``str`` body, its size, what a version cannot carry) is left to it.
+
+    For :class:`~stompy.Outgoing`, which is checked where it is made: a
+    ``send_many()`` would otherwise fail at it, with the messages before it sent.
+    """
+    if type(destination) is not str or not destination:
+        raise _bad_destination("SEND", destination)
+    if type(body) is not bytes and type(body) is not str and not isinstance(body, (bytes, str)):
+        _body_bytes(body)  # raises
+    given: object = None  # the content-type header's value
+    if headers is None:
+        pass
+    elif type(headers) is dict:
+        for item in headers.items():
+            if type(item[0]) is not str or type(item[1]) is not str:
+                # The encoder's words, which send() says of a dict.
+                raise TypeError(f"a header must be a (name, value) pair of str, got {item!r}")
+        # SEND_RESERVED's names one by one: frozenset.isdisjoint(a dict) costs more.
+        if "destination" in headers or "receipt" in headers or "transaction" in headers:
+            ClientProtocol._user_headers(headers, SEND_RESERVED, "SEND")  # raises
+        given = headers.get("content-type")
+    else:
+        pairs = ClientProtocol._user_headers(cast(HeaderInput, headers), SEND_RESERVED, "SEND")
+        given = next((value for name, value in pairs if name == "content-type"), None)
+    if content_type is not None:
+        if not isinstance(content_type, str):
+            raise wrong_type("content_type", "a str or None", content_type)
+        if given is not None and given != content_type:
+            raise _two_content_types()
 
 
 class State(enum.Enum):
@@ -528,6 +566,8 @@ class ClientProtocol:
         if len(body) > self._max_body:
             raise self._too_large(len(body))
         if content_type is not None:
+            if not isinstance(content_type, str):
+                raise wrong_type("content_type", "a str or None", content_type)
             if "content-type" in names:
                 if names["content-type"] != content_type:
                     raise _two_content_types()

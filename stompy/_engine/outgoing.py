@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from stompy._core.protocol import ClientProtocol
+from stompy._core.protocol import ClientProtocol, check_send
 
 if TYPE_CHECKING:
     from stompy._engine.websocket import WebSocket
@@ -64,15 +64,44 @@ def take_output(
     return ws.send_frames(frames)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Outgoing:
     """One message for :meth:`~stompy.Connection.send_many`: what :meth:`~stompy.Connection.send`
-    takes, as one object, so that many can be handed over at once."""
+    takes, as one object, so that many can be handed over at once.
+
+    Made, it raises what :meth:`~stompy.Connection.send` would for the same values (a
+    destination not a ``str``, a body neither ``bytes`` nor ``str``, headers not a
+    mapping of str to str, a ``content_type`` another ``content-type`` header
+    contradicts...): a ``send_many()`` never stops at it with part of the batch sent.
+    """
 
     destination: str
-    body: bytes | str = b""
-    headers: Mapping[str, str] | None = None
-    content_type: str | None = None
+    body: bytes | str
+    headers: Mapping[str, str] | None
+    content_type: str | None
+
+    def __init__(
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> None:
+        # Refused here as send() refuses them, rather than in send_many(), after the
+        # messages before this one went out. Written out (not __post_init__): one call
+        # less per message, and none at all for a message without headers.
+        if (
+            headers is not None
+            or content_type is not None
+            or type(destination) is not str
+            or not destination
+            or (type(body) is not bytes and type(body) is not str)
+        ):
+            check_send(destination, body, headers, content_type)
+        self.destination = destination
+        self.body = body
+        self.headers = headers
+        self.content_type = content_type
 
 
 def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] | Outgoing]:
