@@ -116,6 +116,35 @@ def test_a_one_shot_sends_receipt_keyword_says_it_always_waits(
     assert stomp_broker.queue_depth("/queue/kw-r1") == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("heartbeat", "Did you mean 'heartbeats'? (heartbeats is an option of Connection"),
+        ("hearbeats", "Did you mean 'heartbeats'? (heartbeats is an option of Connection"),
+        ("reconnect", "(reconnect is an option of Connection that a one-shot send does not"),
+        ("reciept", "Did you mean 'receipt'? (a one-shot send always waits for the broker's"),
+        ("conect_timeout", "Did you mean 'connect_timeout'?"),
+    ],
+)
+def test_a_one_shot_send_tells_a_connections_keyword_as_connection_does(
+    stomp_broker: Broker, name: str, said: str
+) -> None:
+    """``Connection(heartbeat=...)`` is answered "Did you mean 'heartbeats'?"; the one-shot
+    sends said only that the keyword was unexpected (they take a few of a connection's
+    keywords: the others, and their near misses, are told so)."""
+    send: Any = stompy.send
+    send_async: Any = stompy.send_async
+    error = refused(lambda: send(stomp_broker.url, "/queue/kw-c", "x", **{name: 1}), name, "send")
+    assert said in str(error)
+    error = refused(
+        lambda: anyio.run(lambda: send_async(stomp_broker.url, "/queue/kw-c", "x", **{name: 1})),
+        name,
+        "send_async",
+    )
+    assert said in str(error)
+    assert stomp_broker.queue_depth("/queue/kw-c") == 0
+
+
 def test_the_test_brokers_name_their_call_for_an_unknown_keyword() -> None:
     loose_run: Any = run_broker
     loose_serve: Any = serve

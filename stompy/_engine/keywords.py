@@ -204,14 +204,10 @@ def one_shot(
     """A one-shot send's keywords split: the connection's, and the message's (its
     ``headers`` and ``content_type``; a one-shot send always asks for a receipt).
     Raises :func:`check`'s :class:`TypeError` for a keyword a one-shot send does not take
-    (``call`` is its name)."""
-    if "receipt" in options:
-        # Not "did you mean 'receipt_timeout'?": whoever wrote it wanted the receipt.
-        raise TypeError(
-            f"{call}() got an unexpected keyword argument 'receipt': a one-shot send "
-            "always waits for the broker's receipt"
-        )
-    check(options, ONE_SHOT, call)
+    (``call`` is its name), saying what a connection's keyword or ``receipt``, or a near
+    miss of one, would need."""
+    if not ONE_SHOT.issuperset(options):
+        raise _not_one_shot(call, next(name for name in options if name not in ONE_SHOT))
     message: MessageOptions = {
         "headers": options.get("headers"),
         "content_type": options.get("content_type"),
@@ -219,3 +215,33 @@ def one_shot(
     }
     connection = {k: v for k, v in options.items() if k not in ("headers", "content_type")}
     return cast(ConnectionOptions, connection), message
+
+
+#: Whom a one-shot send's unknown keyword is compared with for a "did you mean": its
+#: own keywords, a connection's (which it does not all take) and ``receipt``.
+_NEAR_ONE_SHOT: Final = sorted(ONE_SHOT | CONNECTION | {"receipt"})
+
+
+def _not_one_shot(call: str, name: str) -> TypeError:
+    """:func:`unexpected`'s error for the keyword ``name`` of a one-shot send, which
+    also says what a connection's keyword or ``receipt`` would need (a near miss of one
+    is told as such, as :class:`Connection` tells it)."""
+    message = f"{call}() got an unexpected keyword argument {name!r}"
+    always = "a one-shot send always waits for the broker's receipt"
+    if name == "receipt":
+        # Not "did you mean 'receipt_timeout'?": whoever wrote it wanted the receipt.
+        return TypeError(f"{message}: {always}")
+    near = difflib.get_close_matches(name, _NEAR_ONE_SHOT, n=1)
+    meant = name if name in CONNECTION else near[0] if near else None
+    if meant is None:
+        return TypeError(message)
+    if meant != name:
+        message += f". Did you mean {meant!r}?"
+    if meant == "receipt":
+        message += f" ({always})"
+    elif meant not in ONE_SHOT:
+        message += (
+            f" ({meant} is an option of Connection that a one-shot send does not take: "
+            f"send with a Connection(url, {meant}=...))"
+        )
+    return TypeError(message)
