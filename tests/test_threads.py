@@ -4,9 +4,9 @@ in docs/api.md, "Threads and tasks"):
 * a ``Connection``: any number of threads send on it and read one ``Subscription`` of it,
   each message handed to exactly one reader;
 * an ``AsyncConnection``: any number of tasks of the event loop that opened it, likewise;
-* an ``AsyncConnection`` from another thread's event loop: refused at once with a
-  ``LocalProtocolError`` naming the rule, where its calls waited out their timeouts (or
-  forever) before, and nothing is sent.
+* an ``AsyncConnection`` from another thread's event loop, or another event loop of its
+  thread: refused at once with a ``LocalProtocolError`` naming the rule, where its calls
+  waited out their timeouts (or forever) before, and nothing is sent.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -177,3 +178,120 @@ async def test_an_async_connection_used_from_another_threads_loop_says_so(
                 assert message.text == "here"
                 assert await sub.get(timeout=0.3) is None
                 await tx.commit()
+
+
+def _calls_elsewhere(
+    conn: stompy.AsyncConnection, sub: stompy.AsyncSubscription, tx: stompy.AsyncTransaction
+) -> dict[str, Callable[[], Awaitable[object]]]:
+    """The calls of an ``AsyncConnection`` that send or wait, made from another loop."""
+    dest = sub.destination
+    return {
+        "send": lambda: conn.send(dest, "from elsewhere"),
+        "send(receipt=True)": lambda: conn.send(dest, "elsewhere", receipt=True),
+        "send_many": lambda: conn.send_many([stompy.Outgoing(dest, "elsewhere")]),
+        "get(timeout=5)": lambda: sub.get(timeout=5),
+        "get()": sub.get,
+        "request": lambda: conn.request(dest, "?", timeout=5),
+        "subscribe": lambda: conn.subscribe(queue()),
+        "commit": tx.commit,
+        "abort": tx.abort,
+        "unsubscribe": sub.unsubscribe,
+        "close": conn.close,
+    }
+
+
+async def _each_refused(calls: dict[str, Callable[[], Awaitable[object]]]) -> None:
+    """Each call is refused at once, in a loop anyio may not know (its own timeouts would
+    be the connection's library's: sniffio says so in the thread). Checked call by call:
+    one that went ahead (a close()) may leave the connection unable to close."""
+    for name, call in calls.items():
+        began = time.monotonic()
+        try:
+            outcome: object = await call()
+        except Exception as exc:
+            outcome = exc
+        assert refused(outcome), (name, outcome)
+        assert "another event loop of this thread" in str(outcome), name
+        assert time.monotonic() - began < AT_ONCE, name
+
+
+async def _still_works(
+    broker: Any, conn: stompy.AsyncConnection, sub: stompy.AsyncSubscription, tx: Any
+) -> None:
+    """Nothing was sent from the other loop; the connection goes on in its own."""
+    assert conn.connected
+    await conn.send(sub.destination, "here", receipt=True)
+    message = await sub.get(timeout=TIMEOUT)
+    assert message is not None
+    assert message.text == "here"
+    assert await sub.get(timeout=0.3) is None
+    await tx.commit()
+
+
+@pytest.mark.anyio
+async def test_an_async_connection_used_from_another_loop_of_its_thread_says_so(
+    anyio_backend: str,
+) -> None:
+    # A trio.run() inside an asyncio task, an asyncio.run() inside a trio task: the check
+    # was by thread only. Before, a send went ahead from the other loop, and the calls
+    # that wait failed from deep inside ("trio.run received unrecognized yield
+    # message", "Task got bad yield") or left the connection unable to close.
+    import asyncio
+
+    import trio
+
+    with run_broker() as broker, anyio.fail_after(TIMEOUT * 4):
+        async with stompy.AsyncConnection(broker.url, receipt_timeout=TIMEOUT) as conn:
+            sub = await conn.subscribe(queue())
+            tx = await conn.transaction()
+            await conn.send(queue(), "settled", receipt=True)
+            calls = _calls_elsewhere(conn, sub, tx)
+
+            async def in_asyncio() -> None:
+                await asyncio.wait_for(_each_refused(calls), TIMEOUT * 2)
+
+            async def in_trio() -> None:
+                with trio.fail_after(TIMEOUT * 2):
+                    await _each_refused(calls)
+
+            # Each in the other library's loop: asyncio cannot run inside itself.
+            if anyio_backend == "trio":
+                asyncio.run(in_asyncio())
+            else:
+                trio.run(in_trio)
+            await _still_works(broker, conn, sub, tx)
+
+
+def test_an_async_connection_used_from_a_second_asyncio_loop_says_so() -> None:
+    # The connection's loop stopped (run_until_complete returned), another one run in
+    # the same thread (a test's loop using a connection of a fixture's): a send with a
+    # receipt waited out its timeout, a get() forever.
+    import asyncio
+
+    with run_broker() as broker:
+        first = asyncio.new_event_loop()
+        opened: asyncio.Future[tuple[Any, ...]] = first.create_future()
+        done = asyncio.Event()
+
+        async def hold() -> None:
+            async with stompy.AsyncConnection(broker.url, receipt_timeout=TIMEOUT) as conn:
+                sub = await conn.subscribe(queue())
+                tx = await conn.transaction()
+                await conn.send(queue(), "settled", receipt=True)
+                opened.set_result((conn, sub, tx))
+                await done.wait()
+                await _still_works(broker, conn, sub, tx)
+
+        try:
+            holder = first.create_task(hold())
+            conn, sub, tx = first.run_until_complete(asyncio.wait_for(opened, TIMEOUT))
+            calls = _calls_elsewhere(conn, sub, tx)
+
+            async def elsewhere() -> None:
+                await asyncio.wait_for(_each_refused(calls), TIMEOUT * 2)
+
+            asyncio.run(elsewhere())
+            done.set()
+            first.run_until_complete(asyncio.wait_for(holder, TIMEOUT * 2))
+        finally:
+            first.close()

@@ -36,7 +36,7 @@ from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, split_for_sending
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
-from stompy._transports.asynchronous import TaskIO, thread_id
+from stompy._transports.asynchronous import TaskIO, running_loop, sniffed, thread_id
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
@@ -168,6 +168,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         now = time.monotonic()
         if now >= io.yield_at:
             io.yield_at = now + YIELD_EVERY
+            io.check_thread()  # the checkpoint would be another loop's
             await anyio.lowlevel.checkpoint()
         inbox = self._inbox
         message = inbox.take()
@@ -187,6 +188,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         now = time.monotonic()  # a local throttle: far cheaper than the loop's clock
         if now >= io.yield_at:
             io.yield_at = now + YIELD_EVERY
+            io.check_thread()
             await anyio.lowlevel.checkpoint()
         inbox = self._inbox
         message = inbox.take()  # (one already waiting is handed out even with timeout=0)
@@ -198,6 +200,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
 
     async def _wait(self, timeout: float | None) -> AsyncMessage | None:
         """:meth:`_take` with the inbox empty: wait up to ``timeout`` for a message."""
+        self._io.check_thread()  # before the timeout's cancel scope: of another loop?
         if timeout is None:
             await self._arrival()
         else:
@@ -480,10 +483,17 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             transaction is None
             and receipt is False
             and telemetry is None
-            # From another thread, the long way raises (TaskIO.run). Looked at when this
-            # send would start the writer, not all through a burst, which started it
-            # already: the thread's id is a new int at each call, a cost a send feels.
-            and (io.write_due or thread_id() == io.thread)
+            # From another thread or event loop, the long way raises (TaskIO.run).
+            # Looked at when this send would start the writer, not all through a burst,
+            # which started it already: a cost a send feels.
+            and (
+                io.write_due
+                or (
+                    thread_id() == io.thread
+                    and running_loop() is io.loop
+                    and sniffed.name == io.library
+                )
+            )
             and engine.send_now(destination, body, headers, content_type, io.clock)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,

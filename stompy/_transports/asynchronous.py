@@ -36,12 +36,14 @@ reaches the user (were one to come, :meth:`TaskIO.leave` would unwrap it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import math
 import os
 import sys
 import threading
+import types
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -69,8 +71,26 @@ M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
 #: The calling thread's id: an :class:`~stompy.AsyncConnection` serves only the thread
-#: (and so the event loop) that opened it (:meth:`TaskIO.check_thread`).
+#: and the event loop that opened it (:meth:`TaskIO.check_thread`).
 thread_id: Final = threading.get_ident
+#: The thread's running asyncio loop (``None`` under trio): another one in the thread is
+#: another event loop (a connection made in one loop, used from ``asyncio.run()`` or
+#: from ``asyncio.run()`` inside a trio task).
+running_loop: Final = asyncio.events._get_running_loop
+
+
+def _sniffio_thread_local() -> Any:
+    try:
+        from sniffio import thread_local
+    except ImportError:  # pragma: no cover - without sniffio no trio runs (trio needs it)
+        return types.SimpleNamespace(name=None)
+    return thread_local
+
+
+#: What sniffio says runs in the thread (its ``name``): ``"trio"`` while trio runs
+#: (trio sets it), ``None`` under asyncio: another library's loop is another event loop
+#: (a ``trio.run()`` inside an asyncio task).
+sniffed: Final = _sniffio_thread_local()
 
 _RECV_SIZE: Final = 256 * 1024
 #: How long a failed write waits for the reader to read what the broker said before
@@ -184,9 +204,12 @@ class TaskIO(Generic[M]):
         #: The id of the task that runs the lifecycle hooks (``None``: none yet).
         self.hooks_task: int | None = None
         #: The thread whose event loop opened the connection (``None``: not yet), the
-        #: only one its calls may come from (:meth:`check_thread`), and its name.
+        #: only one its calls may come from (:meth:`check_thread`), and its name; the
+        #: loop's :func:`running_loop` and :data:`sniffed` name there.
         self.thread: int | None = None
         self._thread_name = ""
+        self.loop: object = None
+        self.library: str | None = None
 
     def check_thread(self) -> None:
         """Raise :class:`LocalProtocolError` when called from another thread than the
@@ -196,14 +219,27 @@ class TaskIO(Generic[M]):
         another loop would wait on an event that the connection's tasks set without
         waking it (a receipt waited out ``receipt_timeout``, a ``get()`` with no
         timeout waited forever), and its writes would race theirs."""
-        if thread_id() != self.thread:
+        if (
+            thread_id() != self.thread
+            or running_loop() is not self.loop
+            or sniffed.name != self.library
+        ):
             self.elsewhere()
 
     def elsewhere(self) -> None:
-        """:meth:`check_thread` after it found another thread: raise, unless the
-        connection was never opened (the call raises why it cannot run)."""
-        if self.thread is None or thread_id() == self.thread:
+        """:meth:`check_thread` after it found another thread or event loop: raise,
+        unless the connection was never opened (the call raises why it cannot run)."""
+        if self.thread is None:
             return
+        if thread_id() == self.thread:
+            if running_loop() is self.loop and sniffed.name == self.library:
+                return
+            raise LocalProtocolError(
+                "this AsyncConnection was opened (`async with`) in another event loop "
+                f"of this thread ({self._thread_name!r}) than this call's, and is used "
+                "only in that one: one event loop and thread per connection. Open a "
+                "connection in each event loop, or make the call in the connection's"
+            )
         raise LocalProtocolError(
             f"this AsyncConnection was opened (`async with`) in thread "
             f"{self._thread_name!r}, and is used only there, in that event loop; this call "
@@ -318,8 +354,12 @@ class TaskIO(Generic[M]):
 
     async def run(self, steps: Steps[T]) -> T:
         """Run a call's steps, waiting as they ask; raises :class:`LocalProtocolError`
-        from another thread than the connection's (:meth:`check_thread`)."""
-        if thread_id() != self.thread:
+        from another thread or event loop than the connection's (:meth:`check_thread`)."""
+        if (
+            thread_id() != self.thread
+            or running_loop() is not self.loop
+            or sniffed.name != self.library
+        ):
             self.elsewhere()
         running = Running(steps)
         await self._drive(running, running.resume())
@@ -388,6 +428,8 @@ class TaskIO(Generic[M]):
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
         self.thread = thread_id()
         self._thread_name = threading.current_thread().name
+        self.loop = running_loop()
+        self.library = sniffed.name
         backend = running_backend()
         self.clock = getattr(backend, "current_time", anyio.current_time)
         self.new_event = getattr(backend, "create_event", anyio.Event)
