@@ -250,3 +250,11 @@ async def test_an_outgoing_send_would_refuse_is_refused_where_it_is_made_async(
             _same_error(made.value, sent.value)
             await conn.send("/queue/after", "x", receipt=True)
             assert broker.queue_depth("/queue/o") == 0
+
+
+@pytest.mark.parametrize("backend", ["curio", "Trio", ""])
+def test_a_broker_thread_of_an_unknown_backend_is_a_configuration_error(backend: str) -> None:
+    # It was anyio's LookupError ("No such backend: curio"), from inside.
+    with pytest.raises(stompy.ConfigurationError, match="backend must be 'asyncio' or 'trio'"):
+        with run_broker(backend=backend):
+            pass  # pragma: no cover

@@ -66,6 +66,8 @@ def check_listener(call: str, host: object, backend: object = "asyncio", **ports
         raise TypeError(f"{call}(): host must be a str, not {type(host).__name__}")
     if not isinstance(backend, str):
         raise TypeError(f"{call}(): backend must be a str, not {type(backend).__name__}")
+    if backend not in ("asyncio", "trio"):  # anyio's own: "LookupError: No such backend"
+        raise ConfigurationError(f"{call}(): backend must be 'asyncio' or 'trio', got {backend!r}")
     for name, port in ports.items():
         if not isinstance(port, int) or isinstance(port, bool):
             raise TypeError(f"{call}(): {name} must be an int, not {type(port).__name__}")
