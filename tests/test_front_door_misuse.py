@@ -258,3 +258,29 @@ def test_a_broker_thread_of_an_unknown_backend_is_a_configuration_error(backend:
     with pytest.raises(stompy.ConfigurationError, match="backend must be 'asyncio' or 'trio'"):
         with run_broker(backend=backend):
             pass  # pragma: no cover
+
+
+SEND_MANY_MISUSES: Final = (
+    (None, "got NoneType"),
+    (stompy.Outgoing("/queue/one", "alone"), "got one Outgoing: pass \\[message\\]"),
+)
+
+
+@pytest.mark.parametrize(("messages", "said"), SEND_MANY_MISUSES)
+def test_send_many_of_no_iterable_names_send_many(messages: Any, said: str) -> None:
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with pytest.raises(TypeError, match=f"send_many\\(\\) takes an iterable.*{said}"):
+            conn.send_many(messages)
+        conn.send("/queue/after", "still open", receipt=True)
+        assert broker.queue_depth("/queue/one") == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("messages", "said"), SEND_MANY_MISUSES)
+async def test_send_many_of_no_iterable_names_send_many_async(messages: Any, said: str) -> None:
+    with run_broker() as broker:
+        async with stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises(TypeError, match=f"send_many\\(\\) takes an iterable.*{said}"):
+                await conn.send_many(messages)
+            await conn.send("/queue/after", "still open", receipt=True)
+        assert broker.queue_depth("/queue/one") == 0

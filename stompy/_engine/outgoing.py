@@ -109,11 +109,23 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
     queue at once, then the last message alone, since it may carry the receipt.
 
     A message that is not an :class:`Outgoing` (a body, a ``(destination, body)``
-    tuple) is a :class:`TypeError` naming it, raised before its chunk is sent.
+    tuple) is a :class:`TypeError` naming it, raised before its chunk is sent; so is one
+    ``Outgoing`` or ``None`` where the iterable of them belongs.
     """
+    if isinstance(messages, Outgoing):
+        raise TypeError(
+            "send_many() takes an iterable of stompy.Outgoing, got one Outgoing: "
+            "pass [message], or use send()"
+        )
+    try:
+        each = iter(messages)
+    except TypeError:
+        raise TypeError(
+            f"send_many() takes an iterable of stompy.Outgoing, got {type(messages).__name__}"
+        ) from None
     chunk: list[Outgoing] = []
     held: Outgoing | None = None
-    for message in messages:
+    for message in each:
         if type(message) is not Outgoing and not isinstance(message, Outgoing):
             raise _not_outgoing(message)
         if held is not None:
