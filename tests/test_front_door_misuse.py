@@ -13,7 +13,7 @@ import pytest
 
 import stompy
 import stompy._core.protocol
-from stompy.testing import run_broker
+from stompy.testing import run_broker, serve
 
 
 def test_the_async_client_in_a_plain_with_says_async_with() -> None:
@@ -257,6 +257,22 @@ def test_a_broker_thread_of_an_unknown_backend_is_a_configuration_error(backend:
     # It was anyio's LookupError ("No such backend: curio"), from inside.
     with pytest.raises(stompy.ConfigurationError, match="backend must be 'asyncio' or 'trio'"):
         with run_broker(backend=backend):
+            pass  # pragma: no cover
+
+
+@pytest.mark.parametrize("flag", ["yes", "no", 1, None])
+def test_a_websocket_flag_that_is_no_bool_is_refused(flag: Any) -> None:
+    # "no" was taken as true: a WebSocket listener nobody asked for (or wsproto missing).
+    with pytest.raises(TypeError, match="run_broker\\(\\): websocket must be a bool"):
+        with run_broker(websocket=flag):
+            pass  # pragma: no cover
+
+
+@pytest.mark.anyio
+async def test_a_websocket_flag_that_is_no_bool_is_refused_by_serve() -> None:
+    with pytest.raises(TypeError, match="serve\\(\\): websocket must be a bool, not str"):
+        flag: Any = "no"  # as a newcomer's untyped code has it
+        async with serve(websocket=flag):
             pass  # pragma: no cover
 
 

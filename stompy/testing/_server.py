@@ -442,7 +442,7 @@ async def serve(
     wsproto and :class:`OSError` when an address cannot be bound.
     """
     check(options, BROKER_OPTIONS, "serve")
-    check_listener("serve", host, port=port, websocket_port=websocket_port)
+    check_listener("serve", host, websocket=websocket, port=port, websocket_port=websocket_port)
     context = tls_context(ssl, ssl_context)
     store = MessageStore(BrokerConfig(**options))
     if websocket:

@@ -58,10 +58,15 @@ STREAM_ERRORS: Final = (
 )
 
 
-def check_listener(call: str, host: object, backend: object = "asyncio", **ports: object) -> None:
-    """The types of what a server listens on (``host``, its ports) and of the thread's
-    ``backend``, checked as ``call`` starts: a :class:`TypeError` naming the argument,
-    not the resolver's error (or anyio's) from inside."""
+def check_listener(
+    call: str, host: object, backend: object = "asyncio", websocket: object = False, **ports: object
+) -> None:
+    """The types of what a server listens on (``host``, its ports, whether it speaks
+    WebSocket too) and of the thread's ``backend``, checked as ``call`` starts: a
+    :class:`TypeError` naming the argument, not the resolver's error (or anyio's) from
+    inside, nor a ``"no"`` taken for true."""
+    if not isinstance(websocket, bool):
+        raise TypeError(f"{call}(): websocket must be a bool, not {type(websocket).__name__}")
     if not isinstance(host, str):
         raise TypeError(f"{call}(): host must be a str, not {type(host).__name__}")
     if not isinstance(backend, str):

@@ -94,7 +94,7 @@ def run_broker(
     """
     # Fail here, before a thread starts.
     check(options, BROKER_OPTIONS, "run_broker")
-    check_listener("run_broker", host, backend, port=port, websocket_port=websocket_port)
+    check_listener("run_broker", host, backend, websocket, port=port, websocket_port=websocket_port)
     context = tls_context(ssl, ssl_context)
     with (
         start_blocking_portal(backend) as portal,
