@@ -438,8 +438,9 @@ async def serve(
     ``broker.ws_url``), over the same queues; that needs wsproto, the ``websocket``
     extra. Works under asyncio and trio. On exit every connection is cut.
     Raises :class:`ValueError` for bad options, :class:`TypeError` for an ``ssl`` that
-    is no :class:`ssl.SSLContext`, :class:`ImportError` for ``websocket`` without
-    wsproto and :class:`OSError` when an address cannot be bound.
+    is no :class:`ssl.SSLContext` or a ``websocket`` that is no bool,
+    :class:`ImportError` for ``websocket`` without wsproto and :class:`OSError` when an
+    address cannot be bound.
     """
     check(options, BROKER_OPTIONS, "serve")
     check_listener("serve", host, websocket=websocket, port=port, websocket_port=websocket_port)
