@@ -14,7 +14,10 @@ queue of the connection and stompy's correlation ids, as an application would.
 the caller's hands: the library once each way plus the broker once.
 
 The ``bare socket (ceiling)`` rows are the floor of both: a socket that writes a
-pre-encoded frame and reads until the answer's NUL, which no client can beat.
+pre-encoded frame and reads until the answer's NUL, which no client can beat. The
+``bare asyncio (ceiling)`` and ``bare trio (ceiling)`` rows are the same exchange in one
+task of that event loop (``loop.sock_sendall()`` / ``loop.sock_recv()``, ``trio.socket``):
+the floor of an async client, what the event loop itself costs.
 
 Brokers: stompy's own test broker (:mod:`stompy.testing`, run as ``python -m stompy
 broker`` in a child process so that it does not share the client's GIL), and
@@ -30,13 +33,14 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
 import stompy
 from benchmarks import workload
 from benchmarks._core import (
+    CEILING_MARK,
     STOMPY,
     STOMPY_ASYNCIO,
     STOMPY_TRIO,
@@ -62,6 +66,10 @@ RECEIPT_TOPIC: Final = "/topic/stompy-bench-receipts"
 #: stompy's own request/reply API (issue 19) beside the same exchange done by hand.
 STOMPY_REQUEST: Final = "stompy request()"
 STOMPY_ASYNC_REQUEST: Final = "stompy (asyncio) request()"
+#: The floor of an async client: the bare socket's exchange in one task of the event
+#: loop, read and written with the runtime's own socket calls.
+CEILING_ASYNCIO: Final = f"bare asyncio {CEILING_MARK}"
+CEILING_TRIO: Final = f"bare trio {CEILING_MARK}"
 
 
 def _count(settings: Settings) -> int:
@@ -270,11 +278,8 @@ def stompman_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[
 # -- the floor: a bare socket --------------------------------------------------------------
 
 
-def bare_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
-    """The floor of a round trip: pre-encoded SENDs written to a socket, each answer
-    read up to its NUL and its ``correlation-id`` found in its bytes."""
-    deadline = job.deadline()
-    frames = [
+def _request_frames(job: Job, reply_to: str, total: int) -> list[bytes]:
+    return [
         frame(
             "SEND",
             {
@@ -284,26 +289,140 @@ def bare_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[floa
             },
             workload.body(i),
         )
-        for i in range(warmup + count)
+        for i in range(total)
     ]
+
+
+def _check_bare_reply(reply: bytes, i: int, who: str) -> None:
+    if b"\ncorrelation-id:%d\n" % i not in reply or not reply.startswith(b"MESSAGE"):
+        raise AssertionError(f"{who}: {reply[:200]!r} is no reply to request {i}")
+
+
+def _subscribed(conn: RawConnection, reply_to: str) -> None:
+    subscribe = {"id": "replies", "destination": reply_to, "ack": "auto", "receipt": "s"}
+    conn.sendall(frame("SUBSCRIBE", subscribe))
+    conn.wait_receipt("s")
+
+
+def bare_requests(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    """The floor of a round trip: pre-encoded SENDs written to a socket, each answer
+    read up to its NUL and its ``correlation-id`` found in its bytes."""
+    deadline = job.deadline()
+    frames = _request_frames(job, reply_to, warmup + count)
     times: list[float] = []
     with RawConnection(job.server, deadline) as conn:
-        subscribe = {"id": "replies", "destination": reply_to, "ack": "auto", "receipt": "s"}
-        conn.sendall(frame("SUBSCRIBE", subscribe))
-        conn.wait_receipt("s")
+        _subscribed(conn, reply_to)
         sock = conn.sock
         sock.settimeout(deadline.left())
         for i, request in enumerate(frames):
-            want = b"\ncorrelation-id:%d\n" % i
             start = time.perf_counter()
             sock.sendall(request)
             reply = conn.next_frame()
             elapsed = time.perf_counter() - start
-            if want not in reply or not reply.startswith(b"MESSAGE"):
-                raise AssertionError(f"bare socket: {reply[:200]!r} is no reply to request {i}")
+            _check_bare_reply(reply, i, "bare socket")
             if i >= warmup:
                 times.append(elapsed)
     return times
+
+
+# -- the floor of an event loop: the same bare socket, read and written by the runtime ----
+
+#: Reads the next bytes of a non-blocking socket with a runtime's own call.
+Receive = Callable[[], Awaitable[bytes]]
+
+
+async def _bare_exchange(
+    frames: list[bytes],
+    send: Callable[[bytes], Awaitable[object]],
+    receive: Receive,
+    check: Callable[[bytes, int], None],
+    warmup: int,
+) -> list[float]:
+    """Each frame written and its answer read up to its NUL, in one task."""
+    times: list[float] = []
+    buffer = b""
+    for i, request in enumerate(frames):
+        start = time.perf_counter()
+        await send(request)
+        while True:
+            nul = buffer.find(b"\0")
+            if nul >= 0:
+                answer, buffer = buffer[:nul].lstrip(b"\r\n"), buffer[nul + 1 :]
+                if answer:
+                    break
+                continue
+            data = await receive()
+            if not data:
+                raise ConnectionError("the broker closed the connection")
+            buffer += data
+        elapsed = time.perf_counter() - start
+        check(answer, i)
+        if i >= warmup:
+            times.append(elapsed)
+    return times
+
+
+def _bare_async(
+    job: Job,
+    reply_to: str | None,
+    frames: list[bytes],
+    check: Callable[[bytes, int], None],
+    warmup: int,
+    backend: str,
+) -> list[float]:
+    """:func:`_bare_exchange` on a connection made (and subscribed) by
+    :class:`RawConnection`, its socket then read and written by the event loop:
+    ``loop.sock_sendall()`` / ``loop.sock_recv()`` on asyncio, ``trio.socket`` on trio
+    (subscribed to ``reply_to`` first, unless it is ``None``)."""
+    deadline = job.deadline()
+    with RawConnection(job.server, deadline) as conn:
+        if conn.buffer:
+            raise AssertionError(f"bare {backend}: bytes before the first request")
+        if reply_to is not None:
+            _subscribed(conn, reply_to)
+        sock = conn.sock
+        sock.setblocking(False)
+        if backend == "trio":
+            import trio
+
+            async def trio_main() -> list[float]:
+                tsock = trio.socket.from_stdlib_socket(sock)
+
+                async def send(data: bytes) -> None:
+                    view = memoryview(data)
+                    while view:
+                        view = view[await tsock.send(view) :]
+
+                with trio.fail_after(deadline.left()):
+                    try:
+                        return await _bare_exchange(
+                            frames, send, lambda: tsock.recv(256 * 1024), check, warmup
+                        )
+                    finally:
+                        tsock.detach()  # the RawConnection closes it
+
+            return trio.run(trio_main)
+
+        async def asyncio_main() -> list[float]:
+            loop = asyncio.get_running_loop()
+            return await _bare_exchange(
+                frames,
+                functools.partial(loop.sock_sendall, sock),
+                functools.partial(loop.sock_recv, sock, 256 * 1024),
+                check,
+                warmup,
+            )
+
+        return asyncio.run(asyncio.wait_for(asyncio_main(), deadline.left()))
+
+
+def bare_async_requests(
+    job: Job, reply_to: str, count: int, warmup: int, backend: str = "asyncio"
+) -> list[float]:
+    """The floor of an event loop's round trip: :func:`bare_requests` in one task."""
+    frames = _request_frames(job, reply_to, warmup + count)
+    check = functools.partial(_check_bare_reply, who=f"bare {backend}")
+    return _bare_async(job, reply_to, frames, check, warmup, backend)
 
 
 # -- send(receipt=True) ----------------------------------------------------------------------
@@ -387,11 +506,8 @@ def stomppy_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[f
     return times
 
 
-def bare_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
-    """The floor of a send with a receipt: pre-encoded SENDs, each RECEIPT read up to
-    its NUL and its ``receipt-id`` found in its bytes."""
-    deadline = job.deadline()
-    frames = [
+def _receipt_frames(job: Job, total: int) -> list[bytes]:
+    return [
         frame(
             "SEND",
             {
@@ -401,23 +517,43 @@ def bare_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[floa
             },
             workload.body(i),
         )
-        for i in range(warmup + count)
+        for i in range(total)
     ]
+
+
+def _check_bare_receipt(answer: bytes, i: int, who: str) -> None:
+    if not answer.startswith(b"RECEIPT") or b"\nreceipt-id:r-%d\n" % i not in answer + b"\n":
+        raise AssertionError(f"{who}: {answer[:200]!r} is no receipt for {i}")
+
+
+def bare_receipts(job: Job, reply_to: str, count: int, warmup: int) -> list[float]:
+    """The floor of a send with a receipt: pre-encoded SENDs, each RECEIPT read up to
+    its NUL and its ``receipt-id`` found in its bytes."""
+    deadline = job.deadline()
+    frames = _receipt_frames(job, warmup + count)
     times: list[float] = []
     with RawConnection(job.server, deadline) as conn:
         sock = conn.sock
         sock.settimeout(deadline.left())
         for i, send in enumerate(frames):
-            want = b"\nreceipt-id:r-%d\n" % i
             start = time.perf_counter()
             sock.sendall(send)
             answer = conn.next_frame()
             elapsed = time.perf_counter() - start
-            if not answer.startswith(b"RECEIPT") or want not in answer + b"\n":
-                raise AssertionError(f"bare socket: {answer[:200]!r} is no receipt for {i}")
+            _check_bare_receipt(answer, i, "bare socket")
             if i >= warmup:
                 times.append(elapsed)
     return times
+
+
+def bare_async_receipts(
+    job: Job, reply_to: str, count: int, warmup: int, backend: str = "asyncio"
+) -> list[float]:
+    """The floor of an event loop's send with a receipt: :func:`bare_receipts` in one
+    task."""
+    frames = _receipt_frames(job, warmup + count)
+    check = functools.partial(_check_bare_receipt, who=f"bare {backend}")
+    return _bare_async(job, None, frames, check, warmup, backend)
 
 
 def receipt_senders(settings: Settings) -> list[tuple[str, Requester]]:
@@ -430,6 +566,9 @@ def receipt_senders(settings: Settings) -> list[tuple[str, Requester]]:
     if _has("stomp"):
         found.append((STOMPPY, stomppy_receipts))
     found.append((CEILING, bare_receipts))
+    found.append((CEILING_ASYNCIO, bare_async_receipts))
+    if _has("trio"):
+        found.append((CEILING_TRIO, functools.partial(bare_async_receipts, backend="trio")))
     return [(who, sender) for who, sender in found if settings.wants(who)]
 
 
@@ -447,6 +586,9 @@ def requesters(settings: Settings) -> list[tuple[str, Requester]]:
     if _has("stompman"):
         found.append((STOMPMAN, stompman_requests))
     found.append((CEILING, bare_requests))
+    found.append((CEILING_ASYNCIO, bare_async_requests))
+    if _has("trio"):
+        found.append((CEILING_TRIO, functools.partial(bare_async_requests, backend="trio")))
     return [(who, requester) for who, requester in found if settings.wants(who)]
 
 
