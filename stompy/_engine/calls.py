@@ -102,6 +102,14 @@ class Wait:
 Steps = Generator[Wait, float, T]
 
 _CLOSING: Final = (CLOSING, CLOSED)
+# Module constants for the steps that run per call: an Enum's member looked up on its
+# class costs more (see docs/performance.md, "Figures behind the core's comments").
+_RECEIPT: Final = Waiting.RECEIPT
+_REPLY: Final = Waiting.REPLY
+_ARRIVED: Final = ReceiptState.ARRIVED
+_PENDING: Final = ReceiptState.PENDING
+#: What a lost send's error says is unknown.
+_UNKNOWN: Final = "whether the frame took effect"
 
 
 class Running(Generic[T]):
@@ -155,8 +163,11 @@ class Sends(Generic[M]):
         call ends within ``send_timeout + receipt_timeout``.
         """
         check_flag("receipt", receipt)
-        message = Outgoing(destination, body, headers, content_type)
-        yield from self.send_one(message, transaction, receipt)
+        # The steps of send_one() themselves, not a generator around them: a call
+        # resumes them at each wait.
+        return self.send_one(
+            Outgoing(destination, body, headers, content_type), transaction, receipt
+        )
 
     def reply(
         self, event: MessageReceived, body: bytes | str, options: MessageOptions
@@ -169,7 +180,7 @@ class Sends(Generic[M]):
         receipt = check_flag("receipt", options.get("receipt", False))
         destination, headers = reply_address(event.frame, options.get("headers"))
         message = Outgoing(destination, body, headers, options.get("content_type"))
-        yield from self.send_one(message, None, receipt, event.frame)
+        return self.send_one(message, None, receipt, event.frame)
 
     def send_one(
         self, message: Outgoing, transaction: str | None, receipt: bool, parent: Frame | None = None
@@ -282,12 +293,13 @@ class Call(Sends[M]):
         try:
             while True:
                 state = engine.receipt_state(rid, epoch)
-                if state is ReceiptState.ARRIVED:
+                if state is _ARRIVED:
                     return
-                self._unanswered(state, lost, f"the receipt {rid!r}", epoch, unknown)
+                if state is not _PENDING:
+                    self._unanswered(state, lost, f"the receipt {rid!r}", epoch, unknown)
                 if self.now >= deadline:
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
-                self.now = yield Wait(Waiting.RECEIPT, deadline, rid)  # _wait(), inlined
+                self.now = yield Wait(_RECEIPT, deadline, rid)  # _wait(), inlined
         finally:
             engine.receipts.forget(rid)
 
@@ -354,28 +366,46 @@ class Call(Sends[M]):
                 transaction=transaction,
                 receipt=receipt,
             )
-            if rid is not None:
-                # Before the flush, which may wait: it may come meanwhile.
-                engine.receipts.expect(rid)
-            engine.flush(self.now)
-            if len(engine.outgoing) > MAX_OUTGOING:
-                yield from self.room(until)
             if rid is None:
+                engine.flush(self.now)
+                if len(engine.outgoing) > MAX_OUTGOING:
+                    yield from self.room(until)
                 return
+            receipts = engine.receipts
+            # Before the flush, which may wait: it may come meanwhile.
+            receipts.expect(rid)
             try:
-                yield from self.receipt(rid, epoch, until=until)
-                return
-            except ConnectionLost:
-                if (
-                    policy is None
-                    or transaction is not None
-                    or self.now >= give_up
-                    or engine.failure is not None
-                    or engine.status in _CLOSING
-                ):
-                    raise
-                repeat += 1
-                log.info("sending again to %s after the connection was lost", message.destination)
+                engine.flush(self.now)
+                if len(engine.outgoing) > MAX_OUTGOING:
+                    yield from self.room(until)
+                try:
+                    # The wait of receipt(), written out: one generator less to resume.
+                    while True:
+                        state = engine.receipt_state(rid, epoch)
+                        if state is _ARRIVED:
+                            return
+                        if state is not _PENDING:
+                            what = f"the receipt {rid!r}"
+                            self._unanswered(state, ConnectionLost, what, epoch, _UNKNOWN)
+                        if self.now >= until:
+                            timeout = engine.options.receipt_timeout
+                            raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
+                        self.now = yield Wait(_RECEIPT, until, rid)
+                except ConnectionLost:
+                    if (
+                        policy is None
+                        or transaction is not None
+                        or self.now >= give_up
+                        or engine.failure is not None
+                        or engine.status in _CLOSING
+                    ):
+                        raise
+                    repeat += 1
+                    log.info(
+                        "sending again to %s after the connection was lost", message.destination
+                    )
+            finally:
+                receipts.forget(rid)
 
     def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
         """SEND a request (see :meth:`Engine.request`) and wait for its reply, which it
@@ -404,15 +434,16 @@ class Call(Sends[M]):
             if len(engine.outgoing) > MAX_OUTGOING:
                 yield from self.room(deadline)
             while True:
+                reply = request.reply  # (Engine.reply_state's first look, without the call)
+                if reply is not None:
+                    return reply
                 state = engine.reply_state(request)
-                if state is ReceiptState.ARRIVED:
-                    assert request.reply is not None
-                    return request.reply
-                what = f"the reply to the request to {destination!r} ({correlation_id!r})"
-                self._unanswered(state, ConnectionLost, what, request.epoch)
+                if state is not _PENDING:
+                    what = f"the reply to the request to {destination!r} ({correlation_id!r})"
+                    self._unanswered(state, ConnectionLost, what, request.epoch)
                 if self.now >= deadline:
                     raise timed_out(request, timeout)
-                self.now = yield Wait(Waiting.REPLY, deadline, correlation_id=correlation_id)
+                self.now = yield Wait(_REPLY, deadline, None, correlation_id)
         finally:
             engine.requests.forget(request)
 

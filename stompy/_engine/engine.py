@@ -120,6 +120,11 @@ class Pumped:
         self.replied = replied
 
 
+#: What most pumps did, made once: woke somebody (or nobody), no failure, no reply.
+_WOKE: Final = Pumped(True, None)
+_QUIET: Final = Pumped(False, None)
+
+
 class Engine(Generic[M]):
     """A client connection's state across reconnects, and the rules that change it.
 
@@ -332,7 +337,12 @@ class Engine(Generic[M]):
         proto = self.proto
         if proto is None:
             return False
-        data = take_output(proto, self.ws, now, self.endpoint)
+        if self.ws is None:  # take_output, written out: this runs at every call and pump
+            data = proto.data_to_send(now)
+            if data:
+                log_sent(data, self.endpoint)
+        else:
+            data = take_output(proto, self.ws, now, self.endpoint)
         if data:
             if not self.outgoing and now is not None:
                 self._write_since = now  # the write deadline counts from here
@@ -559,7 +569,7 @@ class Engine(Generic[M]):
             self._now = now
         failure: StompError | None = None
         delivery = self.delivery
-        woke = delivery.drain(self._now, self.endpoint)
+        woke = delivery.drain(self._now, self.endpoint) if delivery.backlog else False
         route = delivery.route
         message_class = self.message_class
         epoch = self.epoch
@@ -588,9 +598,13 @@ class Engine(Generic[M]):
                 event = proto.next_event()
         except ProtocolError as exc:
             failure = exc
-        delivery.watch(self._now, self.endpoint)
+        if delivery.backlog or delivery.paused_since is not None:  # else it has nothing to do
+            delivery.watch(self._now, self.endpoint)
         self.flush(now)
-        return Pumped(woke or failure is not None, failure, self.requests.take_replied())
+        replied = self.requests.take_replied()
+        if failure is None and not replied:
+            return _WOKE if woke else _QUIET  # the common results, made once
+        return Pumped(woke or failure is not None, failure, replied)
 
     def _error_while_closing(self, failure: ServerError) -> None:
         """The broker's ERROR ended the connection while it was closing: no call raises
