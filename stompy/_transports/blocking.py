@@ -41,7 +41,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
-from stompy._engine.calls import Call, Running, Steps, Waiting
+from stompy._engine.calls import Call, Steps, Waiting
 from stompy._engine.engine import MAX_OUTGOING, Engine, log
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
@@ -64,7 +64,8 @@ _TLS_RETRY: Final = (BlockingIOError, _ssl.SSLWantReadError, _ssl.SSLWantWriteEr
 #: A caller may read the socket while it waits (see IOThread.wait): not on Windows.
 _READ_THROUGH: Final = hasattr(select, "poll")
 #: The waits for what comes from the socket, which a caller may read itself.
-_ANSWERS: Final = frozenset((Waiting.RECEIPT, Waiting.REPLY))
+_RECEIPT: Final = Waiting.RECEIPT
+_REPLY: Final = Waiting.REPLY
 
 
 def bytes_waiting(sock: socket.socket | None) -> bool | None:
@@ -165,22 +166,26 @@ class IOThread(Generic[M]):
 
     def run(self, steps: Steps[T]) -> T:
         """Run a call's steps under the lock, waiting as they ask."""
-        running = Running(steps)
+        # Running's work, written out: a round trip resumes the steps twice.
+        send = steps.send
         with self.lock:  # the condition's lock, entered at C speed
             try:
-                wait = running.resume()
-                while wait is not None:
+                wait = next(steps)
+                while True:
                     self.push(waiting=True)
-                    timeout = max(0.0, wait.deadline - time.monotonic())
-                    if wait.what in _ANSWERS:
-                        self.wait(timeout)
+                    timeout = wait.deadline - time.monotonic()
+                    what = wait.what
+                    if what is _RECEIPT or what is _REPLY:  # what the socket brings
+                        self.wait(timeout if timeout > 0.0 else 0.0)
                     else:  # room, a change: the I/O thread's doing, not the socket's
-                        self.cond.wait(timeout)
-                    wait = running.resume(time.monotonic())
+                        self.cond.wait(timeout if timeout > 0.0 else 0.0)
+                    wait = send(time.monotonic())
+            except StopIteration as done:  # the call returned
+                result: T = done.value
             finally:
-                running.close()  # an interrupted wait: the call forgets its receipt
+                steps.close()  # an interrupted wait: the call forgets its receipt
                 self.push()  # what was queued before an error goes out too
-        return running.result
+        return result
 
     def wait(self, timeout: float | None) -> None:
         """Under the lock, as ``cond.wait(timeout)``: wait until notified or ``timeout``
@@ -211,7 +216,7 @@ class IOThread(Generic[M]):
             or engine.status is not CONNECTED
             or engine.ending is not None
             or engine.ws is not None
-            or engine.paused
+            or engine.delivery.backlog  # (Engine.paused, without the call)
             or threading.get_ident() == self._ident
         ):
             self.cond.wait(timeout)
@@ -228,7 +233,13 @@ class IOThread(Generic[M]):
         self.reading = True
         watch = self._watch
         if watch is not None and watch.shared:
-            self._stand_aside(True)
+            # _stand_aside(True), written out (as its put-back below): twice a round trip.
+            self._aside = True
+            try:
+                watch.stand_aside(True)
+            except (OSError, ValueError):
+                self._aside = False
+                self.wake()
         try:
             saved = lock._release_save()  # type: ignore[attr-defined]  # as Condition.wait
             try:
@@ -249,28 +260,18 @@ class IOThread(Generic[M]):
         finally:
             if self._aside:
                 # After the read, not before: bytes still unread would wake the I/O thread.
-                self._stand_aside(False)
-
-    def _stand_aside(self, aside: bool) -> None:
-        """Under the lock, from a caller that reads in :meth:`wait`: take the reading
-        out of the I/O thread's watch (``aside``), or put it back. The watch is
-        shared: no wake-up is needed (see :mod:`stompy._transports.watch`). Should
-        the change fail, the I/O thread is woken to make its own, and to judge the
-        socket if that fails too."""
-        watch = self._watch
-        if watch is None:
-            return
-        self._aside = aside
-        try:
-            watch.stand_aside(aside)
-        except (OSError, ValueError):
-            self._aside = False
-            self.wake()
+                self._aside = False
+                watch = self._watch  # (None once the I/O thread is done with the socket)
+                if watch is not None:
+                    try:
+                        watch.stand_aside(False)
+                    except (OSError, ValueError):
+                        self.wake()  # to make its own change, or judge the socket
 
     def _read_here(self, sock: socket.socket) -> None:
         """The read-through, under the lock: read what came and route it."""
         engine = self.engine
-        if engine.status is not CONNECTED or engine.ending is not None or engine.paused:
+        if engine.status is not CONNECTED or engine.ending is not None or engine.delivery.backlog:
             return  # changed while the lock was released: the I/O thread's to read
         try:
             data: bytes | OSError = sock.recv(_RECV_SIZE)
@@ -283,14 +284,16 @@ class IOThread(Generic[M]):
             self.wake()
             return
         now = time.monotonic()
-        engine.receive(data, now)  # no WebSocket here: no close to report
+        proto = engine.proto
+        assert proto is not None  # connected
+        # Engine.receive's work: no WebSocket here (see wait), so no close to report.
+        proto.receive_data(data, now)
         pumped = engine.pump(now)
         self.at_rest = True
         if pumped.woke:
             self.cond.notify_all()
         failure = pumped.failure
-        proto = engine.proto
-        if failure is not None or (proto is not None and proto.state is PROTOCOL_CLOSED):
+        if failure is not None or proto.state is PROTOCOL_CLOSED:
             failure = lifecycle.why_ended(engine, failure, len(engine.outgoing))
         if failure is not None:
             engine.saw_end(failure)  # the I/O thread ends the connection with it
@@ -630,7 +633,7 @@ class IOThread(Generic[M]):
                 wanted = (0 if paused else READ) | (WRITE if engine.outgoing else 0)
                 try:
                     watch.watch(wanted)
-                    if watch.shared:  # after a failed put-back (see _stand_aside): again
+                    if watch.shared:  # after a failed put-back (see wait): again
                         watch.stand_aside(self._aside)
                 except (OSError, ValueError) as exc:  # ValueError: the socket was closed
                     return self._broken(sock, OSError(f"cannot watch the socket: {exc}"))

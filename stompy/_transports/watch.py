@@ -30,6 +30,7 @@ __all__ = ("READ", "WRITE", "Watch", "watch_for")
 #: The events a watch is asked for and reports, as :mod:`selectors` names them.
 READ: Final = selectors.EVENT_READ
 WRITE: Final = selectors.EVENT_WRITE
+_EPOLLIN: Final = getattr(select, "EPOLLIN", 0)
 
 
 class Watch:
@@ -87,8 +88,16 @@ class _Epoll(Watch):
             self._set(events, self._aside)
 
     def stand_aside(self, aside: bool) -> None:
-        if aside is not self._aside:
-            self._set(self.events, aside)
+        # _set(self.events, aside), for the one bit that changes: a caller's read-through
+        # does this twice per round trip.
+        if aside is self._aside:
+            return
+        mask = self._mask
+        if mask >= 0 and self.events & READ:  # (not in the set: nothing to change)
+            mask = mask & ~_EPOLLIN if aside else mask | _EPOLLIN
+            self._epoll.modify(self._fd, mask)
+            self._mask = mask
+        self._aside = aside
 
     def _set(self, events: int, aside: bool) -> None:
         """Change the set for ``events`` and ``aside``; on an error, nothing changed."""
