@@ -24,6 +24,7 @@ __all__ = (
     "ConnectionLost",
     "FrameTooLarge",
     "HeartbeatTimeout",
+    "ListenFailed",
     "LocalProtocolError",
     "MessageTooLarge",
     "NetworkError",
@@ -172,6 +173,41 @@ class NetworkError(StompError):
 
 class ConnectFailed(NetworkError):
     """No connection could be established to any of the given servers."""
+
+
+class ListenFailed(NetworkError, OSError):
+    """A server of :mod:`stompy.testing` (the broker, the fault proxy) could not listen
+    on ``host:port``: the port is taken, the host does not resolve to an address of this
+    machine, the port needs privileges.
+
+    ``host`` and ``port`` are the address it was asked for, ``errno`` and ``strerror``
+    the cause's (also its ``__cause__``: a :class:`socket.gaierror` for a host that does
+    not resolve). An :class:`OSError` too, which these servers raised before, so code
+    written for that still catches it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str = "",
+        port: int = 0,
+        errno: int | None = None,
+        strerror: str | None = None,
+    ) -> None:
+        OSError.__init__(self, message)
+        self.errno = errno
+        self.strerror = strerror
+        self.host = host
+        self.port = port
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[type[ListenFailed], tuple[object, ...], dict[str, object]]:
+        # errno and strerror are OSError's slots, not in __dict__: pickle them too.
+        state = {**vars(self), "errno": self.errno, "strerror": self.strerror}
+        return type(self), self.args, state
 
 
 class ConnectionLost(NetworkError):

@@ -166,7 +166,38 @@ def test_port_in_use(capsys: pytest.CaptureFixture[str]) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         assert cli.main(["broker", "--port", str(port), "--quiet"]) == 1
-    assert "cannot listen" in capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}: " in capsys.readouterr().err
+
+
+def test_the_websocket_port_in_use_is_the_one_named(capsys: pytest.CaptureFixture[str]) -> None:
+    # The line named --port's address (0 here) for --websocket's port in use.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["broker", "--port", "0", "--websocket", str(port), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"stompy broker: cannot listen on 127.0.0.1:{port}: "), err
+    assert err.count("cannot listen") == 1
+
+
+def test_a_host_that_does_not_resolve_is_named_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["broker", "--host", "no.such.host.invalid", "--port", "0", "-q"]) == 1
+    err = capsys.readouterr().err
+    said = "stompy broker: cannot listen on no.such.host.invalid:0: the host does not resolve ("
+    assert err.startswith(said), err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", [["broker"], ["proxy", "--target", "stomp://127.0.0.1:1"]])
+def test_an_empty_host_is_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The resolver's "Name or service not known", of an empty name, and exit status 1.
+    with pytest.raises(SystemExit) as info:
+        cli.main([*command, "--host", ""])
+    assert info.value.code == 2
+    assert "argument --host: want an address to listen on" in capsys.readouterr().err
 
 
 def test_console_script_is_declared() -> None:

@@ -104,6 +104,7 @@ def round_trip(value: object, *, compiled_core: bool = False) -> Any:
 #: The errors whose constructor takes more than a message, made as stompy makes them.
 MADE: dict[str, Callable[[], errors.StompError]] = {
     "BodyNotText": lambda: errors.BodyNotText("m", "utf-8", b"\xff", 0, 1, "invalid"),
+    "ListenFailed": lambda: errors.ListenFailed("m", host="h", port=1, errno=98, strerror="s"),
     "MessageTooLarge": lambda: errors.MessageTooLarge("m", limit=1, size=2, option="o"),
     "ServerError": lambda: errors.ServerError("m", stompy.Frame("ERROR")),
     "TooLargeForServer": lambda: errors.TooLargeForServer("m", None, limit=1, size=2),

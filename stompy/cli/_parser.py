@@ -424,7 +424,12 @@ def _serving_command(
     :func:`~stompy.cli._serving.serve_until_stopped` reads: where to listen, the
     backend, how much to log."""
     parser = commands.add_parser(name, help=help, description=description)
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--host",
+        type=values.listen_host,
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0: every IPv4 interface)",
+    )
     parser.add_argument(
         "--port",
         type=values.port,

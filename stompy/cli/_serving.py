@@ -15,6 +15,7 @@ from typing import TextIO
 import anyio
 
 from stompy.cli._status import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from stompy.errors import ListenFailed
 
 __all__ = ("serve_until_stopped", "until_stopped")
 
@@ -57,6 +58,9 @@ def serve_until_stopped(
     except usage as exc:
         print(f"stompy {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ListenFailed as exc:  # it names the address: --port's, or --websocket's
+        print(f"stompy {name}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except OSError as exc:
         print(f"stompy {name}: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -17,6 +17,7 @@ __all__ = (
     "destination",
     "header",
     "heartbeat",
+    "listen_host",
     "port",
     "positive",
     "seconds",
@@ -114,6 +115,17 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"want a port from 0 to 65535, got {text!r}")
     return value
+
+
+def listen_host(text: str) -> str:
+    """The address a serving command listens on: not empty (the resolver would not say
+    that the name it could not find is the empty one)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"want an address to listen on, like 127.0.0.1 (this machine only), 0.0.0.0 "
+            f"(every IPv4 interface) or :: (every IPv6 one), got {text!r}"
+        )
+    return text
 
 
 def destination(text: str) -> str:

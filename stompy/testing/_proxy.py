@@ -63,6 +63,7 @@ from stompy.testing._shared import (
     InThread,
     check_listener,
     in_loop,
+    listen,
     peer_name,
     serving_task_group,
     wait_until,
@@ -667,14 +668,15 @@ async def fault_proxy(
     to ``connect_timeout`` seconds for it. Works under asyncio and trio. On exit every
     connection is closed and every task ended. Raises
     :class:`~stompy.errors.ConfigurationError` for a bad URL or option and
-    :class:`OSError` when the address cannot be bound.
+    :class:`~stompy.errors.ListenFailed` (an :class:`OSError`) naming the address and
+    the cause when it cannot listen there.
     """
     check_listener("fault_proxy", host, port=port)
     endpoint, url = _target(target)
     connect_timeout = _seconds("connect_timeout", connect_timeout)
     if not connect_timeout:
         raise ConfigurationError("connect_timeout must be above 0")
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    listener = await listen(host, port)
     try:
         real_port = listener.listeners[0].extra(SocketAttribute.local_port)
         async with serving_task_group() as tg:

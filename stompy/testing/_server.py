@@ -48,6 +48,7 @@ from stompy.testing._shared import (
     CHUNK,
     STREAM_ERRORS,
     check_listener,
+    listen,
     peer_name,
     serving_task_group,
     wait_until,
@@ -439,8 +440,10 @@ async def serve(
     extra. Works under asyncio and trio. On exit every connection is cut.
     Raises :class:`ValueError` for bad options, :class:`TypeError` for an ``ssl`` that
     is no :class:`ssl.SSLContext` or a ``websocket`` that is no bool,
-    :class:`ImportError` for ``websocket`` without wsproto and :class:`OSError` when an
-    address cannot be bound.
+    :class:`ImportError` for ``websocket`` without wsproto, and
+    :class:`~stompy.errors.ListenFailed` (an :class:`OSError`) naming the address and
+    the cause when it cannot listen there (a port taken, a host that does not resolve).
+    An empty ``host`` is a :class:`~stompy.errors.ConfigurationError`.
     """
     check(options, BROKER_OPTIONS, "serve")
     check_listener("serve", host, websocket=websocket, port=port, websocket_port=websocket_port)
@@ -450,12 +453,12 @@ async def serve(
         import stompy._engine.websocket  # noqa: F401  (fail now, with the extra named)
     listeners: list[anyio.abc.Listener[Any]] = []
     try:
-        tcp = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        tcp = await listen(host, port)
         listeners.append(_secured(_PatientListener(tcp), context))
         real_port = tcp.listeners[0].extra(SocketAttribute.local_port)
         ws_port: int | None = None
         if websocket:
-            ws_tcp = await anyio.create_tcp_listener(local_host=host, local_port=websocket_port)
+            ws_tcp = await listen(host, websocket_port)
             listeners.append(_secured(_PatientListener(ws_tcp), context))
             ws_port = ws_tcp.listeners[0].extra(SocketAttribute.local_port)
         broker = AsyncBroker(store, host, real_port, tls=context is not None, ws_port=ws_port)

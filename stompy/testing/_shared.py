@@ -9,6 +9,7 @@ that runs them in a background thread behind a blocking portal.
 from __future__ import annotations
 
 import functools
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -19,11 +20,12 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.from_thread import BlockingPortal
+from anyio.streams.stapled import MultiListener
 from typing_extensions import Self
 
 from stompy._checks import check_seconds
 from stompy._engine.keywords import check
-from stompy.errors import ConfigurationError
+from stompy.errors import ConfigurationError, ListenFailed
 
 __all__ = (
     "CHUNK",
@@ -34,6 +36,7 @@ __all__ = (
     "Listening",
     "check_listener",
     "in_loop",
+    "listen",
     "peer_name",
     "serving_task_group",
     "wait_until",
@@ -69,6 +72,13 @@ def check_listener(
         raise TypeError(f"{call}(): websocket must be a bool, not {type(websocket).__name__}")
     if not isinstance(host, str):
         raise TypeError(f"{call}(): host must be a str, not {type(host).__name__}")
+    if not host:
+        # The resolver's "Name or service not known" would not say that it is the
+        # empty name (which socket.bind() takes for every interface).
+        raise ConfigurationError(
+            f"{call}(): host must name the address to listen on, got '' (every "
+            "interface: '0.0.0.0' for IPv4, '::' for IPv6; this machine only: '127.0.0.1')"
+        )
     if not isinstance(backend, str):
         raise TypeError(f"{call}(): backend must be a str, not {type(backend).__name__}")
     if backend not in ("asyncio", "trio"):  # anyio's own: "LookupError: No such backend"
@@ -80,6 +90,29 @@ def check_listener(
             raise ConfigurationError(
                 f"{call}(): {name} must be a TCP port from 0 (any free one) to 65535, got {port}"
             )
+
+
+async def listen(host: str, port: int) -> MultiListener[anyio.abc.SocketStream]:
+    """A TCP listener on ``host:port`` (0: a free port).
+
+    Raises :class:`~stompy.errors.ListenFailed` (an :class:`OSError`) naming the
+    address and the cause when it cannot be made: a port taken, a host that does not
+    resolve. The resolver's or the socket's own error would name neither.
+    """
+    try:
+        return await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as exc:
+        shown = f"[{host}]" if ":" in host else host
+        cause = exc.strerror or str(exc) or type(exc).__name__
+        if isinstance(exc, socket.gaierror):
+            cause = f"the host does not resolve ({cause})"
+        raise ListenFailed(
+            f"cannot listen on {shown}:{port}: {cause}",
+            host=host,
+            port=port,
+            errno=exc.errno,
+            strerror=exc.strerror,
+        ) from exc
 
 
 def peer_name(stream: anyio.TypedAttributeProvider) -> str:
