@@ -325,6 +325,48 @@ def test_usage_errors_are_one_line_and_exit_2(
     assert named in err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["send", "stomp://h", "/q", "x", "--heartbeat", "-1,0"],
+        ["send", "stomp://h", "/q", "x", "--heartbeat=-1,0"],
+        ["subscribe", "stomp://h", "/q", "--heartbeat", "0,-1"],
+        ["broker", "--heartbeat", "-1,-1"],
+    ],
+)
+def test_a_negative_heartbeat_is_refused_saying_why(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With a space, argparse took "-1,0" for an option: "expected one argument".
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --heartbeat: want two numbers of ms" in err
+    assert "a heart-beat is an interval, never negative (0 for none" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["send", "stomp://h", "/q", "x", "--vhost", ""], "leave --vhost out for the URL's path"),
+        (["subscribe", "stomp://h", "/q", "--vhost", ""], "leave --vhost out for the URL's path"),
+        (["broker", "--vhost", "/", "--vhost", ""], "without --vhost, any is accepted"),
+    ],
+)
+def test_an_empty_vhost_is_refused(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was taken: an empty host header, which names no virtual host (a broker that
+    # accepted only '' refused every stompy client).
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --vhost: want a virtual host like / or staging, got ''" in err
+    assert hint in err
+
+
 def test_usage_errors_of_the_issue_exit_2() -> None:
     # Both are known wrong before anything is sent or bound: said by the parser, exit 2,
     # not found out by a round trip to the broker or by bind().

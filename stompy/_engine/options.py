@@ -201,6 +201,8 @@ class ClientOptions:
         for name in ("login", "passcode", "host"):
             if getattr(self, name) is not None:
                 check_type(name, getattr(self, name), str, "a str or None")
+        if self.host == "":  # a host header that names no virtual host: refused by brokers
+            raise bad_value("host", "must name a virtual host (None: the URL's path, else /)", "")
         self.versions = check_versions("versions", self.versions, VERSIONS)
         self.heartbeats = check_heartbeats("heartbeats", self.heartbeats, MAX_INTERVAL)
         check_number("heartbeat_tolerance", self.heartbeat_tolerance, 1.0)

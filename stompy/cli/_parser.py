@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -37,6 +38,11 @@ class _OneLineParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # What looks like a negative number is an option's value, not an option: also
+        # "-1,0" (argparse before Python 3.13 took only "-1" or "-1.5" so, and said
+        # "--heartbeat: expected one argument" of "--heartbeat -1,0"), so that the
+        # option's own check says what is wrong with it. 3.13's rule.
+        self._negative_number_matcher = re.compile(r"-\.?\d")
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -166,7 +172,10 @@ def _client_options(frame: str, header_example: str) -> _Parser:
         "--ask-passcode", action="store_true", help="read the passcode from the terminal"
     )
     group.add_argument(
-        "--vhost", metavar="HOST", help="the CONNECT host header (default: the URL path, else /)"
+        "--vhost",
+        type=values.vhost,
+        metavar="HOST",
+        help="the CONNECT host header (default: the URL path, else /)",
     )
     _add_heartbeat_option(
         group, (10_000, 10_000), "heart-beats to offer, in ms (default 10000,10000; 0,0 for none)"
@@ -373,7 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept only these logins (default: anyone)",
     )
     broker.add_argument(
-        "--vhost", action="append", metavar="HOST", help="accepted virtual host (repeatable)"
+        "--vhost",
+        action="append",
+        type=values.accepted_vhost,
+        metavar="HOST",
+        help="accepted virtual host (repeatable)",
     )
     _add_heartbeat_option(
         broker, (1000, 1000), "the broker's heart-beat header in ms (default 1000,1000)"

@@ -13,6 +13,7 @@ from stompy import VERSIONS
 __all__ = (
     "MAX_HEARTBEAT",
     "MAX_SECONDS",
+    "accepted_vhost",
     "at_least_zero",
     "destination",
     "header",
@@ -23,6 +24,7 @@ __all__ = (
     "seconds",
     "stomp_versions",
     "user",
+    "vhost",
     "ws_header",
 )
 
@@ -46,7 +48,13 @@ def heartbeat(text: str) -> tuple[int, int]:
         beats = (int(send), int(receive))
     except ValueError:
         raise argparse.ArgumentTypeError(want) from None
-    if not sep or not all(0 <= beat <= MAX_HEARTBEAT for beat in beats):
+    if not sep:
+        raise argparse.ArgumentTypeError(want)
+    if any(beat < 0 for beat in beats):
+        raise argparse.ArgumentTypeError(
+            f"{want}: a heart-beat is an interval, never negative (0 for none; 0,0 turns them off)"
+        )
+    if any(beat > MAX_HEARTBEAT for beat in beats):
         raise argparse.ArgumentTypeError(want)
     return beats
 
@@ -124,6 +132,25 @@ def listen_host(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"want an address to listen on, like 127.0.0.1 (this machine only), 0.0.0.0 "
             f"(every IPv4 interface) or :: (every IPv6 one), got {text!r}"
+        )
+    return text
+
+
+def vhost(text: str) -> str:
+    """A virtual host for the CONNECT ``host`` header: not empty, which names none."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "want a virtual host like / or staging, got '': an empty host header names "
+            "none (leave --vhost out for the URL's path, else /)"
+        )
+    return text
+
+
+def accepted_vhost(text: str) -> str:
+    """A virtual host the broker accepts: not empty, which no stompy client sends."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "want a virtual host like / or staging, got '' (without --vhost, any is accepted)"
         )
     return text
 
