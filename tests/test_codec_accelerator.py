@@ -440,31 +440,41 @@ def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
     ),
     st.binary(max_size=20),
     versions,
+    st.none() | st.sampled_from(["r-1", "r:2"]),
 )
-@example("/q", "a:b", {"x": "y"}, b"", "1.2")  # a content type the layout leaves
-@example("/q\r", None, {"x": "y"}, b"b", "1.1")  # a CR: escaped in 1.2 only
-@example("/q", "t", {"x": "y"}, b"b", "1.0")
-@example("/q", "t", {"x": "\ud800"}, b"b", "1.2")
-@example("/q", "t", {"x": "y", "receipt": "r"}, b"b", "1.2")
-@example("/q", None, {"content-type": "t"}, b"b", "1.2")
+@example("/q", "a:b", {"x": "y"}, b"", "1.2", None)  # a content type the layout leaves
+@example("/q\r", None, {"x": "y"}, b"b", "1.1", None)  # a CR: escaped in 1.2 only
+@example("/q", "t", {"x": "y"}, b"b", "1.0", None)
+@example("/q", "t", {"x": "\ud800"}, b"b", "1.2", None)
+@example("/q", "t", {"x": "y", "receipt": "r"}, b"b", "1.2", None)
+@example("/q", None, {"content-type": "t"}, b"b", "1.2", None)
+@example("/q", "t", {"x": "y"}, b"b", "1.2", "r-1")
+@example("/q", None, {}, b"", "1.1", "r-1")
 def test_the_send_entry_writes_what_encode_frame_writes_or_leaves_it(
-    destination: str, content_type: str | None, more: Any, body: bytes, version: str
+    destination: str,
+    content_type: str | None,
+    more: Any,
+    body: bytes,
+    version: str,
+    receipt: str | None,
 ) -> None:
     """``encode_send``, the protocol's common SEND, writes the bytes ``encode_frame``
-    writes given the destination and content-type as pairs, or leaves the frame to it
-    (None; never an error); it always leaves a dict naming a header of ``SEND_OWN``,
-    and with nothing to escape or refuse in 1.1 and 1.2 it leaves nothing else. Twice:
-    the second time, the layout is cached."""
+    writes given the destination, content-type and receipt as pairs, or leaves the
+    frame to it (None; never an error); it always leaves a dict naming a header of
+    ``SEND_OWN``, and with nothing to escape or refuse in 1.1 and 1.2 it leaves nothing
+    else. Twice: the second time, the layout is cached."""
     pairs = [("destination", destination)]
     if content_type is not None:
         pairs.append(("content-type", content_type))
+    if receipt is not None:
+        pairs.append(("receipt", receipt))
     owned = not encoder.SEND_OWN.isdisjoint(more)
     for _ in range(2):
         try:
             want: bytes | str = encoder.encode_frame("SEND", pairs, body, version, more)
         except (TypeError, ValueError) as exc:
             want = f"{type(exc).__name__}: {exc}"
-        got = encoder.encode_send(destination, content_type, more, body, version)
+        got = encoder.encode_send(destination, content_type, more, body, version, receipt)
         if got is not None:
             assert not owned
             assert got == want

@@ -1435,15 +1435,28 @@ _send_values = st.sampled_from(
 
 
 def _send_outcome(
-    proto: ClientProtocol, destination: str, body: bytes | str, headers: Any, ctype: str | None
+    proto: ClientProtocol,
+    destination: str,
+    body: bytes | str,
+    headers: Any,
+    ctype: str | None,
+    receipt: bool = False,
 ) -> tuple[object, ...]:
     try:
-        result: object = proto.send(destination, body, headers=headers, content_type=ctype)
+        result: object = proto.send(
+            destination, body, headers=headers, content_type=ctype, receipt=receipt
+        )
     except (LocalProtocolError, ConfigurationError) as exc:
         result = f"{type(exc).__name__}: {exc}"
     except TypeError:
         result = TypeError  # worded after the form of the headers given: pairs or a dict
-    return (result, proto.data_to_send(), proto.implicit_subscriptions, proto.new_receipt_id())
+    return (
+        result,
+        proto.data_to_send(),
+        proto.implicit_subscriptions,
+        proto.pending_receipts,
+        proto.new_receipt_id(),
+    )
 
 
 @given(
@@ -1452,16 +1465,26 @@ def _send_outcome(
     st.binary(max_size=3) | st.sampled_from(["hé", "\ud800"]),
     st.dictionaries(_send_names, _send_values, max_size=4),
     st.none() | st.sampled_from(["t/p", "a:b", "\ud800"]),
+    st.booleans(),
 )
-@example("1.2", "/q", b"x", {"reply-to": "/temp-queue/t"}, "t/p")
-@example("1.2", "/q", b"x", {"a": 1}, None)
-@example("1.2", "/q", b"x", {"content-type": "a"}, "t/p")
+@example("1.2", "/q", b"x", {"reply-to": "/temp-queue/t"}, "t/p", False)
+@example("1.2", "/q", b"x", {"a": 1}, None, False)
+@example("1.2", "/q", b"x", {"content-type": "a"}, "t/p", False)
+@example("1.2", "/q", b"x", {}, None, True)
+@example("1.2", "/q", b"x", {"receipt": "r"}, None, True)
+@example("1.0", "/q", b"x", {"a": "b"}, "t/p", True)
 def test_a_dict_of_headers_sends_what_its_pairs_send(
-    version: str, destination: str, body: bytes | str, headers: Any, ctype: str | None
+    version: str,
+    destination: str,
+    body: bytes | str,
+    headers: Any,
+    ctype: str | None,
+    receipt: bool,
 ) -> None:
-    """A dict of headers takes the common send's short way when it can; the same
-    headers as pairs always take the general way: the same frame (or error), the same
-    implicit subscriptions, the same ids after."""
+    """A dict of headers (or None for none) takes the common send's short way when it
+    can, with a receipt too; the same headers as pairs always take the general way: the
+    same frame (or error), the same implicit subscriptions, the same receipts awaited
+    and ids after."""
     # Two faults at once (a body and a header) are named in either order.
     assume(body != "\ud800" or all(type(v) is str for v in headers.values()))
     # A content-type header the argument overrides is dropped from a dict unread; two
@@ -1474,7 +1497,8 @@ def test_a_dict_of_headers_sends_what_its_pairs_send(
     )
     fast = connected(version)
     general = connected(version)
-    got = _send_outcome(fast, destination, body, headers, ctype)
-    want = _send_outcome(general, destination, body, list(headers.items()), ctype)
+    given = headers or None  # none at all: None, which the short way takes too
+    got = _send_outcome(fast, destination, body, given, ctype, receipt)
+    want = _send_outcome(general, destination, body, list(headers.items()), ctype, receipt)
     assert got == want
     assert fast.state is general.state is State.CONNECTED

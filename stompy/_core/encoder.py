@@ -91,13 +91,18 @@ def encode_frame(
 
 
 def encode_send(
-    destination: str, content_type: str | None, more: dict[str, str], body: bytes, version: str
+    destination: str,
+    content_type: str | None,
+    more: dict[str, str],
+    body: bytes,
+    version: str,
+    receipt: str | None = None,
 ) -> bytes | None:
     """A connected client's common SEND, when this entry can write it at once: what
     ``encode_frame("SEND", pairs, body, version, more)`` writes, ``pairs`` being
-    ``destination`` and, unless None, ``content-type``; ``version`` is the negotiated
-    one and ``more`` the caller's other headers. None when the SEND is not that simple:
-    ``more`` names a header the SEND writes itself or the client sets
+    ``destination`` and, unless None, ``content-type`` and ``receipt``; ``version`` is
+    the negotiated one and ``more`` the caller's other headers. None when the SEND is
+    not that simple: ``more`` names a header the SEND writes itself or the client sets
     (:data:`SEND_OWN`), or a name or value needs escaping or refusing, or what is not
     a str; then the caller takes the general way (``encode_frame``), which writes the
     same bytes or raises the error. Raises nothing: the errors are said in one place.
@@ -108,15 +113,18 @@ def encode_send(
         pairs = [("destination", destination)]
         if content_type is not None:
             pairs.append(("content-type", content_type))
+        if receipt is not None:
+            pairs.append(("receipt", receipt))
         return _encode_frame("SEND", pairs, body, version == V10, version == V12, more)
     if type(more) is not dict or version == V10:
         return None
-    if content_type is None:
-        values = ["destination", destination]
-        head = _head_in_layout("SEND", 1, values, more, len(body), version == V12, SEND_OWN)
-    else:
-        values = ["destination", destination, "content-type", content_type]
-        head = _head_in_layout("SEND", 2, values, more, len(body), version == V12, SEND_OWN)
+    values = ["destination", destination]
+    if content_type is not None:
+        values += ("content-type", content_type)
+    if receipt is not None:
+        values += ("receipt", receipt)
+    count = len(values) >> 1  # the pairs before the dict
+    head = _head_in_layout("SEND", count, values, more, len(body), version == V12, SEND_OWN)
     if head is None:
         return None
     try:

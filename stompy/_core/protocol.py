@@ -124,6 +124,8 @@ _CLOSED_SUBSCRIPTIONS_KEPT: Final = 1024
 #: RabbitMQ delivers replies to a ``reply-to:/temp-queue/<name>`` on a subscription the
 #: client never made, whose id is that header value; this many such ids are remembered.
 _TEMP_QUEUE_PREFIX: Final = "/temp-queue/"
+#: The headers of a SEND given none, for the encoder's common way (never changed).
+_NO_HEADERS: Final[dict[str, str]] = {}
 _TEMP_QUEUES_KEPT: Final = 1024
 #: The CONNECTED header in which a broker announces the largest body it takes, in
 #: bytes. No STOMP version defines one: stompy's in-process broker sends it (RabbitMQ
@@ -520,22 +522,30 @@ class ClientProtocol:
         if not destination or type(destination) is not str:
             raise _bad_destination("SEND", destination)
         if (
-            type(headers) is dict
-            and type(body) is bytes
-            and len(body) <= self._max_body
+            type(body) is bytes
             and transaction is None
-            and receipt is False
-            and (data := encode_send(destination, content_type, headers, body, self.version))
-            is not None
+            and (receipt is False or receipt is True)
+            and (headers is None or type(headers) is dict)
+            and len(body) <= self._max_body
         ):
-            # The common case: the encoder took the caller's dict as it is (it names
+            # The common case: the encoder takes the caller's dict as it is (it names
             # none of the headers stompy sets, nor content-type or content-length: see
-            # encode_send), and there is no id, receipt or transaction to record.
-            self._out.append(data)
-            reply_to = headers.get("reply-to")
-            if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
-                self._note_temp_queue(reply_to)
-            return None
+            # encode_send), and there is no transaction to check, nor a receipt id of
+            # the caller's. Else (None) the general way below writes it or says why not.
+            mark = self._next_id
+            receipt_id = self._new_id("r-", self._receipts) if receipt else None
+            given = _NO_HEADERS if headers is None else headers
+            data = encode_send(destination, content_type, given, body, self.version, receipt_id)
+            if data is not None:
+                self._out.append(data)
+                if receipt_id is not None:
+                    self._receipts[receipt_id] = "SEND"
+                if headers:
+                    reply_to = headers.get("reply-to")
+                    if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
+                        self._note_temp_queue(reply_to)
+                return receipt_id
+            self._next_id = mark  # the general way takes the id again
         if transaction is not None:
             self._check_transaction(transaction)
         user: list[tuple[str, str]] = []
