@@ -542,7 +542,11 @@ class ClientProtocol:
                     self._receipts[receipt_id] = "SEND"
                 if headers:
                     reply_to = headers.get("reply-to")
-                    if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
+                    if (
+                        reply_to is not None
+                        and reply_to not in self._temp_queues  # (a request's, mostly)
+                        and reply_to.startswith(_TEMP_QUEUE_PREFIX)
+                    ):
                         self._note_temp_queue(reply_to)
                 return receipt_id
             self._next_id = mark  # the general way takes the id again

@@ -22,7 +22,14 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar, cast, get_args
 
-from stompy._checks import check_choice, check_flag, check_integer, check_seconds, check_type
+from stompy._checks import (
+    MAX_SECONDS,
+    check_choice,
+    check_flag,
+    check_integer,
+    check_seconds,
+    check_type,
+)
 from stompy._core.events import AckMode, MessageReceived
 from stompy._core.frames import Frame
 from stompy._core.protocol import ClientProtocol
@@ -418,9 +425,15 @@ class Call(Sends[M]):
         :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long
         (:class:`TypeError` for one not a number), or a header it writes.
         """
-        timeout = check_seconds("timeout", options.get("timeout", REQUEST_TIMEOUT))
-        route = options.get("reply_subscription", "auto")
-        check_choice("reply_subscription", route, REPLY_SUBSCRIPTIONS)
+        timeout = options.get("timeout", REQUEST_TIMEOUT)
+        if type(timeout) is not float or not 0.0 <= timeout <= MAX_SECONDS:  # else it is fine
+            timeout = check_seconds("timeout", timeout)
+        asked: object = options.get("reply_subscription", "auto")
+        route = (
+            asked
+            if type(asked) is str and asked in REPLY_SUBSCRIPTIONS
+            else check_choice("reply_subscription", asked, REPLY_SUBSCRIPTIONS)  # raises
+        )
         engine = self.engine
         if engine.usable() is None:  # connected, mostly: no generator for a wait then
             yield from self.ready()

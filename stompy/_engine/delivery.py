@@ -135,7 +135,10 @@ class Delivery(Generic[M]):
         message._headers = None
         inbox = self.inboxes.get(message.subscription)
         if inbox is None:
-            self._unrouted(message)
+            if message.subscription == REPLY_QUEUE:  # (_unrouted's first case, without the call)
+                self._requests.reply(message)
+            else:
+                self._unrouted(message)
         elif self.backlog:
             self.backlog.append(message)
         elif not inbox.offer(message):

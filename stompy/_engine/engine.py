@@ -175,6 +175,9 @@ class Engine(Generic[M]):
         self.requests: Requests[M] = Requests()
         self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
         self._reply_to = REPLY_QUEUE  # ... and the destination of that subscription
+        #: How the last request's replies were awaited, kept for the next one on the same
+        #: connection: (epoch, reply_subscription, server, reply-to, route in words).
+        self._replies_chosen: tuple[int, str, str | None, str, str] | None = None
         #: What was answered of the messages delivered.
         self.acks = AckBook()
         self._now = 0.0  # the time as the transport last said (for the backlog's clock)
@@ -465,21 +468,32 @@ class Engine(Generic[M]):
         Raises :class:`ConfigurationError` (nothing sent) when ``headers`` has either.
         """
         proto = self.ready()
-        check_request_headers(headers)
+        if headers:
+            check_request_headers(headers)
         server = self.connected.server if self.connected is not None else None
-        explicit = explicit_replies(server, reply_subscription)
-        reply_to = REPLY_QUEUE
-        if explicit:
-            if self._reply_subscribed != self.epoch:
-                # Replies reach only a SUBSCRIBE here; its id is REPLY_QUEUE, so that
-                # they are routed as on RabbitMQ. Not replayed: the next connection's
-                # first request makes it again.
-                self._reply_to = reply_destination()
-                proto.subscribe(self._reply_to, ack="auto", id=REPLY_QUEUE)
-                self._reply_subscribed = self.epoch
-            reply_to = self._reply_to
-        route = reply_route(explicit, reply_to, server, reply_subscription)
-        request = self.requests.new(destination, self.epoch, route)
+        chosen = self._replies_chosen
+        if (
+            chosen is None
+            or chosen[0] != self.epoch
+            or chosen[1] != reply_subscription
+            or chosen[2] != server
+        ):
+            explicit = explicit_replies(server, reply_subscription)
+            reply_to = REPLY_QUEUE
+            if explicit:
+                if self._reply_subscribed != self.epoch:
+                    # Replies reach only a SUBSCRIBE here; its id is REPLY_QUEUE, so that
+                    # they are routed as on RabbitMQ. Not replayed: the next connection's
+                    # first request makes it again.
+                    self._reply_to = reply_destination()
+                    proto.subscribe(self._reply_to, ack="auto", id=REPLY_QUEUE)
+                    self._reply_subscribed = self.epoch
+                reply_to = self._reply_to
+            route = reply_route(explicit, reply_to, server, reply_subscription)
+            chosen = (self.epoch, reply_subscription, server, reply_to, route)
+            self._replies_chosen = chosen
+        reply_to = chosen[3]
+        request = self.requests.new(destination, self.epoch, chosen[4])
         correlation_id = request.correlation_id
         sent = {"reply-to": reply_to, "correlation-id": correlation_id, **(headers or {})}
         try:
