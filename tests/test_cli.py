@@ -148,6 +148,21 @@ def test_content_type_given_twice_is_a_usage_error(
     assert "--content-type" in err
 
 
+@pytest.mark.parametrize("body", ["x", "-", "@/dev/null"])
+def test_a_capitalised_content_type_is_a_usage_error(
+    body: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was sent as written: beside the text/plain of a text argument, or as a header
+    # of its own on bytes from stdin or a file, which receivers do not read.
+    with pytest.raises(SystemExit) as info:
+        cli.main(["send", "stomp://h", "/q", body, "-H", "Content-Type:application/json"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "'Content-Type': STOMP header names are case-sensitive" in err
+    assert "use --content-type" in err
+
+
 def test_the_last_header_of_a_name_wins(url: str, queue: str) -> None:
     sent = stompy("send", url, queue, "-H", "priority:1", "-H", "priority:9", "x")
     assert sent.returncode == 0, sent.stderr

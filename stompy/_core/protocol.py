@@ -162,6 +162,26 @@ def _two_content_types() -> ConfigurationError:
     )
 
 
+def _content_type_in_another_case(names: Iterable[str]) -> ConfigurationError | None:
+    """The error for a header spelled ``Content-Type`` (any case but the lower), given
+    where stompy writes ``content-type`` itself: the frame would carry both, header names
+    being case-sensitive in STOMP, and a receiver reads only ``content-type``."""
+    for name in names:  # a name that is no str: the encoder says so
+        if (
+            type(name) is str
+            and len(name) == 12
+            and name != "content-type"
+            and name.lower() == "content-type"
+        ):
+            return ConfigurationError(
+                f"headers: {name!r} would be sent beside the content-type stompy writes "
+                "(content_type=, or text/plain;charset=utf-8 for a str body): STOMP header "
+                "names are case-sensitive, and receivers read 'content-type'; write it so, "
+                "or give content_type= alone"
+            )
+    return None
+
+
 def _body_bytes(body: object) -> bytes:
     """A ``bytes`` subclass as bytes; anything else but ``str`` is refused.
 
@@ -189,6 +209,7 @@ def check_send(destination: object, body: object, headers: object, content_type:
     if type(body) is not bytes and type(body) is not str and not isinstance(body, (bytes, str)):
         _body_bytes(body)  # raises
     given: object = None  # the content-type header's value
+    names: Iterable[str] = ()  # the header names
     if headers is None:
         pass
     elif type(headers) is dict:
@@ -200,14 +221,20 @@ def check_send(destination: object, body: object, headers: object, content_type:
         if "destination" in headers or "receipt" in headers or "transaction" in headers:
             ClientProtocol._user_headers(headers, SEND_RESERVED, "SEND")  # raises
         given = headers.get("content-type")
+        names = headers
     else:
         pairs = ClientProtocol._user_headers(cast(HeaderInput, headers), SEND_RESERVED, "SEND")
         given = next((value for name, value in pairs if name == "content-type"), None)
+        names = [name for name, _ in pairs]
     if content_type is not None:
         if not isinstance(content_type, str):
             raise wrong_type("content_type", "a str or None", content_type)
         if given is not None and given != content_type:
             raise _two_content_types()
+    if given is None and (content_type is not None or type(body) is str):
+        other = _content_type_in_another_case(names)
+        if other is not None:
+            raise other
 
 
 class State(enum.Enum):
@@ -527,6 +554,12 @@ class ClientProtocol:
             and (receipt is False or receipt is True)
             and (headers is None or type(headers) is dict)
             and len(body) <= self._max_body
+            # A Content-Type beside content_type=: refused by the general way.
+            and (
+                content_type is None
+                or headers is None
+                or _content_type_in_another_case(headers) is None
+            )
         ):
             # The common case: the encoder takes the caller's dict as it is (it names
             # none of the headers stompy sets, nor content-type or content-length: see
@@ -588,6 +621,8 @@ class ClientProtocol:
                 pairs = user if more is None else more.items()
                 user = [(k, v) for k, v in pairs if k != "content-type"]
                 more = None
+            elif names and (other := _content_type_in_another_case(names)) is not None:
+                raise other
             items.append(("content-type", content_type))
         if transaction is not None:
             items.append(("transaction", transaction))

@@ -86,6 +86,13 @@ class _Parser(_OneLineParser):
             if name.lower() == "content-type" and getattr(parsed, "content_type", None):
                 # One of the two would be dropped without a word.
                 self.error(f"argument -H/--header: {name!r} is given by --content-type too")
+            if name.lower() == "content-type" and name != "content-type":
+                # Sent as written, beside the content-type of a text body: STOMP header
+                # names are case-sensitive, and receivers read 'content-type' only.
+                self.error(
+                    f"argument -H/--header: {name!r}: STOMP header names are case-sensitive "
+                    "and receivers read 'content-type'; write it so, or use --content-type"
+                )
         return parsed, extras
 
 
