@@ -462,20 +462,29 @@ class Connection(ConnectionBase[Message]):
         takes nothing for ``receipt_timeout`` ends the connection so.
         """
         telemetry = self._link.telemetry
-        if transaction is None and receipt is False and telemetry is None:
-            # The common case, kept short: nothing to wait for on a connection that is up.
-            io = self._io
-            engine = self._engine
-            with io.lock:
-                if engine.send_now(destination, body, headers, content_type, time.monotonic):
-                    # In a burst the I/O thread was woken already and the buffer has
-                    # room: nothing to do (queue_output's checks, without the call).
-                    if not io.wake_sent or len(engine.outgoing) > MAX_OUTGOING:
-                        io.queue_output()
-                    return
-        call = traced(Call(self._engine, time.monotonic()), telemetry)
-        tx = transaction_id(transaction, self._engine)
-        self._io.run(call.send(destination, body, headers, content_type, tx, receipt))
+        engine = self._engine
+        if transaction is None and telemetry is None:
+            if receipt is False:
+                # The common case, kept short: nothing to wait for on a connection that
+                # is up.
+                io = self._io
+                with io.lock:
+                    if engine.send_now(destination, body, headers, content_type, time.monotonic):
+                        # In a burst the I/O thread was woken already and the buffer has
+                        # room: nothing to do (queue_output's checks, without the call).
+                        if not io.wake_sent or len(engine.outgoing) > MAX_OUTGOING:
+                            io.queue_output()
+                        return
+            # Untraced, in no transaction: the call as it is (traced() and
+            # transaction_id() would return what they are given).
+            steps = Call(engine, time.monotonic()).send(
+                destination, body, headers, content_type, None, receipt
+            )
+        else:
+            call = traced(Call(engine, time.monotonic()), telemetry)
+            tx = transaction_id(transaction, engine)
+            steps = call.send(destination, body, headers, content_type, tx, receipt)
+        self._io.run(steps)
 
     def send_many(
         self,

@@ -307,6 +307,11 @@ class FrameParser:
                     # The whole frame is here, as it mostly is: done in one go.
                     self._pos = self._scan = nul + 1
                     return ReceivedFrame(command, text, escaping, bytes(buf[body_start:nul]))
+            elif body_start < end and not buf[body_start]:
+                # No body and no content-length, as a RECEIPT mostly comes: done in one
+                # go too (what _read_body would find: an empty body, its NUL).
+                self._pos = self._scan = body_start + 1
+                return ReceivedFrame(command, text, escaping, b"")
             self._frame = ReceivedFrame(command, text, escaping, b"")
             self._length = length
             self._body_start = self._scan = body_start
