@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar, cast, get_args
+from typing import Any, Final, Generic, TypeVar, cast, get_args
 
 from stompy._checks import (
     MAX_SECONDS,
@@ -41,6 +41,7 @@ from stompy._engine.options import check_overflow
 from stompy._engine.outgoing import Outgoing
 from stompy._engine.requests import REPLY_SUBSCRIPTIONS, reply_address, timed_out
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
+from stompy._mypyc import mypyc_attr
 from stompy.errors import (
     AckLost,
     ClosedBeforeReceipt,
@@ -143,10 +144,15 @@ class Running(Generic[T]):
         self._steps.close()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # TracedCall, not compiled
 class Sends(Generic[M]):
     """The sends a client makes of one call, written once for :class:`Call` and for
     its traced twin (:class:`stompy._engine.tracing.TracedCall`): :meth:`send` and
-    :meth:`reply` each come down to one :meth:`send_one`."""
+    :meth:`reply` each come down to one :meth:`send_one`.
+
+    A flag or an option these calls check themselves is taken as ``object`` (or read
+    as ``Any``): compiled (mypyc), a narrower type would be asserted as the call is
+    made, and a wrong one refused by mypyc's own TypeError, which names no argument."""
 
     __slots__ = ()
 
@@ -157,7 +163,7 @@ class Sends(Generic[M]):
         headers: Mapping[str, str] | None,
         content_type: str | None,
         transaction: str | None,
-        receipt: bool,
+        receipt: object,
     ) -> Steps[None]:
         """SEND; with ``receipt``, until the broker confirmed.
 
@@ -169,7 +175,7 @@ class Sends(Generic[M]):
         attempt gets ``receipt_timeout`` for buffer room and receipt together, so the
         call ends within ``send_timeout + receipt_timeout``.
         """
-        check_flag("receipt", receipt)
+        receipt = check_flag("receipt", receipt)
         # The steps of send_one() themselves, not a generator around them: a call
         # resumes them at each wait.
         return self.send_one(
@@ -184,9 +190,10 @@ class Sends(Generic[M]):
 
         Raises :class:`NoReplyTo` (nothing sent) when the message has no ``reply-to``.
         """
-        receipt = check_flag("receipt", options.get("receipt", False))
-        destination, headers = reply_address(event.frame, options.get("headers"))
-        message = Outgoing(destination, body, headers, options.get("content_type"))
+        given: Mapping[str, Any] = options  # checked here (see the class)
+        receipt = check_flag("receipt", given.get("receipt", False))
+        destination, headers = reply_address(event.frame, given.get("headers"))
+        message = Outgoing(destination, body, headers, given.get("content_type"))
         return self.send_one(message, None, receipt, event.frame)
 
     def send_one(
@@ -425,10 +432,11 @@ class Call(Sends[M]):
         :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long
         (:class:`TypeError` for one not a number), or a header it writes.
         """
-        timeout = options.get("timeout", REQUEST_TIMEOUT)
+        given: Mapping[str, Any] = options  # checked here (see Sends)
+        timeout = given.get("timeout", REQUEST_TIMEOUT)
         if type(timeout) is not float or not 0.0 <= timeout <= MAX_SECONDS:  # else it is fine
             timeout = check_seconds("timeout", timeout)
-        asked: object = options.get("reply_subscription", "auto")
+        asked: object = given.get("reply_subscription", "auto")
         route = (
             asked
             if type(asked) is str and asked in REPLY_SUBSCRIPTIONS
@@ -439,7 +447,7 @@ class Call(Sends[M]):
             yield from self.ready()
         deadline = self.now + timeout
         request = engine.request(
-            destination, body, options.get("headers"), options.get("content_type"), route
+            destination, body, given.get("headers"), given.get("content_type"), route
         )
         correlation_id = request.correlation_id
         try:
@@ -461,12 +469,12 @@ class Call(Sends[M]):
             engine.requests.forget(request)
 
     def send_some(
-        self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
+        self, work: list[Outgoing] | Outgoing, receipt: object, transaction: str | None
     ) -> Steps[int]:
         """One piece of ``send_many``'s work (see :func:`split_for_sending`): a chunk of
         messages queued at once, or the last message alone, which carries the receipt.
         How many were sent; what was queued before an error goes out too."""
-        check_flag("receipt", receipt)
+        receipt = check_flag("receipt", receipt)
         if isinstance(work, Outgoing):
             yield from self.send_one(work, transaction, receipt)
             return 1
@@ -491,17 +499,18 @@ class Call(Sends[M]):
         Raises :class:`ConfigurationError` (:class:`TypeError` for a wrong type) for an
         ``ack`` mode, ``max_pending``, ``overflow`` or ``headers`` it cannot use, before
         any wait."""
-        ack = check_choice("ack", options.get("ack", "auto"), get_args(AckMode))
-        receipt = check_flag("receipt", options.get("receipt", False))
-        sub_id = options.get("id")
+        given: Mapping[str, Any] = options  # checked here (see Sends)
+        ack = check_choice("ack", given.get("ack", "auto"), get_args(AckMode))
+        receipt = check_flag("receipt", given.get("receipt", False))
+        sub_id = given.get("id")
         check_type("id", sub_id, (str, type(None)), "a str or None")
-        max_pending = options.get("max_pending")
+        max_pending = given.get("max_pending")
         if max_pending is not None:
-            check_integer("max_pending", max_pending, 1)
-        overflow = options.get("overflow")
+            max_pending = check_integer("max_pending", max_pending, 1)
+        overflow = given.get("overflow")
         if overflow is not None:
             check_overflow(overflow)
-        headers = options.get("headers")
+        headers = given.get("headers")
         check_type("headers", headers, (Mapping, type(None)), "a mapping of str to str")
         engine = self.engine
         yield from self.ready()
@@ -520,9 +529,9 @@ class Call(Sends[M]):
             yield from self.receipt(made.receipt, epoch)
         return made.inbox
 
-    def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> Steps[None]:
+    def unsubscribe(self, inbox: Inbox[M], receipt: object) -> Steps[None]:
         """UNSUBSCRIBE if the connection is up; messages already received stay."""
-        check_flag("receipt", receipt)
+        receipt = check_flag("receipt", receipt)
         engine = self.engine
         epoch = engine.epoch
         rid = engine.unsubscribe(inbox, receipt)
@@ -537,7 +546,7 @@ class Call(Sends[M]):
         yield from self.flush()
         return tx
 
-    def end_transaction(self, command: str, tx: str, epoch: int, receipt: bool) -> Steps[None]:
+    def end_transaction(self, command: str, tx: str, epoch: int, receipt: object) -> Steps[None]:
         """COMMIT or ABORT the transaction ``tx`` begun in ``epoch``.
 
         One from an earlier connection is gone with it: its COMMIT raises
@@ -545,7 +554,7 @@ class Call(Sends[M]):
         COMMIT whose connection ends before its receipt came raises
         :class:`CommitOutcomeUnknown`: the broker may have committed it first.
         """
-        check_flag("receipt", receipt)
+        receipt = check_flag("receipt", receipt)
         engine = self.engine
         if engine.is_stale(epoch):
             if command == "COMMIT":
@@ -571,7 +580,7 @@ class Call(Sends[M]):
         event: MessageReceived,
         epoch: int,
         transaction: str | None,
-        receipt: bool,
+        receipt: object,
     ) -> Steps[None]:
         """ACK or NACK a message received in ``epoch``.
 
@@ -580,7 +589,7 @@ class Call(Sends[M]):
         for a confirmation that cannot be true, this raises :class:`AckLost` (a
         :class:`ConnectionLost`), else it does nothing.
         """
-        check_flag("receipt", receipt)
+        receipt = check_flag("receipt", receipt)
         engine = self.engine
         if engine.is_stale(epoch):
             if receipt:
