@@ -3,11 +3,13 @@ and the codec's hot loops (``stompy/_core/cscan.pyx``: the parser's header-block
 encoder) built with Cython.
 
 The way aiohttp, yarl and multidict ship their C cores: a wheel built with a C compiler
-at hand (``pip install .``, ``python -m build``, cibuildwheel) holds every module of the
-folders listed under ``compile`` in ``[tool.hatch.build.targets.wheel.hooks.custom]``
-(``stompy/_core/``, ``stompy/testing/_core/``; each ``.py`` file but ``__init__.py``)
-compiled, beside their ``.py`` files, and is tagged for this interpreter and platform. The wheel
-is pure Python (``py3-none-any``), with a warning in the build log and no error, when:
+at hand (``pip install .``, ``python -m build``, cibuildwheel) holds the modules listed
+under ``compile`` in ``[tool.hatch.build.targets.wheel.hooks.custom]`` compiled, beside
+their ``.py`` files, and is tagged for this interpreter and platform: every module of
+each folder listed (``stompy/_core/``, ``stompy/testing/_core/``; each ``.py`` file but
+``__init__.py``), and each module listed by its file (the engine's modules on a round
+trip's path: ``stompy/_engine/calls.py``, ``engine.py``...). The wheel is pure Python
+(``py3-none-any``), with a warning in the build log and no error, when:
 
 * ``STOMPY_NO_EXTENSIONS`` is set to anything but ``""`` or ``"0"`` (the forced pure build);
 * the interpreter is not CPython (mypyc targets CPython's C API);
@@ -25,8 +27,11 @@ mypyc compiles a copy of the package in a temporary directory and the extension 
 are taken into the wheel from there; nothing is written into the source tree. (In place,
 as hatch-mypyc builds, a ``codec.*.so`` left beside ``codec.py`` would shadow every
 later edit of the ``.py``: the import system prefers extension modules.) In that copy
-every package's ``__init__.py`` is empty, so mypy follows only the core's own imports:
-the core compiles on its own, whatever the transports import. The test broker's sans-IO
+every package's ``__init__.py`` is empty, so mypy follows only the imports of the modules
+compiled: the core compiles on its own, whatever the transports import. The engine's
+modules name the WebSocket framing in annotations, whose module imports anyio and
+wsproto, which the build environment does not hold: mypy takes what it cannot find there
+as ``Any`` (``MYPY_CONFIG``), which changes nothing compiled. The test broker's sans-IO
 core (``stompy/testing/_core/``) is compiled with it, in one group: a broker run from the
 wheel (``stompy broker``, ``stompy.testing.serve``) takes a SEND in a little over half the
 instructions.
@@ -58,6 +63,16 @@ from setuptools import setup
 from mypyc.build import mypycify
 
 setup(name="stompy-core", ext_modules=mypycify({paths!r}, group_name="stompy"))
+"""
+
+#: mypy's settings for the compile, in the copy (mypy.ini; mypyc reads it from there):
+#: the transports' libraries, which the engine's modules reach through annotations, are
+#: not in the build environment. Only modules that are not compiled import them.
+MYPY_CONFIG = """\
+[mypy]
+
+[mypy-anyio.*,wsproto.*]
+ignore_missing_imports = True
 """
 
 #: The Cython accelerator, as its own extension module ``stompy._core.cscan``.
@@ -166,14 +181,15 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
             self.work = None
 
     def compile(self) -> dict[str, str]:
-        """Compile the folders of the ``compile`` list in a copy of the package; return
-        the extension modules built, as force-include entries (path built -> path in the
-        wheel).
+        """Compile the modules of the ``compile`` list (folders and files) in a copy of
+        the package; return the extension modules built, as force-include entries (path
+        built -> path in the wheel).
 
-        Raises CompileFailed when mypyc or the C compiler fails, or when a module of a
-        folder listed has no extension module afterwards."""
+        Raises CompileFailed when mypyc or the C compiler fails, or when a module listed
+        (or of a folder listed) has no extension module afterwards."""
         paths = modules(Path(self.root), self.config.get("compile", []))
         work = self.copy("mypyc")
+        (work / "mypy.ini").write_text(MYPY_CONFIG)
         self.build(work, SETUP.format(paths=paths))
         built = {str(p): p.relative_to(work).as_posix() for p in extensions(work)}
         for path in map(Path, paths):
@@ -235,15 +251,22 @@ class CompiledCoreHook(BuildHookInterface):  # type: ignore[type-arg]
             raise CompileFailed("\n".join(process.stdout.splitlines()[-20:]))
 
 
-def modules(root: Path, folders: list[str]) -> list[str]:
-    """The modules the build compiles: every ``.py`` file of ``folders`` (relative to
-    ``root``) but ``__init__.py``, as paths relative to ``root``. Raises CompileFailed
-    for a folder that holds none."""
+def modules(root: Path, entries: list[str]) -> list[str]:
+    """The modules the build compiles, as paths relative to ``root``: each entry of
+    ``entries`` (relative to ``root``) that is a ``.py`` file, and every ``.py`` file but
+    ``__init__.py`` of each that is a folder. Raises CompileFailed for a file that is not
+    there, or a folder that holds no module."""
     paths: list[str] = []
-    for folder in folders:
-        found = sorted(p for p in (root / folder).glob("*.py") if p.name != "__init__.py")
-        if not found:
-            raise CompileFailed(f"no module to compile in {folder}")
+    for entry in entries:
+        path = root / entry
+        if entry.endswith(".py"):
+            if not path.is_file():
+                raise CompileFailed(f"no module {entry} to compile")
+            found = [path]
+        else:
+            found = sorted(p for p in path.glob("*.py") if p.name != "__init__.py")
+            if not found:
+                raise CompileFailed(f"no module to compile in {entry}")
         paths += [p.relative_to(root).as_posix() for p in found]
     return paths
 

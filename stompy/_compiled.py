@@ -2,12 +2,14 @@
 
 A wheel built where a C compiler was found holds the core compiled beside its ``.py``
 files: every module of :data:`FOLDERS`, ``stompy/_core/`` (:data:`CORE_MODULES`) and the
-test broker's sans-IO core, ``stompy/testing/_core/`` (:data:`TESTING_MODULES`); the
-import system loads the compiled ones. A pure-Python wheel (no compiler,
-``STOMPY_NO_EXTENSIONS=1``, not CPython) and an editable install hold only the ``.py``.
-The build hook is ``hatch_build.py``; its ``compile`` list in pyproject.toml names the
-same folders (a test keeps them equal): a module added to one is compiled, no list to
-keep.
+test broker's sans-IO core, ``stompy/testing/_core/`` (:data:`TESTING_MODULES`), and the
+engine's modules on a round trip's path (:data:`ENGINE`: the calls that wait, the
+engine's pump, delivery, inboxes, receipts and requests); the import system loads the
+compiled ones. A pure-Python wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not
+CPython) and an editable install hold only the ``.py``. The build hook is
+``hatch_build.py``; its ``compile`` list in pyproject.toml names the same folders and
+modules (a test keeps them equal): a module added to one of the folders is compiled, no
+list to keep.
 
 Apart from that, a wheel built where Cython was found holds ``stompy._core.cscan``, the
 parser's and the encoder's hot loops in C (the header-block check, the encoder):
@@ -27,6 +29,17 @@ from stompy._core import accelerator
 
 #: The packages the build compiles whole when it can (``compile`` in pyproject.toml).
 FOLDERS: Final = ("stompy._core", "stompy.testing._core")
+#: The engine's modules it compiles with them, each named there: those a round trip
+#: runs through (docs/performance.md, "The compiled core").
+ENGINE: Final = (
+    "stompy._engine.calls",
+    "stompy._engine.delivery",
+    "stompy._engine.engine",
+    "stompy._engine.inbox",
+    "stompy._engine.receipts",
+    "stompy._engine.requests",
+    "stompy._engine.state",
+)
 
 
 def modules_of(package: str) -> tuple[str, ...]:
@@ -51,8 +64,12 @@ def is_compiled(module: ModuleType) -> bool:
     return str(getattr(module, "__file__", "")).endswith(tuple(EXTENSION_SUFFIXES))
 
 
-#: True when the core modules are the compiled ones; False when they are pure Python.
-COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES)
+#: The modules of :data:`ENGINE` (imported already: the clients are made of them).
+ENGINE_MODULES: Final = tuple(importlib.import_module(name) for name in ENGINE)
+
+#: True when the core modules (and the engine's of :data:`ENGINE`) are the compiled
+#: ones; False when they are pure Python. The build compiles them all or none.
+COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES + ENGINE_MODULES)
 
 #: True when the parser and the encoder use the Cython accelerator
 #: (``stompy._core.cscan``): the parser's header-block check and the encoder.

@@ -10,12 +10,17 @@ import importlib
 import os
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import stompy
 import stompy._core.parser
 from stompy import _compiled
+from stompy._core.frames import Frame
+from stompy._engine.calls import Running, Sends, Steps
+from stompy._engine.message import MessageBase
+from stompy._engine.outgoing import Outgoing
 
 #: Where stompy was imported from, and the checkout it sits in if it is one.
 PACKAGE = Path(stompy.__file__).parent
@@ -33,6 +38,39 @@ def test_the_core_is_compiled_whole_or_not_at_all() -> None:
     assert flavours == {stompy.COMPILED}
 
 
+def test_the_engines_round_trip_modules_are_compiled_with_the_core() -> None:
+    """The calls that wait, the pump, delivery, inboxes, receipts and requests: what
+    every round trip runs through (stompy.COMPILED says they are compiled too)."""
+    assert [module.__name__ for module in _compiled.ENGINE_MODULES] == list(_compiled.ENGINE)
+    flavours = {_compiled.is_compiled(module) for module in _compiled.ENGINE_MODULES}
+    assert flavours == {stompy.COMPILED}
+
+
+def test_a_call_takes_subclasses_that_are_not_compiled() -> None:
+    """A call's sends are written once for the plain call and its traced twin, a
+    subclass in a module that is not compiled (mypyc refuses to make one unless the
+    compiled class allows it); what the class checks, it checks compiled or not."""
+    sent: list[tuple[str, bool]] = []
+
+    class Recording(Sends[MessageBase]):
+        def send_one(
+            self,
+            message: Outgoing,
+            transaction: str | None,
+            receipt: bool,
+            parent: Frame | None = None,
+        ) -> Steps[None]:
+            sent.append((message.destination, receipt))
+            yield from ()
+
+    Running(Recording().send("/queue/a", b"x", None, None, None, True)).resume()
+    assert sent == [("/queue/a", True)]
+    loose: Any = Recording()
+    with pytest.raises(TypeError, match="receipt: expected True or False, got 1"):
+        Running(loose.send("/queue/a", b"x", None, None, None, 1)).resume()
+    assert sent == [("/queue/a", True)]
+
+
 def test_the_test_broker_core_is_compiled_with_the_core() -> None:
     modules = [importlib.import_module(name) for name in _compiled.TESTING_MODULES]
     assert {_compiled.is_compiled(module) for module in modules} == {stompy.COMPILED}
@@ -44,14 +82,15 @@ def test_the_session_that_asks_for_the_compiled_core_gets_it() -> None:
     assert stompy.COMPILED
 
 
-def test_the_build_compiles_the_folders_compiled_checks() -> None:
+def test_the_build_compiles_the_folders_and_modules_compiled_checks() -> None:
     tomllib = pytest.importorskip("tomllib")
     pyproject = Path(__file__).parents[1] / "pyproject.toml"
     if not pyproject.is_file():
         pytest.skip(f"no {pyproject}")
     hook = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     folders = [package.replace(".", "/") for package in _compiled.FOLDERS]
-    assert hook["hooks"]["custom"]["compile"] == folders
+    files = [name.replace(".", "/") + ".py" for name in _compiled.ENGINE]
+    assert hook["hooks"]["custom"]["compile"] == folders + files
 
 
 def test_every_module_of_the_compiled_folders_is_checked() -> None:
