@@ -77,6 +77,7 @@ _READ_KEYS: Final = (
 _BATCH_ONLY_KEYS: Final = ("maxMessagesPerPartition", "mode")
 _STREAM_ONLY_KEYS: Final = (
     "maxMessagesPerBatch",
+    "maxTriggerDelay",
     "reconnectAttempts",
     "reconnectDelay",
     "reconnectMaxDelay",
@@ -98,6 +99,10 @@ DEFAULT_BATCH_ROWS: Final = 100_000
 #: ``prefetch-count`` is AMQP's ``basic.qos`` field): the largest whose prefetch
 #: (twice it: one batch in Spark's hands, the next arriving) fits in :data:`MAX_PREFETCH`.
 SIXTEEN_BIT_BATCH_ROWS: Final = 32_000
+#: Seconds a streaming micro-batch waits at most for its full rows while a backlog
+#: arrives (see ``StreamConsumer._fill``): Spark's cost per batch hardly grows with
+#: its rows, so under a backlog fuller batches move more messages a second.
+DEFAULT_MAX_TRIGGER_DELAY: Final = 2.0
 #: How a streaming source rides out a broker restart: attempts from 0.5 s apart,
 #: doubling up to 10 s between them, about five minutes in all.
 DEFAULT_RECONNECT_ATTEMPTS: Final = 34
@@ -198,6 +203,8 @@ class ReadSettings:
     destinations: tuple[str, ...]
     #: ``None``: the default, which depends on the broker (:meth:`stream_limits`).
     max_messages_per_batch: int | None = None
+    #: Seconds a micro-batch may wait for its full rows under a backlog (0: never).
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     #: Unacknowledged messages the broker may hand a subscription (``None``: per path).
     prefetch: int | None = None
     prefetch_headers: tuple[str, ...] = DEFAULT_PREFETCH_HEADERS
@@ -343,13 +350,15 @@ class _Options:
             raise ConfigurationError(f"option {name!r} must be at least {minimum}, got {value}")
         return value
 
-    def number(self, name: str, default: float) -> float:
+    def number(self, name: str, default: float, *, zero: bool = False) -> float:
+        """Seconds, more than 0 (``zero``: or 0) and at most :data:`MAX_SECONDS`."""
         value = self._parsed(name, float, "a number of seconds")
         if value is None:
             return default
-        if not 0 < value <= MAX_SECONDS:
+        if not (value >= 0 if zero else value > 0) or not value <= MAX_SECONDS:
+            kind = "0 or a positive number" if zero else "a positive number"
             raise ConfigurationError(
-                f"option {name!r} must be a positive number of seconds "
+                f"option {name!r} must be {kind} of seconds "
                 f"(at most {MAX_SECONDS:.0f}), got {value}"
             )
         return value
@@ -524,6 +533,7 @@ def parse_read_options(
             if opts.text("maxMessagesPerBatch") is None
             else opts.integer("maxMessagesPerBatch", DEFAULT_BATCH_ROWS)
         ),
+        max_trigger_delay=opts.number("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY, zero=True),
         prefetch=prefetch,
         prefetch_headers=opts.names("prefetchHeaders", DEFAULT_PREFETCH_HEADERS),
         subscribe_headers=opts.headers("subscribeHeaders"),

@@ -50,6 +50,10 @@ log: Final = logging.getLogger("stompy.spark")
 
 #: Seconds between two messages after which a patient wait for a batch stops.
 TRICKLE: Final = 0.1
+#: Seconds a wait for a fuller batch lasts before it judges the pace (and the longest
+#: pause between messages it sits out): a broker takes a while to go on delivering
+#: after a large cumulative ACK.
+PROBE: Final = 0.25
 #: Seconds one look at an idle subscription lasts (the intake's longest nap).
 POLL: Final = 0.01
 #: Messages the intake turns into one Arrow chunk at most.
@@ -267,8 +271,9 @@ class StreamConsumer:
     def _await_batch(self, book: OffsetBook[Message]) -> None:
         """Wait until the book holds what the next batch should have.
 
-        A batch is never waited for once it has rows: the intake is only given time
-        to take in what had already arrived. Only when there is none (right after
+        A batch that has rows waits only for the intake to take in what had already
+        arrived and, under a backlog, up to ``maxTriggerDelay`` for its full rows
+        (:meth:`_fill`). Only when there is none (right after
         subscribing, and on every call under ``Trigger.AvailableNow``) does this wait
         up to ``idleTimeout`` for a first message and then while messages keep coming
         (:data:`TRICKLE` apart at most): such a query ends once the destination stays
@@ -317,9 +322,40 @@ class StreamConsumer:
                     ),
                     timeout=SETTLE,
                 )
+                if 0 < book.unplanned() < limit and self.settings.max_trigger_delay > 0:
+                    self._fill(book, limit, self.settings.max_trigger_delay)
             failure = self._failure
             if failure is not None:
                 raise _again(failure) from failure
+
+    def _fill(self, book: OffsetBook[Message], limit: int, delay: float) -> None:
+        """Under a backlog, wait up to ``delay`` seconds for a full batch (the lock held).
+
+        Spark's cost per micro-batch hardly grows with its rows, and while it runs one
+        it takes the CPU the intake (and the broker) would need for the next: a batch
+        started with what had arrived stays small, batch after batch. So a batch
+        waits for its ``limit`` rows while messages keep coming (:data:`PROBE` apart
+        at most) and, once it has waited :data:`PROBE`, only as long as they come
+        fast enough to fill half a batch in ``delay`` (a backlog, or a stream about
+        as fast as Spark takes it): a slower stream is held back :data:`PROBE` at most.
+        """
+        changed = self._changed
+        began = time.monotonic()
+        deadline = began + delay
+        at_start = self._arrived
+        seen, quiet_at = at_start, began + PROBE
+        while book.unplanned() < limit and self._failure is None:
+            now = time.monotonic()
+            if now >= deadline or now >= quiet_at:
+                return
+            if (
+                now - began >= PROBE
+                and (self._arrived - at_start) / (now - began) * delay < limit / 2
+            ):
+                return
+            changed.wait(min(deadline, quiet_at, max(now, began + PROBE) + 0.001) - now)
+            if self._arrived != seen:
+                seen, quiet_at = self._arrived, time.monotonic() + PROBE
 
     def _release(self, upto: int) -> None:
         if self._book is None:

@@ -98,6 +98,13 @@ def test_stream_batches_are_as_large_as_the_brokers_prefetch_lets_them_pipeline(
     assert fixed.stream_limits("RabbitMQ/3.10.8") == fixed.stream_limits(None) == (10, 15)
 
 
+def test_a_stream_waits_two_seconds_at_most_for_a_full_batch_unless_told() -> None:
+    assert parse_read_options(read(), streaming=True).max_trigger_delay == 2.0
+    never = parse_read_options(read(maxTriggerDelay="0"), streaming=True)
+    assert never.max_trigger_delay == 0.0
+    assert parse_read_options(read(maxTriggerDelay="0.5")).max_trigger_delay == 0.5
+
+
 def test_subscribe_args_carry_prefetch_durable_and_extra_headers() -> None:
     settings = parse_read_options(
         read(
@@ -142,6 +149,7 @@ def test_browse_mode_reads_with_one_task() -> None:
         ("mode", True, "batch reads"),
         ("maxMessagesPerPartition", True, "batch reads"),
         ("maxMessagesPerBatch", False, "streaming reads"),
+        ("maxTriggerDelay", False, "streaming reads"),
         ("reconnectAttempts", False, "streaming reads"),
         ("reconnectDelay", False, "streaming reads"),
         ("reconnectMaxDelay", False, "streaming reads"),
@@ -189,6 +197,8 @@ def test_reconnect_options() -> None:
         (read(maxMessagesPerBatch="0"), "at least 1"),
         (read(idleTimeout="-1"), "'idleTimeout' must be a positive number"),
         (read(idleTimeout="soon"), "'idleTimeout' must be a number"),
+        (read(maxTriggerDelay="-1"), "'maxTriggerDelay' must be 0 or a positive number"),
+        (read(maxTriggerDelay="nan"), "'maxTriggerDelay' must be 0 or a positive number"),
         (read(mode="peek"), "'mode' must be"),
         (read(heartbeats="often"), "'heartbeats'"),
         (read(versions="1.2,2.0"), "'versions'"),

@@ -368,3 +368,70 @@ def test_a_broker_gone_for_good_fails_the_stream_once_reconnecting_gave_up() -> 
                 time.sleep(0.1)
     finally:
         consumer.close()
+
+
+def _trickle(url: str, count: int, every: float, stop: threading.Event) -> threading.Thread:
+    """A producer thread sending ``count`` messages ``every`` seconds apart (in tens)."""
+
+    def produce() -> None:
+        with stompy.Connection(url) as conn:
+            for first in range(0, count, 10):
+                if stop.is_set():
+                    return
+                conn.send_many(
+                    [stompy.Outgoing("/queue/in", str(i)) for i in range(first, first + 10)]
+                )
+                time.sleep(every * 10)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("delay", [None, "0"])
+def test_under_a_backlog_a_batch_waits_for_its_rows(broker: Broker, delay: str | None) -> None:
+    # Messages arrive at about 2,000 a second: a batch started with what had arrived
+    # would hold the few that came while Spark ran the one before; it waits for its
+    # 600 rows instead (``maxTriggerDelay``, 2 s by default; 0: never).
+    options = {"maxMessagesPerBatch": "600"} | ({} if delay is None else {"maxTriggerDelay": delay})
+    stop = threading.Event()
+    producer = _trickle(broker.url, 4000, 0.0005, stop)
+    consumer = StreamConsumer(read_settings(broker.url, True, **options))
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        consumer.plan(start, end)
+        begun = time.monotonic()
+        end2 = consumer.latest(end, None)
+        waited = time.monotonic() - begun
+        if delay is None:
+            assert end2 - end == 600
+            assert waited < 2.0
+        else:
+            assert end2 - end < 600
+            assert waited < 0.2
+    finally:
+        stop.set()
+        consumer.close()
+        producer.join(10)
+
+
+def test_a_slow_stream_is_not_held_back_for_a_full_batch(broker: Broker) -> None:
+    # 50 messages a second could not fill half of a 10,000-row batch within the delay:
+    # the batch takes what came during one probe of the pace, not the 2 s.
+    stop = threading.Event()
+    producer = _trickle(broker.url, 200, 0.02, stop)
+    consumer = StreamConsumer(read_settings(broker.url, maxMessagesPerBatch="10000"))
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        consumer.plan(start, end)
+        time.sleep(0.3)  # ten more came meanwhile
+        begun = time.monotonic()
+        end2 = consumer.latest(end, None)
+        assert time.monotonic() - begun < 1.0
+        assert 0 < end2 - end < 100
+    finally:
+        stop.set()
+        consumer.close()
+        producer.join(10)
