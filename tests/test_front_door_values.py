@@ -4,6 +4,7 @@ that stops partway."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 import anyio
@@ -91,3 +92,88 @@ async def test_a_capitalised_content_type_where_stompy_writes_one_is_refused_asy
         with pytest.raises(stompy.ConfigurationError, match="STOMP header names are case"):
             await stompy.send_async(broker.url, "/queue/ct", **kwargs)
         assert broker.queue_depth("/queue/ct") == 1
+
+
+#: send_many() stopped partway: by a body over the broker's limit (known only on the
+#: connection) in the second chunk, or by the iterable itself, making the 701st message.
+#: Each went out in part, and nothing said how much; the too-large body's error said
+#: "nothing was sent".
+_LIMIT: Final = 64
+_SENT_FIRST: Final = "send_many(): the first {} messages of the batch went out"
+
+
+def _too_large_at(n: int) -> list[stompy.Outgoing]:
+    ok = [stompy.Outgoing("/queue/many", b"ok") for _ in range(n)]
+    return [*ok, stompy.Outgoing("/queue/many", b"x" * (_LIMIT + 1)), *ok[:3]]
+
+
+def _failing_at(n: int) -> Iterator[stompy.Outgoing]:
+    for i in range(n + 10):
+        if i == n:
+            raise ValueError("the application's own")
+        yield stompy.Outgoing("/queue/many", b"ok")
+
+
+def _notes(error: BaseException) -> list[str]:
+    return list(getattr(error, "__notes__", []))
+
+
+def test_a_str_body_that_is_not_text_is_refused_where_the_outgoing_is_made() -> None:
+    # It was refused by the send, with the messages before it in the batch sent.
+    for body in ("a\udc80b", "\ud800"):
+        with pytest.raises(stompy.errors.LocalProtocolError, match="body is not valid text"):
+            stompy.Outgoing("/queue/many", body)
+    for fine in ("grüße ✓", "ascii", "", b"\xff"):
+        assert stompy.Outgoing("/queue/many", fine).body == fine
+
+
+def test_send_many_stopped_partway_says_how_many_went_out() -> None:
+    with run_broker(limits=stompy.FrameLimits(max_body=_LIMIT)) as broker:
+        with stompy.Connection(broker.url) as conn:
+            with pytest.raises(stompy.errors.MessageTooLarge) as raised:
+                conn.send_many(_too_large_at(600), receipt=True)
+            assert _notes(raised.value) == [
+                _SENT_FIRST.format(600)
+                + " (unconfirmed: the receipt was to come with the last), none after them"
+            ]
+            conn.send("/queue/other", "the connection goes on", receipt=True)
+            assert broker.queue_depth("/queue/many") == 600
+            with pytest.raises(stompy.errors.MessageTooLarge) as raised:
+                conn.send_many(_too_large_at(5)[:6])  # the last, alone
+            assert _notes(raised.value) == [
+                "send_many(): the 5 messages of the batch before the last went out; the "
+                "last is the one this error is about"
+            ]
+            with pytest.raises(ValueError, match="the application's own") as failed:
+                conn.send_many(_failing_at(700))
+            assert _notes(failed.value) == [_SENT_FIRST.format(512) + ", none after them"]
+            with pytest.raises(stompy.errors.MessageTooLarge) as raised:
+                conn.send_many(_too_large_at(0))
+            assert _notes(raised.value) == []  # nothing went out: the error says so
+            conn.send("/queue/other", "still", receipt=True)
+            assert broker.queue_depth("/queue/many") == 600 + 5 + 512
+
+
+@pytest.mark.anyio
+async def test_send_many_stopped_partway_says_how_many_went_out_async() -> None:
+    with run_broker(limits=stompy.FrameLimits(max_body=_LIMIT)) as broker, anyio.fail_after(20):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises(stompy.errors.MessageTooLarge) as raised:
+                await conn.send_many(_too_large_at(600), receipt=True)
+            assert _notes(raised.value) == [
+                _SENT_FIRST.format(600)
+                + " (unconfirmed: the receipt was to come with the last), none after them"
+            ]
+            await conn.send("/queue/other", "the connection goes on", receipt=True)
+            assert broker.queue_depth("/queue/many") == 600
+            with pytest.raises(stompy.errors.MessageTooLarge) as raised:
+                await conn.send_many(_too_large_at(5)[:6])
+            assert _notes(raised.value) == [
+                "send_many(): the 5 messages of the batch before the last went out; the "
+                "last is the one this error is about"
+            ]
+            with pytest.raises(ValueError, match="the application's own") as failed:
+                await conn.send_many(_failing_at(700))
+            assert _notes(failed.value) == [_SENT_FIRST.format(512) + ", none after them"]
+            await conn.send("/queue/other", "still", receipt=True)
+            assert broker.queue_depth("/queue/many") == 600 + 5 + 512

@@ -34,7 +34,7 @@ from stompy._engine.calls import Call, Steps
 from stompy._engine.engine import MAX_OUTGOING
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
-from stompy._engine.outgoing import Outgoing, log, split_for_sending
+from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
 from stompy._transports.asynchronous import TaskIO, running_loop, sniffed, thread_id
 from stompy.errors import LocalProtocolError, StompError
@@ -523,9 +523,14 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         """Send ``messages`` in order; see :meth:`stompy.Connection.send_many`."""
         tx = transaction_id(transaction, self._engine)
         count = 0
-        for work in split_for_sending(messages):
-            call = traced(Call(self._engine, self._io.clock()), self._link.telemetry)
-            count += await self._io.run(call.send_some(work, receipt, tx))
+        work: list[Outgoing] | Outgoing = []
+        try:
+            for work in split_for_sending(messages):
+                call = traced(Call(self._engine, self._io.clock()), self._link.telemetry)
+                count += await self._io.run(call.send_some(work, receipt, tx, count))
+        except Exception as exc:
+            note_sent(exc, count, receipt, isinstance(work, Outgoing))  # what went out
+            raise
         return count
 
     async def request(

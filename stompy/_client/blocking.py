@@ -39,7 +39,7 @@ from stompy._engine.calls import Call
 from stompy._engine.engine import MAX_OUTGOING
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
-from stompy._engine.outgoing import Outgoing, log, split_for_sending
+from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
 from stompy._engine.state import CONNECTED, NEW, RECONNECTING
 from stompy._transports.blocking import IOThread
 from stompy.errors import LocalProtocolError, StompError
@@ -500,13 +500,22 @@ class Connection(ConnectionBase[Message]):
         ``receipt=True`` the last one asks for a RECEIPT and this returns once it
         came: the broker processes a connection's frames in order, so that receipt
         confirms every message before it. Returns how many were sent. What was
-        sent before an error stays sent; the error is :meth:`send`'s.
+        sent before an error stays sent; the error is :meth:`send`'s (or the
+        iterable's), with a note saying how many of the batch went out: the first N,
+        none after them. An :class:`Outgoing` refuses what :meth:`send` would where it
+        is made, so only what a send learns on the connection (a body over the
+        broker's limit) can stop a batch partway.
         """
         tx = transaction_id(transaction, self._engine)
         count = 0
-        for work in split_for_sending(messages):
-            call = traced(Call(self._engine, time.monotonic()), self._link.telemetry)
-            count += self._io.run(call.send_some(work, receipt, tx))
+        work: list[Outgoing] | Outgoing = []
+        try:
+            for work in split_for_sending(messages):
+                call = traced(Call(self._engine, time.monotonic()), self._link.telemetry)
+                count += self._io.run(call.send_some(work, receipt, tx, count))
+        except Exception as exc:
+            note_sent(exc, count, receipt, isinstance(work, Outgoing))  # what went out
+            raise
         return count
 
     def request(

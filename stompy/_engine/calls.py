@@ -38,7 +38,7 @@ from stompy._engine.inbox import Inbox
 from stompy._engine.keywords import MessageOptions, RequestOptions, SubscribeOptions
 from stompy._engine.message import MessageBase
 from stompy._engine.options import check_overflow
-from stompy._engine.outgoing import Outgoing
+from stompy._engine.outgoing import Outgoing, note_sent
 from stompy._engine.requests import REPLY_SUBSCRIPTIONS, reply_address, timed_out
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
 from stompy._mypyc import mypyc_attr
@@ -469,11 +469,12 @@ class Call(Sends[M]):
             engine.requests.forget(request)
 
     def send_some(
-        self, work: list[Outgoing] | Outgoing, receipt: object, transaction: str | None
+        self, work: list[Outgoing] | Outgoing, receipt: object, transaction: str | None, before: int
     ) -> Steps[int]:
         """One piece of ``send_many``'s work (see :func:`split_for_sending`): a chunk of
         messages queued at once, or the last message alone, which carries the receipt.
-        How many were sent; what was queued before an error goes out too."""
+        How many were sent; what was queued before an error goes out too, and the error
+        says how many of the batch did (``before`` this piece, and of it)."""
         receipt = check_flag("receipt", receipt)
         if isinstance(work, Outgoing):
             yield from self.send_one(work, transaction, receipt)
@@ -488,6 +489,9 @@ class Call(Sends[M]):
                     content_type=m.content_type,
                     transaction=transaction,
                 )
+        except Exception as exc:
+            note_sent(exc, before + next(i for i, sent in enumerate(work) if sent is m), receipt)
+            raise
         finally:
             self.engine.flush(self.now)
         yield from self.flush()

@@ -4,6 +4,7 @@ it queues them in, and the core's encoded frames taken as wire bytes and logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from stompy._core.protocol import ClientProtocol, check_send
+from stompy.errors import LocalProtocolError
 
 if TYPE_CHECKING:
     from stompy._engine.websocket import WebSocket
@@ -20,6 +22,7 @@ __all__ = (
     "Outgoing",
     "log",
     "log_sent",
+    "note_sent",
     "split_for_sending",
     "take_output",
 )
@@ -70,9 +73,11 @@ class Outgoing:
     takes, as one object, so that many can be handed over at once.
 
     Made, it raises what :meth:`~stompy.Connection.send` would for the same values (a
-    destination not a ``str``, a body neither ``bytes`` nor ``str``, headers not a
-    mapping of str to str, a ``content_type`` another ``content-type`` header
-    contradicts...): a ``send_many()`` never stops at it with part of the batch sent.
+    destination not a ``str``, a body neither ``bytes`` nor ``str``, or a ``str`` that is
+    not text, headers not a mapping of str to str, a ``content_type`` another
+    ``content-type`` header contradicts...): a ``send_many()`` never stops at it with
+    part of the batch sent. What a send can only check on a connection (a body over
+    the broker's limit) may still stop one: its error then says how many went out.
     """
 
     destination: str
@@ -95,13 +100,26 @@ class Outgoing:
             or content_type is not None
             or type(destination) is not str
             or not destination
-            or (type(body) is not bytes and type(body) is not str)
+            # A str is text unless it holds what UTF-8 cannot encode (a lone surrogate):
+            # never so of ASCII, which isascii() reads from a flag at once.
+            or (type(body) is not bytes and (type(body) is not str or not body.isascii()))
         ):
             check_send(destination, body, headers, content_type)
+            if type(body) is str and not body.isascii():
+                _check_text(body)
         self.destination = destination
         self.body = body
         self.headers = headers
         self.content_type = content_type
+
+
+def _check_text(body: str) -> None:
+    """Refuse a ``str`` body that is not text (a lone surrogate) as a send does:
+    UTF-8 cannot encode it."""
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LocalProtocolError(f"the body is not valid text: {exc.reason}") from None
 
 
 def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] | Outgoing]:
@@ -138,6 +156,36 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
         yield chunk
     if held is not None:
         yield held
+
+
+def note_sent(error: BaseException, sent: int, receipt: bool, last: bool = False) -> None:
+    """Say on ``error``, which stopped a ``send_many()`` after the first ``sent`` of its
+    messages went out, how many did: a note under its traceback (PEP 678), once.
+
+    The error is what a send raises of its message (``nothing was sent``: of that one),
+    or of the ``last`` message, which went alone (a receipt that did not come), or what
+    the iterable raised making the next one: without the note, what went out of the
+    batch before it could not be told. Nothing is said when nothing was sent.
+    """
+    notes = getattr(error, "__notes__", None)
+    if not sent or (notes and any(note.startswith("send_many(): ") for note in notes)):
+        return
+    if last:
+        note = (
+            f"send_many(): the {sent:,} messages of the batch before the last went out; "
+            "the last is the one this error is about"
+        )
+    else:
+        unconfirmed = " (unconfirmed: the receipt was to come with the last)" if receipt else ""
+        note = (
+            f"send_many(): the first {sent:,} message{'s' if sent > 1 else ''} of the "
+            f"batch went out{unconfirmed}, none after {'them' if sent > 1 else 'it'}"
+        )
+    if isinstance(notes, list):
+        notes.append(note)
+    else:  # add_note()'s work (3.11+); not for an exception class with __slots__
+        with contextlib.suppress(AttributeError):
+            error.__notes__ = [note]  # type: ignore[attr-defined]
 
 
 def _not_outgoing(item: object) -> TypeError:

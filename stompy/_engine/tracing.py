@@ -600,7 +600,7 @@ class TracedCall(Sends[M]):
         self.telemetry.sent(message.destination, message.body, waited)
 
     def send_some(
-        self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None
+        self, work: list[Outgoing] | Outgoing, receipt: bool, transaction: str | None, before: int
     ) -> Steps[int]:
         """:meth:`Call.send_some` with a PRODUCER span per message (the last message
         alone, which carries the receipt, as :meth:`send_one`)."""
@@ -614,7 +614,9 @@ class TracedCall(Sends[M]):
             span, sent = telemetry.producer(message, transaction)
             spans.append(span)
             traced.append(sent)
-        count = yield from _in_spans(spans, self.call.send_some(traced, receipt, transaction))
+        count = yield from _in_spans(
+            spans, self.call.send_some(traced, receipt, transaction, before)
+        )
         for message in work:
             telemetry.sent(message.destination, message.body, None)
         return count
