@@ -8,6 +8,7 @@ speed. Leaving ``async with`` disconnects gracefully and stops every task.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -36,7 +37,7 @@ from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
-from stompy._transports.asynchronous import TaskIO, running_loop, sniffed, thread_id
+from stompy._transports.asynchronous import FutureWake, TaskIO, running_loop, sniffed, thread_id
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
@@ -149,6 +150,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         self._io = link.io
         #: Set when a message arrives or the subscription may have ended.
         self._wakeup: anyio.Event | None = None
+        #: The wake-up of the ``get()`` reading through (asyncio), set with the event.
+        self._reading: FutureWake | None = None
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
         """The next message, or ``None`` on timeout or once the subscription ended.
@@ -219,10 +222,32 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         """Wait until a message is in the inbox or the subscription ended; raises
         :class:`~stompy.errors.LocalProtocolError` in another thread than the
         connection's, whose tasks could not wake it."""
-        self._io.check_thread()
+        io = self._io
+        io.check_thread()
         inbox = self._inbox
-        getting = self._io.getting
+        getting = io.getting
         while not inbox.pending and not self._ended() and self._engine.status is not CLOSED:
+            turn = io.turn
+            if (
+                turn is not None
+                and turn.free
+                and self._wakeup is None
+                and self._reading is None
+                and not self._engine.paused
+            ):
+                # Read through: the message's bytes wake this task, not the reader.
+                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                reading = self._reading = FutureWake(future)
+                getting.add(self)
+                io.at_rest = True
+                try:
+                    await io.read_through(turn, future)
+                finally:
+                    if self._reading is reading:
+                        self._reading = None
+                        if self._wakeup is None:
+                            getting.discard(self)
+                continue
             event = self._wakeup
             if event is None:
                 event = self._wakeup = self._io.new_event()
@@ -234,7 +259,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
                 if self._wakeup is event and event.statistics().tasks_waiting == 0:
                     # Cancelled, and no other task waits here: nothing to wake.
                     self._wakeup = None
-                    getting.discard(self)
+                    if self._reading is None:
+                        getting.discard(self)
 
     def wake(self, *, ended: bool) -> bool:
         """Wake the waiting ``get()`` calls if a message came (or ``ended``)."""
@@ -245,6 +271,10 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         self._wakeup = None
         if event is not None:
             event.set()
+        reading = self._reading
+        self._reading = None
+        if reading is not None:
+            reading.set()
         return True
 
     async def get_batch(

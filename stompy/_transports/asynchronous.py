@@ -58,14 +58,14 @@ from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.state import CLOSED, PROTOCOL_CLOSED
 from stompy._transports.blocking import bytes_waiting
-from stompy._transports.rawsocket import RawSocketStream, direct, running_backend
+from stompy._transports.rawsocket import RawSocketStream, ReadTurn, direct, running_backend
 from stompy._transports.signal import Signal
 from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "thread_id")
+__all__ = ("NETWORK_ERRORS", "FutureWake", "Getter", "TaskIO", "thread_id")
 
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
@@ -145,6 +145,29 @@ def _connect_reason(exc: BaseException) -> str:
     return "; ".join(reasons)
 
 
+class Wake(Protocol):
+    """What wakes a wait for a receipt or a reply: an :class:`anyio.Event`, or the
+    :class:`FutureWake` of a call reading through."""
+
+    def set(self) -> None:
+        """Wake the wait (again: nothing)."""
+
+
+class FutureWake:
+    """The wake-up of a call that reads through (:meth:`TaskIO.read_through`): an
+    asyncio future, which the socket's bytes set too (:class:`ReadTurn`)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
+
+    def set(self) -> None:
+        future = self.future
+        if not future.done():
+            future.set_result(None)
+
+
 class Getter(Protocol):
     """A subscription with a ``get()`` waiting: woken when its inbox fills."""
 
@@ -173,8 +196,14 @@ class TaskIO(Generic[M]):
         #: the next send may write through (as the blocking transport's at_rest).
         self.at_rest = True
         self._changed = Signal()  # pulsed whenever the status changes
-        self._receipts: dict[str, anyio.Event] = {}  # receipt id -> its waiter's wake-up
-        self._replies: dict[str, anyio.Event] = {}  # correlation-id -> its waiter's wake-up
+        self._receipts: dict[str, Wake] = {}  # receipt id -> its waiter's wake-up
+        self._replies: dict[str, Wake] = {}  # correlation-id -> its waiter's wake-up
+        #: On asyncio, the current plain TCP stream's socket reader (``None``: none), which
+        #: a call waiting for an answer may take (:meth:`read_through`).
+        self.turn: ReadTurn | None = None
+        #: What a call that read through found the reader task must judge (a failure, a
+        #: full inbox, the broker's goodbye): handed to it with :meth:`ReadTurn.poke`.
+        self._handed: StompError | None = None
         #: Subscriptions with a ``get()`` waiting.
         self.getting: set[Getter] = set()
         self._room: anyio.Event | None = None  # the paused reader waits on it
@@ -182,7 +211,7 @@ class TaskIO(Generic[M]):
         #: While the timer task runs, the deadline of each wait for a receipt or a
         #: reply, by the event that wakes it: the timer wakes it at its deadline (see
         #: :meth:`_await_answer`).
-        self._deadlines: dict[anyio.Event, float] | None = None
+        self._deadlines: dict[Wake, float] | None = None
         self._timer_at = math.inf  # when the timer wakes next, at the latest
         self.yield_at = 0.0  # when a get() with a message at hand next lets tasks run
         self._write_lock = anyio.Lock()
@@ -376,6 +405,30 @@ class TaskIO(Generic[M]):
                     wait = running.resume(self.clock())
                     continue
                 rid, cid = wait.receipt, wait.correlation_id
+                deadlines = self._deadlines
+                turn = self.turn
+                if (
+                    (rid is not None or cid is not None)
+                    and turn is not None
+                    and deadlines is not None
+                    and turn.free
+                    and not self.engine.paused
+                ):
+                    # Read through: the answer's bytes wake this task, not the reader.
+                    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    wake = FutureWake(future)
+                    if rid is not None:
+                        receipts[rid] = wake
+                    else:
+                        replies[cid] = wake  # type: ignore[index]
+                    self._set_deadline(wake, wait.deadline, deadlines)
+                    try:
+                        await self.read_through(turn, future)
+                    finally:
+                        deadlines.pop(wake, None)
+                    self._unwait(wait)
+                    wait = running.resume(self.clock())
+                    continue
                 event: anyio.Event | Signal
                 if rid is not None:
                     event = receipts[rid] = self.new_event()
@@ -385,7 +438,6 @@ class TaskIO(Generic[M]):
                     event = self._changed
                 else:
                     event = self._drained
-                deadlines = self._deadlines
                 if deadlines is not None and isinstance(event, anyio.Event):
                     await self._await_answer(event, wait.deadline, deadlines)
                 else:
@@ -400,20 +452,55 @@ class TaskIO(Generic[M]):
             self.kick()  # what was queued before an error goes out too
 
     async def _await_answer(
-        self, event: anyio.Event, deadline: float, deadlines: dict[anyio.Event, float]
+        self, event: anyio.Event, deadline: float, deadlines: dict[Wake, float]
     ) -> None:
         """Wait for a receipt or a reply until ``event`` is set: by its answer, or by the
         timer at ``deadline``. A cancel scope with a deadline costs a wait as much again
         as the rest of it; the timer, which runs anyway, re-arms only for a deadline
         nearer than its own (rarely: a new wait's is mostly later than the last's)."""
-        deadlines[event] = deadline
-        if deadline < self._timer_at:
-            self._timer_at = deadline
-            self._rearm.set()
+        self._set_deadline(event, deadline, deadlines)
         try:
             await event.wait()
         finally:
             deadlines.pop(event, None)
+
+    def _set_deadline(self, wake: Wake, deadline: float, deadlines: dict[Wake, float]) -> None:
+        """The timer sets ``wake`` at ``deadline`` (re-armed if that is nearer)."""
+        deadlines[wake] = deadline
+        if deadline < self._timer_at:
+            self._timer_at = deadline
+            self._rearm.set()
+
+    async def read_through(self, turn: ReadTurn, future: asyncio.Future[None]) -> None:
+        """Wait until ``future`` is set, reading the socket meanwhile: the bytes that come
+        set it (:class:`ReadTurn`), and are fed to the engine here, which routes them as
+        the reader task would (and wakes the wait they answer: this one or another).
+        ``future`` is set by the wait's own wake-up too (its answer, read by another,
+        the timer at its deadline, a change of the connection). The turn must be free
+        (:attr:`ReadTurn.free`).
+
+        The reader task stays waiting, unwoken, and reads again once this returns.
+        Cancelled, this still feeds what was read for it: no byte is lost. What the
+        reader task must judge (a failure, a full inbox, the end) is handed to it."""
+        turn.caller = future
+        turn.arm()
+        try:
+            await future
+        finally:
+            if turn.caller is future:
+                turn.caller = None
+            data = turn.take()
+            if data:
+                failure = self._feed(data)
+                proto = self.engine.proto
+                if (
+                    failure is not None
+                    or self.engine.paused
+                    or (proto is not None and proto.state is PROTOCOL_CLOSED)
+                ):
+                    if self._handed is None:
+                        self._handed = failure
+                    turn.poke()
 
     def _unwait(self, wait: Wait) -> None:
         if wait.receipt is not None:
@@ -668,6 +755,11 @@ class TaskIO(Generic[M]):
     async def _run_epoch(self) -> StompError | None:
         stream = self.stream
         assert stream is not None
+        self._handed = None
+        # Read through on plain STOMP only: WebSocket frames end the connection in ways
+        # of their own (a close frame), which the reader task judges.
+        plain = isinstance(stream, RawSocketStream) and self.engine.ws is None
+        self.turn = stream.turn if plain else None
         async with anyio.create_task_group() as tg:
             self._epoch_scope = tg.cancel_scope
             tg.start_soon(self._reader, stream, tg.cancel_scope)
@@ -675,6 +767,7 @@ class TaskIO(Generic[M]):
             tg.start_soon(self._timer, stream, tg.cancel_scope)
         self._epoch_scope = None
         self._room = None
+        self.turn = None
         return self.engine.ending
 
     def _end_epoch(self, scope: anyio.CancelScope, failure: StompError | None) -> None:
@@ -699,20 +792,46 @@ class TaskIO(Generic[M]):
             if waiter is not None:
                 waiter.set()
 
+    def _feed(self, data: bytes) -> StompError | None:
+        """Feed bytes read from a plain TCP socket to the engine (``b""``: the end of
+        the stream) and route what they hold; the pump's failure."""
+        engine = self.engine
+        now = self.clock()
+        engine.receive(data, now)
+        self.at_rest = True  # an answer came: the next send may write through
+        pumped = engine.pump(now)
+        self._pumped(pumped.woke, pumped.replied)
+        return pumped.failure
+
     async def _reader(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         engine = self.engine
+        turn = self.turn
         try:
             while True:
-                try:
-                    data = await stream.receive(_RECV_SIZE)
-                except anyio.EndOfStream:
-                    data = b""  # the engine's end of stream
-                now = self.clock()
-                ended = engine.receive(data, now)
-                self.at_rest = True  # an answer came: the next send may write through
-                pumped = engine.pump(now)
-                self._pumped(pumped.woke, pumped.replied)
-                failure = pumped.failure
+                ended: StompError | None = None
+                if turn is not None:
+                    try:
+                        got = await turn.receive()
+                    except anyio.EndOfStream:
+                        got = b""
+                    if got is None:  # a call that read through handed this on
+                        data = b"-"  # (not the end of the stream)
+                        failure = self._handed
+                        self._handed = None
+                    else:
+                        data = got
+                        failure = self._feed(data)  # b"": the engine's end of stream
+                else:
+                    try:
+                        data = await stream.receive(_RECV_SIZE)
+                    except anyio.EndOfStream:
+                        data = b""  # the engine's end of stream
+                    now = self.clock()
+                    ended = engine.receive(data, now)
+                    self.at_rest = True  # an answer came: the next send may write through
+                    pumped = engine.pump(now)
+                    self._pumped(pumped.woke, pumped.replied)
+                    failure = pumped.failure
                 if failure is None:
                     while engine.paused:
                         # An inbox is full: read no more until a consumer made room.
@@ -784,6 +903,10 @@ class TaskIO(Generic[M]):
     async def _timer(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         waiting = functools.partial(bytes_waiting, raw)
+        turn = self.turn
+        if turn is not None:
+            # Bytes read by the loop's callback and not yet fed are a sign of life too.
+            waiting = functools.partial(_read_or_waiting, turn, waiting)
         deadlines = self._deadlines = {}
         try:
             await self._tick(scope, waiting, deadlines)
@@ -797,7 +920,7 @@ class TaskIO(Generic[M]):
         self,
         scope: anyio.CancelScope,
         waiting: Callable[[], bool | None],
-        deadlines: dict[anyio.Event, float],
+        deadlines: dict[Wake, float],
     ) -> None:
         """The timer's loop: wake at the core's next deadline and at the answers'."""
         engine = self.engine
@@ -827,3 +950,7 @@ class TaskIO(Generic[M]):
             if failure is not None:
                 self._end_epoch(scope, failure)
                 return
+
+
+def _read_or_waiting(turn: ReadTurn, waiting: Callable[[], bool | None]) -> bool | None:
+    return True if turn.inbound else waiting()

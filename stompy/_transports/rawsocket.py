@@ -14,10 +14,18 @@ writes for it), and only with an anyio that has those waits (4.7 and later);
 :func:`direct` says which. anyio's stream is kept, idle, for the connection's life and
 closed with it: on asyncio its transport owns the original descriptor (a transport's
 descriptor cannot be waited on directly, hence the duplicate).
+
+On asyncio the stream also has a :class:`ReadTurn`: the socket read by the event loop's
+own callback, for whichever task waits for bytes, the connection's reader task or a call
+waiting for its answer (the *read-through*): the bytes wake exactly that task, and
+handing the turn from one to the other wakes nobody. On trio a task can only wait for a
+socket itself (``wait_readable``), and the turn could not pass to a caller without
+waking the reader task, so there the reader task reads, as it does on TLS.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -25,7 +33,10 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-__all__ = ("RawSocketStream", "direct", "running_backend")
+__all__ = ("RECV_SIZE", "RawSocketStream", "ReadTurn", "direct", "running_backend")
+
+#: The most bytes one read takes.
+RECV_SIZE: Final = 256 * 1024
 
 _wait_readable: Final[Callable[[socket.socket], Awaitable[None]] | None] = getattr(
     anyio, "wait_readable", None
@@ -72,7 +83,137 @@ def direct(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
     backend = running_backend()
     readable = getattr(backend, "wait_readable", _wait_readable)
     writable = getattr(backend, "wait_writable", _wait_writable)
-    return RawSocketStream(sock, stream, readable, writable)
+    raw_stream = RawSocketStream(sock, stream, readable, writable)
+    loop = asyncio.events._get_running_loop()
+    if loop is not None and getattr(backend, "__name__", "") == "AsyncIOBackend":
+        try:
+            loop.add_reader(sock.fileno(), _nothing)
+        except NotImplementedError:  # a proactor loop (Windows): it has no add_reader
+            pass
+        else:
+            loop.remove_reader(sock.fileno())
+            raw_stream.turn = ReadTurn(sock, loop)
+    return raw_stream
+
+
+def _nothing() -> None:
+    pass
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+class ReadTurn:
+    """asyncio: a socket read by the event loop's callback for one waiting task at a time.
+
+    A task that waits for bytes registers a future: the reader task's (:meth:`receive`)
+    or a call's (:attr:`caller`, which goes first). While one is registered the socket
+    is watched; when it is readable the callback reads it (so a callback left over from
+    a loop turn finds nothing and wakes nobody), keeps the bytes in :attr:`inbound` for
+    whoever takes them next (:meth:`take`, in order: each taker feeds them to the engine
+    at once, without awaiting) and wakes the call, else the reader. With nobody
+    registered the socket is not watched, and TCP pushes back on the broker. The end of
+    the stream, or a failed read, is kept in :attr:`end` and wakes both; it is the
+    reader task's to judge.
+    """
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self._sock = sock
+        self._loop = loop
+        self._fd = sock.fileno()
+        self._armed = False
+        #: Bytes read and not yet fed to the engine, oldest first.
+        self.inbound: list[bytes] = []
+        #: :class:`anyio.EndOfStream`, the read's ``OSError`` or, once closed,
+        #: :class:`anyio.ClosedResourceError`: nothing more will be read.
+        self.end: BaseException | None = None
+        #: The future of the call reading through (``None``: none); set when bytes came.
+        self.caller: asyncio.Future[None] | None = None
+        self._reader: asyncio.Future[None] | None = None
+        self._poked = False
+
+    def _readable(self) -> None:
+        caller, reader = self.caller, self._reader
+        if caller is None and reader is None:
+            self.disarm()  # nobody waits for bytes
+            return
+        try:
+            data = self._sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._ended(exc)
+            return
+        if not data:
+            self._ended(anyio.EndOfStream())
+            return
+        self.inbound.append(data)
+        _wake(caller if caller is not None else reader)
+
+    def _ended(self, end: BaseException) -> None:
+        if self.end is None:
+            self.end = end
+        self.disarm()
+        _wake(self.caller)
+        _wake(self._reader)
+
+    def arm(self) -> None:
+        """Watch the socket (again), unless it ended."""
+        if not self._armed and self.end is None:
+            self._loop.add_reader(self._fd, self._readable)
+            self._armed = True
+
+    def disarm(self) -> None:
+        """Stop watching the socket (until someone waits again)."""
+        if self._armed:
+            self._armed = False
+            self._loop.remove_reader(self._fd)
+
+    @property
+    def free(self) -> bool:
+        """Whether a call may read through: none does, and the stream goes on."""
+        return self.caller is None and self.end is None
+
+    def take(self) -> bytes:
+        """The bytes read and not yet taken (``b""``: none)."""
+        inbound = self.inbound
+        if not inbound:
+            return b""
+        data = inbound[0] if len(inbound) == 1 else b"".join(inbound)
+        inbound.clear()
+        return data
+
+    def poke(self) -> None:
+        """Wake the reader task: :meth:`receive` returns, with ``None`` if no bytes came."""
+        self._poked = True
+        _wake(self._reader)
+
+    async def receive(self) -> bytes | None:
+        """The reader task's wait: the next bytes, ``None`` when :meth:`poke` woke it
+        without any. Raises what :attr:`end` holds (:class:`anyio.EndOfStream` at the
+        end of the stream)."""
+        while True:
+            data = self.take()
+            if data:
+                self._poked = False
+                return data
+            if self._poked:
+                self._poked = False
+                return None
+            if self.end is not None:
+                raise self.end
+            waiter = self._reader = self._loop.create_future()
+            self.arm()
+            try:
+                await waiter
+            finally:
+                self._reader = None
+
+    def close(self) -> None:
+        """Stop watching; a waiting task wakes and finds :class:`anyio.ClosedResourceError`."""
+        self._ended(anyio.ClosedResourceError())
 
 
 class RawSocketStream(anyio.abc.ByteStream):
@@ -94,6 +235,9 @@ class RawSocketStream(anyio.abc.ByteStream):
         wait_writable: Callable[[socket.socket], Awaitable[None]],
     ) -> None:
         self.sock = sock
+        #: On asyncio, the socket read by the loop's callback (see :class:`ReadTurn`);
+        #: :meth:`receive` is then not used while the turn is in use.
+        self.turn: ReadTurn | None = None
         self._stream = stream  # anyio's, idle: closed with this one
         self._closed = False
         self._wait_readable = wait_readable
@@ -127,6 +271,8 @@ class RawSocketStream(anyio.abc.ByteStream):
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         sock = self.sock
+        if self.turn is not None:
+            self.turn.disarm()  # anyio's wait below replaces the loop's callback
         while True:
             if self._closed:
                 raise anyio.ClosedResourceError
@@ -148,6 +294,8 @@ class RawSocketStream(anyio.abc.ByteStream):
         try:
             if not self._closed:
                 self._closed = True
+                if self.turn is not None:
+                    self.turn.close()
                 assert _notify_closing is not None
                 _notify_closing(self.sock)  # a task waiting on it raises ClosedResourceError
                 self.sock.close()
