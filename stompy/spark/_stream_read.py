@@ -54,6 +54,9 @@ TRICKLE: Final = 0.1
 #: pause between messages it sits out): a broker takes a while to go on delivering
 #: after a large cumulative ACK.
 PROBE: Final = 0.25
+#: A batch waits for its full rows only if the stream brought at least this share
+#: (1/n) of them per ``maxTriggerDelay`` while Spark ran the batch before.
+SLOWEST: Final = 8
 #: Seconds one look at an idle subscription lasts (the intake's longest nap).
 POLL: Final = 0.01
 #: Messages the intake turns into one Arrow chunk at most.
@@ -158,6 +161,8 @@ class StreamConsumer:
         #: Messages the intake took, and of those the ones already in the book.
         self._arrived = 0
         self._numbered = 0
+        #: When the last ``latest()`` returned, and ``_arrived`` then: the pace since.
+        self._mark = (time.monotonic(), 0)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"settings": self.settings}
@@ -337,12 +342,19 @@ class StreamConsumer:
         waits for its ``limit`` rows while messages keep coming (:data:`PROBE` apart
         at most) and, once it has waited :data:`PROBE`, only as long as they come
         fast enough to fill half a batch in ``delay`` (a backlog, or a stream about
-        as fast as Spark takes it): a slower stream is held back :data:`PROBE` at most.
+        as fast as Spark takes it). A stream that brought less than 1/:data:`SLOWEST`
+        of a batch per ``delay`` while Spark ran the batch before is not held back at
+        all (the intake's pace then is what is left of the CPU beside Spark: under a
+        backlog it is a fraction of the broker's); one between is held back
+        :data:`PROBE` at most.
         """
         changed = self._changed
         began = time.monotonic()
-        deadline = began + delay
+        since, before = self._mark
         at_start = self._arrived
+        if (at_start - before) / max(began - since, 1e-3) * delay < limit / SLOWEST:
+            return  # a trickle, not a backlog: not even a probe
+        deadline = began + delay
         seen, quiet_at = at_start, began + PROBE
         while book.unplanned() < limit and self._failure is None:
             now = time.monotonic()
@@ -397,6 +409,7 @@ class StreamConsumer:
             max_rows = min(max_rows, self._rows)  # Spark asked for the default
         self._await_batch(book)
         with self._changed:
+            self._mark = (time.monotonic(), self._arrived)
             return book.latest(start, max_rows)
 
     def plan(self, start: int, end: int) -> list[bytes]:
