@@ -11,7 +11,9 @@ writes a 100-row DataFrame (two partitions):
 * ``stomp.py``: ``df.foreachPartition`` with a stomp.py connection per partition and
   one receipt at its end.
 
-The connector's cost is its time less the floor's. Then a streaming read in a fresh
+The connector's cost is its time less the floor's; what it does in a write task is
+also timed alone (a fresh interpreter: its imports, the first partition written with
+its first connection, a second one). Then a streaming read in a fresh
 driver (``readStream.format("stomp")`` into a parquet sink, 100 queued messages, then
 100 more three times): the seconds from ``start()`` to the first micro-batch landed,
 and the first micro-batch's ``triggerExecution`` against the later ones'. Beside them,
@@ -177,6 +179,42 @@ def first_write(who: str, url: str) -> float:
     return float(match.group(1))
 
 
+_TASK: Final = r"""
+import sys, time
+import pyarrow, pyspark.sql.datasource  # what any Arrow write task imports first
+start = time.perf_counter()
+import stompy.spark._source
+from stompy.spark._options import parse_write_options
+from stompy.spark._write import TaskIdentity, WriteColumns, write_partition
+imported = time.perf_counter()
+settings = parse_write_options({"url": sys.argv[1], "destination": "/queue/stompy-cold"})
+columns = WriteColumns.from_schema([("body", "string")], settings.destination)
+rows = pyarrow.RecordBatch.from_pydict({"body": [str(i) for i in range(HALF)]})
+write_partition(iter([rows]), settings, columns, TaskIdentity("cold", "0", 0))
+first = time.perf_counter()
+write_partition(iter([rows]), settings, columns, TaskIdentity("cold", "0", 1))
+print(f"TASK {imported - start:.4f} {first - imported:.4f} {time.perf_counter() - first:.4f}")
+""".replace("HALF", str(ROWS // 2))
+
+
+def task_seconds(url: str) -> tuple[float, float, float]:
+    """The connector's part of a cold write task, in a fresh interpreter that has
+    imported what PySpark's Arrow write task does: seconds importing the connector,
+    writing one partition of the cold write (its first connection), and another."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TASK, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path[1:])},
+    )
+    match = re.search(r"TASK (\S+) (\S+) (\S+)", done.stdout)
+    if match is None:
+        raise RuntimeError(f"write task: no times ({done.stderr[-2000:]})")
+    imports, first, second = (float(match.group(i)) for i in (1, 2, 3))
+    return imports, first, second
+
+
 def import_seconds(module: str, after: str = "") -> float:
     """Seconds a fresh interpreter spends importing ``module`` (after ``after``)."""
     code = f"import {after}" if after else "pass"
@@ -239,6 +277,7 @@ def run(settings: Settings) -> list[Row]:
                 f"  streaming read: first batch landed {start:.2f} s after start(); "
                 f"batches (s): {', '.join(f'{b:.2f}' for b in batches)}",
             )
+        tasks = [task_seconds(url) for _ in range(3)]
     for who, samples in times.items():
         rows.append(
             Row(
@@ -263,6 +302,19 @@ def run(settings: Settings) -> list[Row]:
             Row(
                 GROUP,
                 "a streaming read of a fresh session",
+                who,
+                statistics.median(samples),
+                "s",
+                higher_is_better=False,
+                samples=tuple(samples),
+            )
+        )
+    for index, who in enumerate(("imports", "the first partition written", "a second partition")):
+        samples = [task[index] for task in tasks]
+        rows.append(
+            Row(
+                GROUP,
+                "the connector in a fresh write task",
                 who,
                 statistics.median(samples),
                 "s",

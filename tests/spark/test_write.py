@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -196,3 +199,42 @@ def test_an_unreachable_broker_is_named_by_the_write() -> None:
     columns = WriteColumns.from_schema([("body", "string")], write.destination)
     with pytest.raises(stompy.ConnectFailed, match=r"127\.0\.0\.1"):
         write_partition(iter([("x",)]), write, columns, TaskIdentity("q", "0", 0))
+
+
+_COLD_TASK = """
+import sys
+import pyarrow as pa
+from stompy.spark._options import parse_write_options
+from stompy.spark._write import TaskIdentity, WriteColumns, write_partition
+settings = parse_write_options({"url": sys.argv[1], "destination": "/queue/cold"})
+columns = WriteColumns.from_schema([("body", "string")], settings.destination)
+rows = pa.RecordBatch.from_pydict({"body": ["a", "b"]})
+if sys.argv[2] == "sdk":
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+count = write_partition(iter([rows]), settings, columns, TaskIdentity("cold", "0", 0))
+print(count, "opentelemetry" in sys.modules, "stompy._engine.tracing" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("sdk", "traced"), [(False, "False False"), (True, "True True")])
+def test_a_write_task_loads_opentelemetry_only_where_an_sdk_can_be(
+    broker: Broker, sdk: bool, traced: str
+) -> None:
+    # A fresh Spark Python worker that installed no OpenTelemetry SDK: its first
+    # connection would import the API only to find none (0.04-0.15 s of a cold write
+    # task). One that did install an SDK still traces.
+    pytest.importorskip("opentelemetry.sdk")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_PYTHON_")}
+    environ["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run(
+        [sys.executable, "-c", _COLD_TASK, broker.url, "sdk" if sdk else "none"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environ,
+        check=True,
+    )
+    assert done.stdout.split() == ["2", *traced.split()]
+    assert len(take_all(broker.url, "/queue/cold")) == 2
