@@ -292,7 +292,9 @@ class StreamConsumer:
             if patient:
                 idle = self.settings.idle_timeout
                 trickle = min(TRICKLE, idle)
-                before = self._arrived
+                # What arrived and is not planned yet counts: right after subscribing
+                # the intake may have taken every queued message before this wait.
+                before = self._numbered
                 changed.wait_for(
                     lambda: self._arrived > before or self._failure is not None, timeout=idle
                 )
