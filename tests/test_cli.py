@@ -382,6 +382,23 @@ def test_an_empty_vhost_is_refused(
     assert hint in err
 
 
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("receive", "subscribe"), ("consume", "subscribe"), ("Publish", "send"), ("brokr", "broker")],
+)
+def test_a_command_by_another_name_is_told_the_one_meant(
+    given: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It listed the four commands without saying which one the word meant.
+    with pytest.raises(SystemExit) as info:
+        cli.main([given, "stomp://h", "/q"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"invalid choice: '{given}'" in err
+    assert f"did you mean {meant}?" in err
+
+
 def test_usage_errors_of_the_issue_exit_2() -> None:
     # Both are known wrong before anything is sent or bound: said by the parser, exit 2,
     # not found out by a round trip to the broker or by bind().

@@ -177,3 +177,29 @@ async def test_send_many_stopped_partway_says_how_many_went_out_async() -> None:
             assert _notes(failed.value) == [_SENT_FIRST.format(512) + ", none after them"]
             await conn.send("/queue/other", "still", receipt=True)
             assert broker.queue_depth("/queue/many") == 600 + 5 + 512
+
+
+#: As a newcomer's untyped code has it.
+_PAIRS: Any = [("a", "b")]
+
+
+def test_request_headers_as_pairs_are_named() -> None:
+    # send() takes pairs; request() merges its headers with reply-to and correlation-id,
+    # and said "'list' object is not a mapping".
+    said = r"headers: expected a mapping of str to str, got \[\('a', 'b'\)\] \(list\)"
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with pytest.raises(TypeError, match=said):
+            conn.request("/queue/asked", "x", headers=_PAIRS, timeout=1)
+        conn.send("/queue/other", "the connection goes on", receipt=True)
+        assert broker.queue_depth("/queue/asked") == 0
+
+
+@pytest.mark.anyio
+async def test_request_headers_as_pairs_are_named_async() -> None:
+    said = r"headers: expected a mapping of str to str, got \[\('a', 'b'\)\] \(list\)"
+    with run_broker() as broker, anyio.fail_after(10):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises(TypeError, match=said):
+                await conn.request("/queue/asked", "x", headers=_PAIRS, timeout=1)
+            await conn.send("/queue/other", "the connection goes on", receipt=True)
+        assert broker.queue_depth("/queue/asked") == 0

@@ -442,6 +442,10 @@ class Call(Sends[M]):
             if type(asked) is str and asked in REPLY_SUBSCRIPTIONS
             else check_choice("reply_subscription", asked, REPLY_SUBSCRIPTIONS)  # raises
         )
+        # Merged with reply-to and correlation-id: pairs were "'list' object is not a mapping".
+        headers = given.get("headers")
+        if headers is not None and type(headers) is not dict:
+            check_type("headers", headers, Mapping, "a mapping of str to str")
         engine = self.engine
         if engine.usable() is None:  # connected, mostly: no generator for a wait then
             yield from self.ready()

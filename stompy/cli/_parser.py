@@ -45,7 +45,23 @@ class _OneLineParser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"-\.?\d")
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("argument COMMAND: invalid choice: "):
+            given = message.partition("invalid choice: ")[2].partition(" ")[0].strip("'")
+            meant = _COMMAND_MEANT.get(given.lower()) or "".join(
+                difflib.get_close_matches(given, _COMMANDS, n=1, cutoff=0.6)
+            )
+            if meant:
+                message += f"; did you mean {meant}?"
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+#: The commands, and the words a newcomer may try for them (as other tools name theirs).
+_COMMANDS: Final = ("send", "subscribe", "broker", "proxy")
+_COMMAND_MEANT: Final = {
+    **dict.fromkeys(("receive", "recv", "consume", "listen", "sub", "get", "read"), "subscribe"),
+    **dict.fromkeys(("publish", "pub", "put", "produce", "post"), "send"),
+    **dict.fromkeys(("server", "serve", "run"), "broker"),
+}
 
 
 class _Parser(_OneLineParser):
