@@ -171,6 +171,28 @@ def test_the_last_header_of_a_name_wins(url: str, queue: str) -> None:
     assert [line for line in lines if line.startswith("priority:")] == ["priority:9"]
 
 
+def test_arguments_that_are_not_utf8(url: str, queue: str) -> None:
+    # A Latin-1 terminal's bytes: the body was refused ("the body is not valid text:
+    # surrogates not allowed"), a header or destination failed with the codec's words
+    # and a place in the frame ("can't encode character '\udcff' in position 78").
+    latin1 = os.fsdecode(b"caf\xe9")  # as Python gives such an argument
+    sent = stompy("send", url, queue, latin1)
+    assert sent.returncode == 0, sent.stderr
+    got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")
+    shown = json.loads(got.stdout)
+    assert (shown["encoding"], base64.b64decode(shown["body"])) == ("base64", b"caf\xe9")
+    assert "content-type" not in shown["headers"]  # bytes, as from stdin
+    for argv, named in (
+        (["-H", os.fsdecode(b"a:\xff")], "argument -H/--header: want NAME:VALUE in UTF-8"),
+        ([os.fsdecode(b"/queue/\xff")], "argument DESTINATION: want a destination in UTF-8"),
+    ):
+        refused = stompy("send", url, *([queue, "x", *argv] if argv[0] == "-H" else [*argv, "x"]))
+        assert refused.returncode == 2
+        line = one_error_line(refused, "send")
+        assert named in line
+        assert "\\xff" in line  # the byte, as given
+
+
 def test_json_of_text_keeps_unicode(url: str, queue: str) -> None:
     assert stompy("send", url, queue, "grüße ✓").returncode == 0
     got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")

@@ -203,3 +203,27 @@ async def test_request_headers_as_pairs_are_named_async() -> None:
                 await conn.request("/queue/asked", "x", headers=_PAIRS, timeout=1)
             await conn.send("/queue/other", "the connection goes on", receipt=True)
         assert broker.queue_depth("/queue/asked") == 0
+
+
+_NOT_TEXT: Final = r"SEND header 'a': its value is not valid text \(surrogates not allowed"
+
+
+def test_a_header_that_is_not_text_is_named() -> None:
+    # It said "'utf-8' codec can't encode character '\udcff' in position 66".
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with pytest.raises(stompy.errors.LocalProtocolError, match=_NOT_TEXT):
+            conn.send("/queue/t", "x", headers={"a": "\udcff"})
+        with pytest.raises(stompy.errors.LocalProtocolError, match="'destination': its value"):
+            conn.subscribe("/queue/\udcff")
+        conn.send("/queue/t", "the connection goes on", receipt=True)
+        assert broker.queue_depth("/queue/t") == 1
+
+
+@pytest.mark.anyio
+async def test_a_header_that_is_not_text_is_named_async() -> None:
+    with run_broker() as broker, anyio.fail_after(10):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            with pytest.raises(stompy.errors.LocalProtocolError, match=_NOT_TEXT):
+                await conn.send("/queue/t", "x", headers={"a": "\udcff"}, receipt=True)
+            await conn.send("/queue/t", "the connection goes on", receipt=True)
+        assert broker.queue_depth("/queue/t") == 1

@@ -182,6 +182,23 @@ def _content_type_in_another_case(names: Iterable[str]) -> ConfigurationError | 
     return None
 
 
+def _not_text(
+    command: str, headers: list[tuple[str, str]], exc: UnicodeEncodeError
+) -> LocalProtocolError:
+    """The error for a frame whose header UTF-8 cannot encode (a lone surrogate, as
+    ``os.fsdecode`` makes of bytes that are not UTF-8), naming the header."""
+    for name, value in headers:
+        for part, text in (("name", name), ("value", value)):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as bad:
+                return LocalProtocolError(
+                    f"{command} header {name!r}: its {part} is not valid text "
+                    f"({bad.reason}: {text[bad.start : bad.end]!r}); nothing was sent"
+                )
+    return LocalProtocolError(str(exc))
+
+
 def _body_bytes(body: object) -> bytes:
     """A ``bytes`` subclass as bytes; anything else but ``str`` is refused.
 
@@ -455,6 +472,8 @@ class ClientProtocol:
             data = encode_frame(command, headers, body, self.version, more)
         except ValueError as exc:
             self._next_id = mark
+            if isinstance(exc, UnicodeEncodeError):  # the codec names a place in the frame
+                raise _not_text(command, [*headers, *(more or {}).items()], exc) from None
             raise LocalProtocolError(str(exc)) from None
         except TypeError:
             self._next_id = mark

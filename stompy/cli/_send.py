@@ -77,6 +77,13 @@ def _open_body(body: str) -> tuple[BinaryIO | None, bytes | str, int | None]:
             return stream, b"", os.fstat(stream.fileno()).st_size
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not body.isascii():
+        try:
+            body.encode("utf-8")
+        except UnicodeEncodeError:
+            # Bytes that are not UTF-8 (a Latin-1 terminal's), which Python took as lone
+            # surrogates: sent as they were given, as stdin's would be, without a charset.
+            return None, os.fsencode(body), None
     return None, body, None
 
 

@@ -5,6 +5,7 @@ the command uses, or raises :class:`argparse.ArgumentTypeError` saying what it w
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -71,8 +72,21 @@ def stomp_versions(text: str) -> tuple[str, ...]:
     return tuple(version for version in VERSIONS if version in given)
 
 
+def _utf8(text: str, want: str) -> str:
+    """``text`` if it is UTF-8 (what STOMP headers are); else the error, showing the
+    argument's bytes (Python took those that are not UTF-8 as lone surrogates)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise argparse.ArgumentTypeError(
+                f"want {want} in UTF-8, as STOMP headers are, got {os.fsencode(text)!r}"
+            ) from None
+    return text
+
+
 def header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
+    name, sep, value = _utf8(text, "NAME:VALUE").partition(":")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"want NAME:VALUE, got {text!r}")
     return name.strip(), value
@@ -158,7 +172,7 @@ def accepted_vhost(text: str) -> str:
 def destination(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"want a destination like /queue/orders, got {text!r}")
-    return text
+    return _utf8(text, "a destination")
 
 
 def seconds(text: str) -> float:
