@@ -758,8 +758,10 @@ class TaskIO(Generic[M]):
         self._handed = None
         # Read through on plain STOMP only: WebSocket frames end the connection in ways
         # of their own (a close frame), which the reader task judges.
-        plain = isinstance(stream, RawSocketStream) and self.engine.ws is None
-        self.turn = stream.turn if plain else None
+        if isinstance(stream, RawSocketStream) and self.engine.ws is None:
+            self.turn = stream.turn
+        else:
+            self.turn = None
         async with anyio.create_task_group() as tg:
             self._epoch_scope = tg.cancel_scope
             tg.start_soon(self._reader, stream, tg.cancel_scope)
