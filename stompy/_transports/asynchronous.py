@@ -419,8 +419,8 @@ class TaskIO(Generic[M]):
                     wake = FutureWake(future)
                     if rid is not None:
                         receipts[rid] = wake
-                    else:
-                        replies[cid] = wake  # type: ignore[index]
+                    elif cid is not None:
+                        replies[cid] = wake
                     self._set_deadline(wake, wait.deadline, deadlines)
                     try:
                         await self.read_through(turn, future)
@@ -758,10 +758,8 @@ class TaskIO(Generic[M]):
         self._handed = None
         # Read through on plain STOMP only: WebSocket frames end the connection in ways
         # of their own (a close frame), which the reader task judges.
-        if isinstance(stream, RawSocketStream) and self.engine.ws is None:
-            self.turn = stream.turn
-        else:
-            self.turn = None
+        plain = stream if isinstance(stream, RawSocketStream) else None
+        self.turn = plain.turn if plain is not None and self.engine.ws is None else None
         async with anyio.create_task_group() as tg:
             self._epoch_scope = tg.cancel_scope
             tg.start_soon(self._reader, stream, tg.cancel_scope)
