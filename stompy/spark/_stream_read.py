@@ -367,7 +367,10 @@ class StreamConsumer:
                 and (self._arrived - at_start) / (now - began) * delay < limit / 2
             ):
                 return
-            changed.wait(min(deadline, quiet_at, max(now, began + PROBE) + 0.001) - now)
+            wake = min(deadline, quiet_at)
+            if now < began + PROBE:  # the pace is judged once the probe is over
+                wake = min(wake, began + PROBE)
+            changed.wait(wake - now)
             if self._arrived != seen:
                 seen, quiet_at = self._arrived, time.monotonic() + PROBE
 
