@@ -9,6 +9,7 @@ client's send path writes a SEND without making a :class:`Frame` (:func:`encode_
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -107,8 +108,9 @@ def encode_send(
     a str; then the caller takes the general way (``encode_frame``), which writes the
     same bytes or raises the error. Raises nothing: the errors are said in one place.
     """
+    refused = SEND_OWN if content_type is None else SEND_OWN_TYPED
     if _encode_frame is not None:
-        if not SEND_OWN.isdisjoint(more):
+        if not refused.isdisjoint(more):
             return None
         pairs = [("destination", destination)]
         if content_type is not None:
@@ -124,7 +126,7 @@ def encode_send(
     if receipt is not None:
         values += ("receipt", receipt)
     count = len(values) >> 1  # the pairs before the dict
-    head = _head_in_layout("SEND", count, values, more, len(body), version == V12, SEND_OWN)
+    head = _head_in_layout("SEND", count, values, more, len(body), version == V12, refused)
     if head is None:
         return None
     try:
@@ -210,6 +212,12 @@ _NO_NAMES: Final[frozenset[str]] = frozenset()
 #: The names :func:`encode_send` leaves to the general way in the caller's headers: the
 #: SEND's own (written from the arguments, or by the client: receipt, transaction).
 SEND_OWN: Final = SEND_RESERVED | {"content-type", "content-length"}
+#: Those and every other spelling of content-type (``Content-Type``...), left to the
+#: general way when the call gives a content type, which refuses them beside it: looked
+#: up as the names already are, at no cost.
+SEND_OWN_TYPED: Final = SEND_OWN | frozenset(
+    "".join(letters) for letters in itertools.product(*({c, c.upper()} for c in "content-type"))
+)
 
 
 def _layout(

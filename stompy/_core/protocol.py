@@ -573,12 +573,6 @@ class ClientProtocol:
             and (receipt is False or receipt is True)
             and (headers is None or type(headers) is dict)
             and len(body) <= self._max_body
-            # A Content-Type beside content_type=: refused by the general way.
-            and (
-                content_type is None
-                or headers is None
-                or _content_type_in_another_case(headers) is None
-            )
         ):
             # The common case: the encoder takes the caller's dict as it is (it names
             # none of the headers stompy sets, nor content-type or content-length: see
