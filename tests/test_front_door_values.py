@@ -4,6 +4,7 @@ that stops partway."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -227,3 +228,31 @@ async def test_a_header_that_is_not_text_is_named_async() -> None:
                 await conn.send("/queue/t", "x", headers={"a": "\udcff"}, receipt=True)
             await conn.send("/queue/t", "the connection goes on", receipt=True)
         assert broker.queue_depth("/queue/t") == 1
+
+
+class _AsyncCall:
+    """A handler object whose ``__call__`` is ``async def``: subscribe() cannot tell."""
+
+    def __init__(self) -> None:
+        self.ran = False
+
+    async def __call__(self, message: Any) -> None:
+        self.ran = True  # pragma: no cover - a Connection does not await it
+
+
+def test_a_callback_returning_a_coroutine_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It was closed with a WARNING on the stompy logger, which a program without logging
+    # never sees: the callback never ran, and with ack="auto" its message was gone.
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    handler = _AsyncCall()
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with conn.subscribe("/queue/cb", on_message=handler):
+            conn.send("/queue/cb", "x", receipt=True)
+            broker.wait_until(lambda: bool(unraisable), timeout=10)
+    (report,) = unraisable
+    assert report.exc_type is TypeError
+    assert "which a Connection does not await: it did not run" in str(report.exc_value)
+    assert report.err_msg.startswith("Exception ignored in the on_message callback of <")
+    assert report.object.text == "x"
+    assert not handler.ran

@@ -154,7 +154,19 @@ def call_plainly(calling: Calling, what: str, about: object = None, who: str | N
         for result in calling:
             if inspect.iscoroutine(result):
                 result.close()
-            log.warning("%s is a coroutine function: Connection calls plain ones", what)
+            # A function that passed subscribe()'s check, an object whose __call__ is
+            # async, or a lambda calling an async def: what it was for did not happen
+            # (an on_message's message is gone, with ack="auto"). Said as its errors are,
+            # not in a WARNING that a program without logging never sees.
+            where = f"the {what} hook" if who is None else who
+            report_callback_error(
+                TypeError(
+                    f"it returned {type(result).__name__} {result!r}, which a Connection "
+                    "does not await: it did not run (use def, or AsyncConnection)"
+                ),
+                where,
+                about,
+            )
     except Exception:
         raise  # not the function's: ``calling`` handled those
     except BaseException as exc:
