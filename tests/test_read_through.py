@@ -161,3 +161,43 @@ async def test_a_read_through_that_fills_an_inbox_stops_the_reading(anyio_backen
                     assert message.body == body + str(i).encode()
             assert got == [b"behind the flood"]
             assert conn.failure is None
+
+
+async def test_two_tasks_waiting_for_receipts_and_a_get_all_get_their_answers(
+    anyio_backend: str,
+) -> None:
+    # One of them reads through (on asyncio), the others wait on their events and are
+    # woken by what it routes; as each returns the turn passes on, and nothing waits
+    # for bytes nobody reads.
+    dest = queue()
+    rounds = 50
+    with anyio.fail_after(20):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as conn:
+            turn = await turn_of(conn, anyio_backend)
+            sub = await conn.subscribe(dest, receipt=True)
+            done: list[str] = []
+            taken: list[bytes] = []
+
+            async def sender(name: str) -> None:
+                for i in range(rounds):
+                    await conn.send(dest, f"{name}-{i}", receipt=True)
+                done.append(name)
+
+            async def getter() -> None:
+                for _ in range(2 * rounds):
+                    message = await sub.get()
+                    assert message is not None
+                    taken.append(message.body)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(getter)
+                tg.start_soon(sender, "a")
+                tg.start_soon(sender, "b")
+            assert sorted(done) == ["a", "b"]
+            for name in ("a", "b"):
+                mine = [body for body in taken if body.startswith(name.encode())]
+                assert mine == [f"{name}-{i}".encode() for i in range(rounds)]
+            if turn is not None:
+                assert turn.caller is None
+                assert not turn.inbound
+            assert conn.failure is None
