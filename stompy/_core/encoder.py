@@ -120,12 +120,15 @@ def encode_send(
         return _encode_frame("SEND", pairs, body, version == V10, version == V12, more)
     if type(more) is not dict or version == V10:
         return None
-    values = ["destination", destination]
-    if content_type is not None:
-        values += ("content-type", content_type)
+    if content_type is None:
+        values = ["destination", destination]
+        count = 1  # the pairs before the dict
+    else:
+        values = ["destination", destination, "content-type", content_type]
+        count = 2
     if receipt is not None:
         values += ("receipt", receipt)
-    count = len(values) >> 1  # the pairs before the dict
+        count += 1
     head = _head_in_layout("SEND", count, values, more, len(body), version == V12, refused)
     if head is None:
         return None

@@ -568,34 +568,40 @@ class ClientProtocol:
         if not destination or type(destination) is not str:
             raise _bad_destination("SEND", destination)
         if (
-            type(body) is bytes
-            and transaction is None
-            and (receipt is False or receipt is True)
-            and (headers is None or type(headers) is dict)
+            (type(headers) is dict or headers is None)
+            and type(body) is bytes
             and len(body) <= self._max_body
+            and transaction is None
         ):
             # The common case: the encoder takes the caller's dict as it is (it names
             # none of the headers stompy sets, nor content-type or content-length: see
             # encode_send), and there is no transaction to check, nor a receipt id of
             # the caller's. Else (None) the general way below writes it or says why not.
-            mark = self._next_id
-            receipt_id = self._new_id("r-", self._receipts) if receipt else None
-            given = _NO_HEADERS if headers is None else headers
-            data = encode_send(destination, content_type, given, body, self.version, receipt_id)
-            if data is not None:
-                self._out.append(data)
-                if receipt_id is not None:
-                    self._receipts[receipt_id] = "SEND"
-                if headers:
-                    reply_to = headers.get("reply-to")
+            given = headers if headers is not None else _NO_HEADERS
+            if receipt is False:
+                data = encode_send(destination, content_type, given, body, self.version)
+                if data is not None:
+                    self._out.append(data)
+                    reply_to = given.get("reply-to")
                     if (
                         reply_to is not None
-                        and reply_to not in self._temp_queues  # (a request's, mostly)
                         and reply_to.startswith(_TEMP_QUEUE_PREFIX)
+                        and reply_to not in self._temp_queues  # (a request's: noted, mostly)
                     ):
                         self._note_temp_queue(reply_to)
-                return receipt_id
-            self._next_id = mark  # the general way takes the id again
+                    return None
+            elif receipt is True:
+                mark = self._next_id
+                rid = self._new_id("r-", self._receipts)
+                data = encode_send(destination, content_type, given, body, self.version, rid)
+                if data is not None:
+                    self._out.append(data)
+                    self._receipts[rid] = "SEND"
+                    reply_to = given.get("reply-to")
+                    if reply_to is not None and reply_to.startswith(_TEMP_QUEUE_PREFIX):
+                        self._note_temp_queue(reply_to)
+                    return rid
+                self._next_id = mark  # the general way takes the id again
         if transaction is not None:
             self._check_transaction(transaction)
         user: list[tuple[str, str]] = []
