@@ -278,6 +278,49 @@ def test_answering_a_message_of_an_earlier_connection_sends_nothing(command: str
     assert not session.outgoing
 
 
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_an_answer_that_waited_for_the_verdict_on_its_connection_sends_nothing(
+    command: str,
+) -> None:
+    """An answer asked for after the transport saw the connection end, before its
+    verdict, waits for it (as every intent does), and the message is then of an
+    earlier connection: its ack id must not go to the next one, where the broker never
+    gave it (ours and ActiveMQ answer an ERROR, which ends that connection too; in the
+    soak, each reconnect was ended so by the consumer's next ack, a storm)."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    inbox = session.subscribe("/queue/a", "client-individual", "s", None, None, False).inbox
+    session.receive(message("s", 1), T0)
+    session.pump(T0)
+    held = taken(inbox)
+
+    def verdict_then_reconnect() -> Reaction:
+        session.saw_end(ConnectionLost("cut"))  # the verdict is yet to come
+        steps = iter((lambda: session.lost(ConnectionLost("cut")), lambda: establish(session)))
+
+        def react(wait: Wait) -> float:
+            assert wait.what is Waiting.CHANGE
+            next(steps)()
+            session.outgoing.clear()  # the SUBSCRIBE made again
+            return T0 + 1
+
+        return react
+
+    react = verdict_then_reconnect()
+    drive(Call(session, T0).acknowledge(command, held.event, held.epoch, None, False), react)
+    assert session.epoch == 3  # it waited out the verdict and the reconnect
+    assert not session.outgoing
+    session.receive(message("s", 2), T0 + 2)
+    session.pump(T0 + 2)
+    held = taken(inbox)
+    with pytest.raises(AckLost, match=r"'m-2'.*delivers it again"):
+        drive(
+            Call(session, T0).acknowledge(command, held.event, held.epoch, None, True),
+            verdict_then_reconnect(),
+        )
+    assert not session.outgoing
+
+
 def test_goodbye_waits_for_the_disconnect_receipt_and_closes_either_way() -> None:
     session = make_session(receipt_timeout=2.0)
     establish(session)

@@ -599,6 +599,10 @@ class Call(Sends[M]):
         """
         receipt = check_flag("receipt", receipt)
         engine = self.engine
+        if not engine.is_stale(epoch):
+            # Waits out the verdict on a connection seen ending: then the message is of
+            # an earlier one, and its ack id unknown on the next (an ERROR there).
+            yield from self.ready()
         if engine.is_stale(epoch):
             if receipt:
                 raise AckLost(
@@ -607,7 +611,6 @@ class Call(Sends[M]):
                 )
             log.debug("not answering %s from an earlier connection: it is redelivered", event)
             return
-        yield from self.ready()
         epoch = engine.epoch
         rid = engine.acknowledge(command, event, transaction, receipt)
         yield from self.flush()
