@@ -68,6 +68,21 @@ def answer(session: Engine[Delivered], rid: str, now: float) -> None:
     session.pump(now)
 
 
+def verdict_then_reconnect(session: Engine[Delivered]) -> Reaction:
+    """The transport saw the connection end (now); at the call's waits, its verdict
+    (reconnecting), then the new connection (whose replayed SUBSCRIBEs are cleared)."""
+    session.saw_end(ConnectionLost("cut"))
+    steps = iter((lambda: session.lost(ConnectionLost("cut")), lambda: establish(session)))
+
+    def react(wait: Wait) -> float:
+        assert wait.what is Waiting.CHANGE
+        next(steps)()
+        session.outgoing.clear()
+        return T0 + 1
+
+    return react
+
+
 def test_a_send_without_receipt_on_a_connected_session_never_waits() -> None:
     session = make_session()
     establish(session)
@@ -241,6 +256,30 @@ def test_a_transaction_of_an_earlier_connection_is_lost() -> None:
     assert not session.outgoing  # the broker aborted it already: nothing to send
 
 
+@pytest.mark.parametrize("command", ["COMMIT", "ABORT"])
+def test_a_transaction_end_that_waited_for_the_verdict_on_its_connection_sends_nothing(
+    command: str,
+) -> None:
+    """As an answer (below): a COMMIT or ABORT asked for between the transport seeing
+    the connection end and its verdict waits for it, and the transaction is then of an
+    earlier connection, aborted by the broker: the COMMIT raises TransactionLost (not
+    CommitOutcomeUnknown), the ABORT does nothing, as for one found stale at once (the
+    core of the next connection refused them with "transaction 'tx-1' is not open")."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+    epoch = session.epoch
+    steps = Call(session, T0).end_transaction(command, tx, epoch, True)
+    if command == "COMMIT":
+        with pytest.raises(TransactionLost) as lost:
+            drive(steps, verdict_then_reconnect(session))
+        assert not isinstance(lost.value, CommitOutcomeUnknown)
+    else:
+        drive(steps, verdict_then_reconnect(session))
+    assert session.epoch == epoch + 2  # it waited out the verdict and the reconnect
+    assert not session.outgoing
+
+
 def test_a_commit_whose_connection_ends_before_its_receipt_has_an_unknown_outcome() -> None:
     session = make_session(reconnect=stompy.Reconnect())
     establish(session)
@@ -293,20 +332,7 @@ def test_an_answer_that_waited_for_the_verdict_on_its_connection_sends_nothing(
     session.receive(message("s", 1), T0)
     session.pump(T0)
     held = taken(inbox)
-
-    def verdict_then_reconnect() -> Reaction:
-        session.saw_end(ConnectionLost("cut"))  # the verdict is yet to come
-        steps = iter((lambda: session.lost(ConnectionLost("cut")), lambda: establish(session)))
-
-        def react(wait: Wait) -> float:
-            assert wait.what is Waiting.CHANGE
-            next(steps)()
-            session.outgoing.clear()  # the SUBSCRIBE made again
-            return T0 + 1
-
-        return react
-
-    react = verdict_then_reconnect()
+    react = verdict_then_reconnect(session)
     drive(Call(session, T0).acknowledge(command, held.event, held.epoch, None, False), react)
     assert session.epoch == 3  # it waited out the verdict and the reconnect
     assert not session.outgoing
@@ -316,7 +342,7 @@ def test_an_answer_that_waited_for_the_verdict_on_its_connection_sends_nothing(
     with pytest.raises(AckLost, match=r"'m-2'.*delivers it again"):
         drive(
             Call(session, T0).acknowledge(command, held.event, held.epoch, None, True),
-            verdict_then_reconnect(),
+            verdict_then_reconnect(session),
         )
     assert not session.outgoing
 

@@ -564,11 +564,12 @@ class Call(Sends[M]):
         """
         receipt = check_flag("receipt", receipt)
         engine = self.engine
+        if not engine.is_stale(epoch):
+            yield from self.ready()  # as in acknowledge(): then it may be stale
         if engine.is_stale(epoch):
             if command == "COMMIT":
                 raise TransactionLost(f"transaction {tx!r} was lost with its connection")
             return
-        yield from self.ready()
         rid = engine.end_transaction(command, tx, receipt)
         yield from self.flush()
         if rid is None:
