@@ -9,9 +9,9 @@ from __future__ import annotations
 import collections
 import time
 
-from stompy.testing import run_broker
+from stompy.testing import BrokerStats, run_broker
 from tests.soak import FAULTS, Result, Settings, Tally, details, soak_one, table
-from tests.soak._core import Resources
+from tests.soak._core import Resources, refused
 
 #: Short: faults every 0.3 s, a drain of at most 5 s.
 QUICK = Settings(duration=2.0, seed=21, fault_interval=0.3, drain_timeout=5.0)
@@ -20,7 +20,7 @@ QUICK = Settings(duration=2.0, seed=21, fault_interval=0.3, drain_timeout=5.0)
 def test_a_short_blocking_soak_loses_nothing() -> None:
     started = time.monotonic()
     with run_broker(heartbeats=QUICK.heartbeats) as broker:
-        result = soak_one("blocking", "stompy", broker.url, QUICK)
+        result = soak_one("blocking", "stompy", broker.url, QUICK, broker)
     assert result.failures == []
     assert result.ok
     assert result.tally.confirmed
@@ -71,3 +71,11 @@ def test_a_call_over_its_bound_and_a_leak_fail_the_run() -> None:
     assert failures[1:4] == ["threads 2 -> 3", "file descriptors 10 -> 11", "tasks 3 -> 4"]
     assert "not a StompError" in failures[4]
     assert made_up(tally).longest()[0] == "send"
+
+
+def test_an_error_from_the_in_process_broker_fails_the_run_unless_a_heartbeat_timeout() -> None:
+    before = BrokerStats(errors_sent=2, heartbeat_timeouts=1)
+    assert refused(before, BrokerStats(errors_sent=4, heartbeat_timeouts=3)) is None
+    wrong = refused(before, BrokerStats(errors_sent=5, heartbeat_timeouts=2))
+    assert wrong is not None
+    assert wrong.startswith("the broker answered 2 frame(s) with an ERROR")

@@ -18,7 +18,7 @@ from typing import Final, Literal
 
 import stompy
 from stompy.errors import StompError
-from stompy.testing import FaultProxy
+from stompy.testing import BrokerStats, FaultProxy
 
 Flavour = Literal["blocking", "asyncio", "trio"]
 FLAVOURS: Final[tuple[Flavour, ...]] = ("blocking", "asyncio", "trio")
@@ -298,6 +298,26 @@ class Faulter:
             proxy.cut()
         else:  # pragma: no cover - FAULTS and this chain are kept in step
             raise ValueError(f"unknown fault {kind!r}")
+
+
+def refused(before: BrokerStats, after: BrokerStats) -> str | None:
+    """Why a run fails for the in-process broker's ERROR frames between two snapshots
+    of its counters, or ``None``.
+
+    No fault alters a frame (``corrupt`` is left out), so a client's frames are always
+    well formed and its own: an ERROR other than a heart-beat timeout (``stall_hb``
+    makes those) answered a frame a correct client does not send, such as an ACK of a
+    message of an earlier connection. One such ERROR ends the connection and, with it,
+    unacknowledged messages come again; a client that keeps doing it never drains.
+    """
+    errors = after.errors_sent - before.errors_sent
+    errors -= after.heartbeat_timeouts - before.heartbeat_timeouts
+    if errors <= 0:
+        return None
+    return (
+        f"the broker answered {errors} frame(s) with an ERROR (not a heart-beat timeout): "
+        "the clients' log says why (--log-level WARNING)"
+    )
 
 
 # -- resources ------------------------------------------------------------------------------

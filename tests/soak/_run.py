@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 import stompy
 from stompy.errors import StompError
-from stompy.testing import run_broker, run_fault_proxy
+from stompy.testing import Broker, run_broker, run_fault_proxy
 
 from . import _anyio, _blocking
-from ._core import Faulter, Result, Settings, Tally, resources, settled, skipped
+from ._core import Faulter, Result, Settings, Tally, refused, resources, settled, skipped
 
 #: The brokers the soak knows, and where the real ones listen (``ci/brokers``).
 BROKERS: Final = ("stompy", "rabbitmq", "activemq")
@@ -40,11 +40,15 @@ def probe(url: str, timeout: float) -> str | None:
         return f"no STOMP answer at {where(url)} ({type(exc).__name__}: {exc})"
 
 
-def soak_one(flavour: str, broker: str, target: str, settings: Settings) -> Result:
+def soak_one(
+    flavour: str, broker: str, target: str, settings: Settings, in_process: Broker | None = None
+) -> Result:
     """Soak one flavour against one broker (``target``: its URL), through a fault proxy.
 
     Resources are taken before the proxy starts and after it stopped, with every
     connection closed: what the clients (and the proxy) leave behind is a leak.
+    ``in_process``: the in-process broker behind ``target``, whose ERROR frames other
+    than heart-beat timeouts fail the run (:func:`refused`).
     """
     tally = Tally(settings.bounds())
     destination = f"/queue/stompy-soak-{flavour}-{uuid.uuid4().hex[:12]}"
@@ -53,6 +57,7 @@ def soak_one(flavour: str, broker: str, target: str, settings: Settings) -> Resu
     headers = {} if broker == "stompy" else {"persistent": "true"}
     seed = f"{settings.seed}-{broker}-{flavour}"
     before = resources()
+    broker_before = in_process.stats if in_process is not None else None
     tasks: tuple[int | None, int | None] = (None, None)
     started = time.monotonic()
     backend = "trio" if flavour == "trio" else "asyncio"
@@ -75,6 +80,10 @@ def soak_one(flavour: str, broker: str, target: str, settings: Settings) -> Resu
         tally.problems.extend(faulter.problems)
         stats = proxy.stats
     seconds = time.monotonic() - started
+    if in_process is not None and broker_before is not None:
+        wrong = refused(broker_before, in_process.stats)
+        if wrong:
+            tally.problem(wrong)
     after = settled(before, settings.settle_timeout)
     return Result(
         flavour,
@@ -92,20 +101,22 @@ def soak_one(flavour: str, broker: str, target: str, settings: Settings) -> Resu
 @contextlib.contextmanager
 def targets(
     brokers: Sequence[str], settings: Settings, urls: dict[str, str]
-) -> Iterator[dict[str, str]]:
-    """Each broker's URL, or the reason it is skipped (``"skip: ..."``); runs the
-    in-process broker (outside the measured runs, as a real broker would be)."""
+) -> Iterator[tuple[dict[str, str], Broker | None]]:
+    """Each broker's URL, or the reason it is skipped (``"skip: ..."``), and the
+    in-process broker, which this runs (outside the measured runs, as a real broker
+    would be) when ``brokers`` name it."""
     found: dict[str, str] = {}
+    in_process: Broker | None = None
     with contextlib.ExitStack() as stack:
         for name in brokers:
             if name == "stompy":
-                broker = stack.enter_context(run_broker(heartbeats=settings.heartbeats))
-                found[name] = broker.url
+                in_process = stack.enter_context(run_broker(heartbeats=settings.heartbeats))
+                found[name] = in_process.url
                 continue
             url = urls[name]
             reason = probe(url, settings.connect_timeout)
             found[name] = url if reason is None else f"skip: {reason}"
-        yield found
+        yield found, in_process
 
 
 def soak(
@@ -118,7 +129,7 @@ def soak(
 ) -> list[Result]:
     """Every flavour against every broker, one after another; the results in order."""
     results: list[Result] = []
-    with targets(brokers, settings, {**DEFAULT_URLS, **(urls or {})}) as found:
+    with targets(brokers, settings, {**DEFAULT_URLS, **(urls or {})}) as (found, in_process):
         for broker in brokers:
             for flavour in flavours:
                 target = found[broker]
@@ -130,7 +141,8 @@ def soak(
                             f"soak: {flavour} x {broker} for {settings.duration:g} s ...",
                             flush=True,
                         )
-                    result = soak_one(flavour, broker, target, settings)
+                    ours = in_process if broker == "stompy" else None
+                    result = soak_one(flavour, broker, target, settings, ours)
                 if echo:
                     verdict = "SKIP" if result.skipped else "ok" if result.ok else "FAIL"
                     print(f"soak: {flavour} x {broker}: {verdict}", flush=True)
