@@ -485,7 +485,7 @@ def test_a_subscribe_to_a_destination_not_a_str_is_refused(destination: object) 
     proto = connected("1.2")
     before = snapshot(proto)
     with pytest.raises(TypeError):
-        proto.subscribe(destination)  # type: ignore[arg-type]
+        proto.subscribe(destination)
     assert snapshot(proto) == before
     assert proto.data_to_send() == b""
 

@@ -93,7 +93,7 @@ def encode_frame(
 
 def encode_send(
     destination: str,
-    content_type: str | None,
+    content_type: object,
     more: dict[str, str],
     body: bytes,
     version: str,
@@ -108,7 +108,12 @@ def encode_send(
     a str; then the caller takes the general way (``encode_frame``), which writes the
     same bytes or raises the error. Raises nothing: the errors are said in one place.
     """
-    refused = SEND_OWN if content_type is None else SEND_OWN_TYPED
+    if content_type is None:
+        refused = SEND_OWN
+    elif type(content_type) is str:
+        refused = SEND_OWN_TYPED
+    else:  # the caller's (object: see ClientProtocol.send), named the general way
+        return None
     if _encode_frame is not None:
         if not refused.isdisjoint(more):
             return None

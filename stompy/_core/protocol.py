@@ -162,11 +162,13 @@ def _two_content_types() -> ConfigurationError:
     )
 
 
-def _content_type_in_another_case(names: Iterable[str]) -> ConfigurationError | None:
+def _content_type_in_another_case(names: Iterable[object]) -> ConfigurationError | None:
     """The error for a header spelled ``Content-Type`` (any case but the lower), given
     where stompy writes ``content-type`` itself: the frame would carry both, header names
     being case-sensitive in STOMP, and a receiver reads only ``content-type``."""
-    for name in names:  # a name that is no str: the encoder says so
+    # Iterable[object]: a name that is no str is the encoder's to name (compiled, a
+    # narrower type would be asserted for each name, naming nothing).
+    for name in names:
         if (
             type(name) is str
             and len(name) == 12
@@ -547,11 +549,13 @@ class ClientProtocol:
 
     def send(
         self,
-        destination: str,
-        body: bytes | str = b"",
+        # A str, bytes | str and str | None, typed object: checked here, which names
+        # them (compiled by mypyc, a narrower type is asserted first, naming nothing).
+        destination: object,
+        body: object = b"",
         *,
         headers: HeaderInput = None,
-        content_type: str | None = None,
+        content_type: object = None,
         transaction: str | None = None,
         receipt: bool | str = False,
     ) -> str | None:
@@ -677,7 +681,7 @@ class ClientProtocol:
 
     def subscribe(
         self,
-        destination: str,
+        destination: object,  # a str, checked here (as send()'s)
         *,
         ack: AckMode = "auto",
         id: str | None = None,

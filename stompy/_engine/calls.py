@@ -158,10 +158,10 @@ class Sends(Generic[M]):
 
     def send(
         self,
-        destination: str,
-        body: bytes | str,
+        destination: Any,  # Any: Outgoing checks them (see the class)
+        body: Any,
         headers: Mapping[str, str] | None,
-        content_type: str | None,
+        content_type: Any,
         transaction: str | None,
         receipt: object,
     ) -> Steps[None]:
@@ -182,9 +182,7 @@ class Sends(Generic[M]):
             Outgoing(destination, body, headers, content_type), transaction, receipt
         )
 
-    def reply(
-        self, event: MessageReceived, body: bytes | str, options: MessageOptions
-    ) -> Steps[None]:
+    def reply(self, event: MessageReceived, body: Any, options: MessageOptions) -> Steps[None]:
         """SEND ``body`` to the ``reply-to`` of the received message ``event``, with its
         ``correlation-id``; as :meth:`send` otherwise (with ``receipt``, until confirmed).
 
@@ -421,7 +419,7 @@ class Call(Sends[M]):
             finally:
                 receipts.forget(rid)
 
-    def request(self, destination: str, body: bytes | str, options: RequestOptions) -> Steps[M]:
+    def request(self, destination: object, body: object, options: RequestOptions) -> Steps[M]:
         """SEND a request (see :meth:`Engine.request`) and wait for its reply, which it
         returns; the whole call takes at most ``timeout`` once connected.
 
@@ -501,7 +499,7 @@ class Call(Sends[M]):
         yield from self.flush()
         return len(work)
 
-    def subscribe(self, destination: str, options: SubscribeOptions) -> Steps[Inbox[M]]:
+    def subscribe(self, destination: object, options: SubscribeOptions) -> Steps[Inbox[M]]:
         """SUBSCRIBE; the new inbox (with ``receipt``, once the broker confirmed).
 
         Raises :class:`ConfigurationError` (:class:`TypeError` for a wrong type) for an

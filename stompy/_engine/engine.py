@@ -36,7 +36,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from stompy._core.events import AckMode, Connected, MessageReceived, Receipt
 from stompy._core.protocol import ClientProtocol
@@ -299,10 +299,10 @@ class Engine(Generic[M]):
 
     def send_now(
         self,
-        destination: str,
-        body: bytes | str,
+        destination: object,  # object: the core checks them (see ClientProtocol.send)
+        body: object,
         headers: Mapping[str, str] | None,
-        content_type: str | None,
+        content_type: object,
         clock: Callable[[], float],
     ) -> bool:
         """The clients' fast path of a send that waits for nothing (no receipt, no
@@ -355,7 +355,7 @@ class Engine(Generic[M]):
 
     def subscribe(
         self,
-        destination: str,
+        destination: object,  # object: the core checks it (see ClientProtocol.send)
         ack: AckMode,
         id: str | None,
         headers: Mapping[str, str] | None,
@@ -384,7 +384,12 @@ class Engine(Generic[M]):
             receipt=rid if rid else False,
         )
         inbox: Inbox[M] = Inbox(
-            sub_id, destination, ack, headers or {}, pending, overflow or options.overflow
+            sub_id,
+            cast(str, destination),
+            ack,
+            headers or {},
+            pending,
+            overflow or options.overflow,
         )
         self.delivery.add(inbox)
         if rid is not None:
@@ -454,10 +459,10 @@ class Engine(Generic[M]):
 
     def request(
         self,
-        destination: str,
-        body: bytes | str,
+        destination: object,  # object: the core checks them (see ClientProtocol.send)
+        body: object,
         headers: Mapping[str, str] | None,
-        content_type: str | None,
+        content_type: object,
         reply_subscription: str = "auto",
     ) -> Request[M]:
         """SEND a request on the current connection: ``reply-to`` is where the replies

@@ -28,6 +28,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Final, Generic, Literal, TypeVar, get_args
 
+from stompy._checks import wrong_type
 from stompy._core.events import MessageReceived
 from stompy._core.frames import Frame
 from stompy.errors import ConfigurationError, NoReplyTo, RequestTimeout
@@ -73,7 +74,13 @@ class Request(Generic[M]):
 
     __slots__ = ("correlation_id", "destination", "epoch", "reply", "route")
 
-    def __init__(self, correlation_id: str, destination: str, epoch: int, route: str = "") -> None:
+    def __init__(
+        self,
+        correlation_id: str,
+        destination: object,  # a str: the core checks it after (see ClientProtocol.send)
+        epoch: int,
+        route: str = "",
+    ) -> None:
         self.correlation_id = correlation_id
         self.destination = destination
         #: The connection it was sent on: its reply can only come on that one.
@@ -101,7 +108,7 @@ class Requests(Generic[M]):
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def new(self, destination: str, epoch: int, route: str) -> Request[M]:
+    def new(self, destination: object, epoch: int, route: str) -> Request[M]:
         """A request to ``destination`` on the connection of ``epoch``, with a fresh
         ``correlation-id``, its replies awaited by ``route`` (in words); it waits until
         :meth:`forget`."""
@@ -210,7 +217,10 @@ def reply_address(frame: Frame, headers: Mapping[str, str] | None) -> tuple[str,
             f"message {frame.get('message-id')!r} from {frame.get('destination')!r} has no "
             "reply-to header: there is nowhere to send a reply"
         )
-    merged = dict(headers or {})
+    try:
+        merged = dict(headers or {})
+    except (TypeError, ValueError):
+        raise wrong_type("headers", "a mapping of str to str", headers) from None
     correlation_id = frame.get("correlation-id")
     if correlation_id is not None:
         merged.setdefault("correlation-id", correlation_id)
