@@ -256,7 +256,10 @@ def make_headers(
             # A two-letter str unpacks as a pair ("ab" -> a:b): no pair was meant.
             if isinstance(item, (str, bytes)):
                 raise wrong_type("headers", _HEADER_INPUT, headers)
-    for key, value in pairs:
+    # Read as pairs of object: compiled (mypyc), pairs of str would be asserted as they
+    # are read, refusing a name or value that is no str before this names it.
+    loose: Iterable[tuple[object, object]] = pairs
+    for key, value in loose:
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"header names and values must be str, got {key!r}: {value!r}")
     return pairs
