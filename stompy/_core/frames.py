@@ -251,13 +251,14 @@ def make_headers(
         pairs = tuple([(key, value) for key, value in items])
     except (TypeError, ValueError):  # not iterable, or an item that is no pair
         raise wrong_type("headers", _HEADER_INPUT, headers) from None
+    # The items are read as objects (pairs of object): compiled (mypyc), pairs of str
+    # would be asserted as they are read, refusing what is no str before this names it.
     if len(pairs) and not isinstance(headers, Mapping):
-        for item in headers:
+        each: Iterable[object] = headers
+        for item in each:
             # A two-letter str unpacks as a pair ("ab" -> a:b): no pair was meant.
             if isinstance(item, (str, bytes)):
                 raise wrong_type("headers", _HEADER_INPUT, headers)
-    # Read as pairs of object: compiled (mypyc), pairs of str would be asserted as they
-    # are read, refusing a name or value that is no str before this names it.
     loose: Iterable[tuple[object, object]] = pairs
     for key, value in loose:
         if not isinstance(key, str) or not isinstance(value, str):
