@@ -361,4 +361,7 @@ def _again(error: _E) -> _E:
         cls = type(error)
         fresh = cls.__new__(cls, *error.args)
         fresh.__dict__.update(error.__dict__)
+    # Chained here, as ``from failure`` says: mypyc compiles ``raise ... from ...`` as a
+    # plain raise, so in the wheel the engine's raises would chain nothing.
+    fresh.__cause__ = error
     return fresh
