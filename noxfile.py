@@ -92,6 +92,8 @@ WHEEL_TESTS = (
     "tests/test_compiled.py",
     # The compiled classes say they are public too; the layers read from the wheel's sources.
     "tests/test_public_names.py",
+    # A frame and the core's events pickle, compiled too; a message says why it does not.
+    "tests/test_pickling.py",
     "tests/test_layers.py",
     # The front door walked with the core compiled: refusals the same as in pure Python.
     "tests/test_keywords.py",

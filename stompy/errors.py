@@ -64,6 +64,12 @@ class BodyNotText(StompError, UnicodeDecodeError):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[type[BodyNotText], tuple[object, ...], dict[str, object]]:
+        # Pickle makes an exception again from its args, which here are
+        # UnicodeDecodeError's five, not this __init__'s six.
+        made = (self.message, self.encoding, self.object, self.start, self.end, self.reason)
+        return type(self), made, vars(self)
+
 
 class ConfigurationError(StompError, ValueError):
     """An option or argument has a value stompy cannot use; the message names the
@@ -273,6 +279,11 @@ class WebSocketClosed(ConnectionLost):
         super().__init__(f"{who} closed the WebSocket with code {code}{shown}")
         self.code = code
         self.reason = reason
+        self._who = who
+
+    def __reduce__(self) -> tuple[type[WebSocketClosed], tuple[object, ...], dict[str, object]]:
+        # Pickle makes an exception again from its args: the message, not these three.
+        return type(self), (self.code, self.reason, self._who), vars(self)
 
 
 class AckLost(ConnectionLost):

@@ -83,21 +83,13 @@ def test_the_reprs_name_the_public_module() -> None:
     assert stompy.protocol.encode.__module__ == "stompy.protocol"
 
 
-#: Why the compiled core's objects are pickled but not unpickled: mypyc makes a
-#: native class's ``__new__`` run its ``__init__`` (a ``Frame`` needs its command) and
-#: its frozen dataclasses refuse the setattr pickle rebuilds them with. Pickle has found
-#: the class by its public path by then (:func:`round_trip` checks it); the rebuild is
-#: a limit of the compiled core, not of where its classes say they live (unassigned).
-COMPILED_UNPICKLABLE = "the compiled core's classes do not unpickle (mypyc)"
-
-
-def round_trip(value: object, *, compiled_core: bool = False) -> Any:
-    """``value`` pickled and unpickled; ``compiled_core`` when it is (or holds) an
-    object of the core, which the compiled core cannot unpickle."""
+def round_trip(value: object) -> Any:
+    """``value`` pickled and unpickled, found by its public path. The compiled core's
+    classes come back too: each says how it is made again (``__reduce__``), since
+    mypyc's ``__new__`` runs ``__init__`` and its frozen dataclasses refuse the
+    setattr pickle would rebuild them with."""
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     assert b"stompy._" not in data, "pickled by a private path"
-    if compiled_core and stompy.COMPILED:
-        pytest.xfail(COMPILED_UNPICKLABLE)
     return pickle.loads(data)
 
 
@@ -111,25 +103,12 @@ MADE: dict[str, Callable[[], errors.StompError]] = {
     "WebSocketClosed": lambda: errors.WebSocketClosed(1000, "bye"),
 }
 
-#: Pickle makes an exception again from its ``args`` alone, and these two pass
-#: ``__init__`` fewer than it takes. A defect of stompy/errors.py, not of the layout
-#: (unassigned).
-UNPICKLABLE = {"BodyNotText", "WebSocketClosed"}
 
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="errors.py, unassigned"))
-        if n in UNPICKLABLE
-        else n
-        for n in errors.__all__
-    ],
-)
+@pytest.mark.parametrize("name", errors.__all__)
 def test_an_error_pickles(name: str) -> None:
     cls: type[errors.StompError] = getattr(errors, name)
     error = MADE[name]() if name in MADE else cls("boom")
-    copy = round_trip(error, compiled_core=name == "ServerError")  # it holds a Frame
+    copy = round_trip(error)
     assert type(copy) is cls
     assert (copy.args, vars(copy)) == (error.args, vars(error))
 
@@ -151,11 +130,11 @@ EVENTS = [
 
 @pytest.mark.parametrize("event", EVENTS, ids=lambda event: type(event).__name__)
 def test_an_event_pickles(event: object) -> None:
-    copy = round_trip(event, compiled_core=True)
+    copy = round_trip(event)
     assert type(copy) is type(event)
     assert copy == event
 
 
 def test_a_frame_pickles() -> None:
-    copy = round_trip(FRAME, compiled_core=True)
+    copy = round_trip(FRAME)
     assert (copy.command, copy.headers, copy.body) == (FRAME.command, FRAME.headers, FRAME.body)

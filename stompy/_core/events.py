@@ -37,6 +37,9 @@ class Connected:
     heartbeats: tuple[int, int]
     frame: Frame
 
+    def __reduce__(self) -> tuple[type[Connected], tuple[object, ...]]:
+        return Connected, (self.version, self.server, self.session, self.heartbeats, self.frame)
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class MessageReceived:
@@ -76,6 +79,9 @@ class MessageReceived:
             and self.ack_mode == other.ack_mode
         )
 
+    def __reduce__(self) -> tuple[type[MessageReceived], tuple[object, ...]]:
+        return type(self), (self.frame, self.subscription, self.ack_mode)
+
     #: Unhashable, as a dataclass that compares by value and is not frozen.
     __hash__ = None  # type: ignore[assignment]
 
@@ -110,6 +116,9 @@ class Receipt:
     receipt_id: str
     frame: Frame
 
+    def __reduce__(self) -> tuple[type[Receipt], tuple[object, ...]]:
+        return Receipt, (self.receipt_id, self.frame)
+
 
 @dataclass(frozen=True, slots=True)
 class Error:
@@ -121,6 +130,9 @@ class Error:
     receipt_id: str | None
     frame: Frame
 
+    def __reduce__(self) -> tuple[type[Error], tuple[object, ...]]:
+        return Error, (self.message, self.receipt_id, self.frame)
+
 
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed:
@@ -129,6 +141,9 @@ class ConnectionClosed:
     #: True when the close followed a DISCONNECT or an ERROR, as the protocol expects.
     expected: bool
 
+    def __reduce__(self) -> tuple[type[ConnectionClosed], tuple[object, ...]]:
+        return ConnectionClosed, (self.expected,)
+
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatTimedOut:
@@ -136,6 +151,9 @@ class HeartbeatTimedOut:
 
     #: Seconds of silence when the peer was declared dead.
     silence: float
+
+    def __reduce__(self) -> tuple[type[HeartbeatTimedOut], tuple[object, ...]]:
+        return HeartbeatTimedOut, (self.silence,)
 
 
 Event = Connected | MessageReceived | Receipt | Error | ConnectionClosed | HeartbeatTimedOut

@@ -81,6 +81,12 @@ class Frame:
         #: The version whose escaping the block uses ("1.0": none).
         self._escaping = V10
 
+    def __reduce__(self) -> tuple[type[Frame], tuple[str, Headers, bytes]]:
+        # Made again by its public constructor: mypyc's classes have no other way back
+        # from a pickle, and a received frame's block is the parser's business.
+        cls = Frame if type(self) is ReceivedFrame else type(self)
+        return cls, (self.command, self.headers, self.body)
+
     @property
     def headers(self) -> Headers:
         """Every header entry, in the order received, repeats kept."""

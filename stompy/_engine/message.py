@@ -69,6 +69,21 @@ class MessageBase(MessageReceived):
     __ne__ = object.__ne__
     __hash__ = object.__hash__  # type: ignore[assignment]  # (the event has none)
 
+    def __copy__(self) -> Self:
+        # One delivery, answered once: a copy that could be answered again, or not at
+        # all (without the engine's stamps), would be a second handle on it.
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Self:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"a received {type(self).__name__} is answered on its connection and cannot "
+            "be pickled: pickle its frame (message.frame, a stompy.Frame) or its body "
+            "and headers, and answer the message where it was received"
+        )
+
     @classmethod
     def made(
         cls,
