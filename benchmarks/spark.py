@@ -414,8 +414,8 @@ class Runs:
         rows = sum(p["numInputRows"] for p in progress)
         if rows < self.count:
             raise AssertionError(f"streaming read: {rows} of {self.count} rows")
-        busy = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-        return busy * self.count / rows
+        busy: float = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+        return float(busy * self.count / rows)
 
     def stompy_batch_read(self) -> float:
         destination = queue("br")
@@ -574,7 +574,7 @@ def describe(settings: Settings) -> dict[str, Any]:
     }
 
 
-TARGETS: Final = (
+TARGETS: Final[tuple[Target | Limit, ...]] = (
     *(
         Target(f"{workload} ({broker})", PEER, 2.0 if "write" in workload else 1.0)
         for broker in ("stompy broker", "rabbitmq")
