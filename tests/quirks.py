@@ -8,9 +8,9 @@ from typing import Final
 #: The broker kind, as its CONNECTED ``server`` header starts (``coilmq/1.1.0``).
 COILMQ: Final = "coilmq"
 
-ACK_12: Final = (
-    "its 1.2 ACK and NACK want a message-id header, which 1.2 does not give them "
-    "(only id), and its 1.2 MESSAGEs have no ack header: no client ack works on 1.2"
+NO_ACK_HEADER: Final = (
+    "its 1.2 MESSAGEs have no ack header (stompy answers them the 1.1 way: id and "
+    "subscription the subscription's id, message-id the message's, which it reads)"
 )
 
 ONE_AT_A_TIME: Final = (

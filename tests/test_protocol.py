@@ -821,13 +821,17 @@ def test_ack_frame_per_version(
     assert sent(proto) == [Frame(command, expected)]
 
 
-def test_ack_12_falls_back_to_message_id() -> None:
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_a_1_2_message_without_an_ack_header_is_answered_the_1_1_way(command: str) -> None:
+    # CoilMQ's 1.2 MESSAGEs have no ack header; its ACK reads message-id and takes id
+    # for the subscription (tests/interop, docs/brokers.md).
     proto = connected("1.2")
     proto.subscribe("/q", id="S", ack="client")
     event = message(proto, "S", ack=None)
     proto.data_to_send()
-    proto.ack(event)
-    assert sent(proto) == [Frame("ACK", (("id", "m-1"),))]
+    (proto.ack if command == "ACK" else proto.nack)(event, transaction=None)
+    expected = (("id", "S"), ("message-id", "m-1"), ("subscription", "S"))
+    assert sent(proto) == [Frame(command, expected)]
 
 
 def test_ack_in_a_transaction_with_a_receipt() -> None:

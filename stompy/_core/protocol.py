@@ -781,9 +781,16 @@ class ClientProtocol:
         items: list[tuple[str, str]]
         if self.version == V12:
             # "The ACK frame MUST include an id header matching the ack header of the
-            # MESSAGE being acknowledged." Fall back to message-id for servers that omit it.
-            ack_id = frame.get("ack") or message_id
-            items = [("id", ack_id)]
+            # MESSAGE being acknowledged."
+            ack_id = frame.get("ack") or ""
+            if ack_id:
+                items = [("id", ack_id)]
+            else:
+                # A server that gave none answers 1.1's way: CoilMQ, the one known, reads
+                # message-id and takes id for the subscription (docs/brokers.md).
+                ack_id = message_id
+                sub = message.subscription
+                items = [("id", sub), ("message-id", message_id), ("subscription", sub)]
         elif self.version == V11:
             ack_id = message_id
             items = [("message-id", message_id), ("subscription", message.subscription)]

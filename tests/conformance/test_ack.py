@@ -9,7 +9,7 @@ from stompy.errors import LocalProtocolError
 from stompy.testing import Broker
 from tests.conformance._drivers import CoreDriver, Driver, Received
 from tests.conformance.conftest import Connect
-from tests.quirks import ACK_12, COILMQ, INDIVIDUAL_IS_AUTO, NO_NACK, ONE_AT_A_TIME
+from tests.quirks import COILMQ, INDIVIDUAL_IS_AUTO, NO_NACK, ONE_AT_A_TIME
 
 
 def fill(client: Driver, queue: str, count: int) -> None:
@@ -44,7 +44,6 @@ def test_client_ack_is_cumulative(connect: Connect, version: str, queue: str) ->
     assert again.poll(0.2) is None
 
 
-@pytest.mark.quirk(COILMQ, ACK_12)
 @pytest.mark.quirk(
     "rabbitmq",
     "a client ACK covers every earlier delivery of the connection, other subscriptions' "
@@ -182,7 +181,6 @@ def refused_twice(client: Driver, message: Received, *, nack: bool = False) -> N
     assert repr(message.header("message-id")) in str(info.value)
 
 
-@pytest.mark.quirk(COILMQ, ACK_12, versions=("1.2",))
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_a_second_answer_is_refused_and_the_connection_lives_on(
     connect: Connect, flavour: type[Driver], version: str, queue: str

@@ -8,7 +8,7 @@ from stompy import Outgoing
 from stompy._core.frames import VERSIONS
 from tests.conformance._drivers import Driver
 from tests.conformance.conftest import Connect
-from tests.quirks import ACK_12, BURST, COILMQ, COLON_IN_10
+from tests.quirks import BURST, COILMQ, COLON_IN_10
 
 
 @pytest.fixture(params=VERSIONS)
@@ -153,7 +153,6 @@ def test_unsubscribe_stops_delivery(client: Driver, queue: str) -> None:
     assert client.receive().text == "two"
 
 
-@pytest.mark.quirk(COILMQ, ACK_12)
 def test_receipts_for_every_kind_of_frame(client: Driver, queue: str) -> None:
     # Each call waits for its RECEIPT: a missing one raises StompTimeout.
     sub = client.subscribe(queue, ack="client", receipt=True)

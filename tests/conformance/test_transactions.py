@@ -6,7 +6,7 @@ import pytest
 
 from stompy._core.frames import VERSIONS
 from tests.conformance.conftest import Connect
-from tests.quirks import ACK_10, ACK_12, COILMQ
+from tests.quirks import ACK_10, COILMQ
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -35,7 +35,6 @@ def test_abort_drops_sends(connect: Connect, version: str, queue: str, tx_receip
     assert client.poll(0.2) is None
 
 
-@pytest.mark.quirk(COILMQ, ACK_12, versions=("1.2",))
 @pytest.mark.quirk(COILMQ, ACK_10, versions=("1.0",))
 @pytest.mark.parametrize("version", VERSIONS)
 def test_commit_of_acks(connect: Connect, version: str, queue: str) -> None:

@@ -15,7 +15,6 @@ import pytest
 
 import stompy
 from tests.interop._support import TIMEOUT, BrokerTarget
-from tests.quirks import ACK_12, COILMQ
 
 #: Over ActiveMQ's default maxDataLength (104,857,600 bytes).
 OVERSIZED = 110 * 1024 * 1024
@@ -63,7 +62,6 @@ def test_a_body_over_activemq_s_limit_says_so(
     assert "maximum data length" in str(error).lower()  # the broker's own words
 
 
-@pytest.mark.quirk(COILMQ, ACK_12)
 def test_a_second_ack_is_refused_and_the_connection_lives_on(
     broker: BrokerTarget, unique: str
 ) -> None:

@@ -9,7 +9,14 @@ import pytest
 from stompy import State
 from stompy.events import Connected, ConnectionClosed, Error, MessageReceived, Receipt
 from tests.interop._support import BrokerTarget, ProtocolSession
-from tests.quirks import ACK_12, COILMQ, HEART_BEATS, NO_NACK, NO_REDELIVERED, OPEN_AFTER_DISCONNECT
+from tests.quirks import (
+    COILMQ,
+    HEART_BEATS,
+    NO_ACK_HEADER,
+    NO_NACK,
+    NO_REDELIVERED,
+    OPEN_AFTER_DISCONNECT,
+)
 
 
 def split(events: list[object]) -> tuple[list[Receipt], list[MessageReceived]]:
@@ -89,7 +96,7 @@ def test_header_escaping_round_trips(broker: BrokerTarget, unique: str, version:
         assert message.frame.get("x:name") == "v"
 
 
-@pytest.mark.quirk(COILMQ, ACK_12)
+@pytest.mark.quirk(COILMQ, NO_ACK_HEADER)
 def test_client_individual_ack_removes_the_message(broker: BrokerTarget, unique: str) -> None:
     destination = f"/queue/stompy-ack-{unique}"
     with ProtocolSession(broker) as session:
