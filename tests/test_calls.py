@@ -15,11 +15,13 @@ import pytest
 import stompy
 from stompy._engine.calls import RESENT_HEADER, Call, Steps, Wait, Waiting
 from stompy._engine.engine import MAX_OUTGOING, Engine
+from stompy._engine.outgoing import Outgoing
 from stompy._engine.state import Status
 from stompy.errors import (
     AckLost,
     CommitOutcomeUnknown,
     ConnectionLost,
+    LocalProtocolError,
     ReceiptTimeout,
     StompTimeout,
     TransactionLost,
@@ -345,6 +347,103 @@ def test_an_answer_that_waited_for_the_verdict_on_its_connection_sends_nothing(
             verdict_then_reconnect(session),
         )
     assert not session.outgoing
+
+
+@pytest.mark.parametrize("receipt", [False, True])
+def test_a_send_in_a_transaction_that_waited_for_the_verdict_on_its_connection_sends_nothing(
+    receipt: bool,
+) -> None:
+    """As a COMMIT (above): a send in a transaction, asked for between the transport
+    seeing the connection end and its verdict, passed the transaction's check, waited,
+    and went out on the next connection, whose core refused it ("transaction 'tx-1' is
+    not open", a LocalProtocolError). The transaction is lost: TransactionLost, and
+    nothing is sent."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+    steps = Call(session, T0).send("/queue/a", b"x", None, None, tx, receipt)
+    with pytest.raises(TransactionLost, match=rf"^transaction '{tx}' was lost .* SEND was not"):
+        drive(steps, verdict_then_reconnect(session))
+    assert session.epoch == 3  # it waited out the verdict and the reconnect
+    assert not session.outgoing
+    assert not session.receipts  # nothing left waiting
+
+
+def test_a_send_many_in_a_transaction_of_an_earlier_connection_sends_nothing() -> None:
+    """send_many() names its transaction once, for all of its chunks: one sent after a
+    reconnect (waited out in the window, or come between two chunks) went to the next
+    connection's core, which refused it."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+    chunk = [Outgoing("/queue/a", "x"), Outgoing("/queue/a", "y")]
+    steps = Call(session, T0).send_some(chunk, False, tx, 0)
+    with pytest.raises(TransactionLost, match=rf"^transaction '{tx}' was lost"):
+        drive(steps, verdict_then_reconnect(session))
+    assert not session.outgoing
+    with pytest.raises(TransactionLost):  # a chunk begun once it reconnected
+        drive(Call(session, T0).send_some(chunk, False, tx, 2), time_passes)
+    assert not session.outgoing
+
+
+@pytest.mark.parametrize("command", ["ACK", "NACK"])
+def test_an_answer_in_a_transaction_that_waited_for_the_verdict_raises_transaction_lost(
+    command: str,
+) -> None:
+    """An ack in a transaction asked for in the window sent nothing (the message is of
+    the earlier connection), and said nothing either: the caller went on as if it were
+    in the transaction, which the broker had aborted. It raises TransactionLost, as the
+    transaction's own check does once the verdict is in."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    inbox = session.subscribe("/queue/a", "client-individual", "s", None, None, False).inbox
+    session.receive(message("s", 1), T0)
+    session.pump(T0)
+    held = taken(inbox)
+    tx, _ = drive(Call(session, T0).begin(), time_passes)
+    steps = Call(session, T0).acknowledge(command, held.event, held.epoch, tx, False)
+    with pytest.raises(TransactionLost, match=rf"'{tx}' was lost .* this {command} was not"):
+        drive(steps, verdict_then_reconnect(session))
+    assert session.epoch == 3
+    assert not session.outgoing
+    # A message of the next connection, in that transaction: lost too, nothing sent
+    # (the core refused it as not open).
+    session.receive(message("s", 2), T0 + 2)
+    session.pump(T0 + 2)
+    fresh = taken(inbox)
+    with pytest.raises(TransactionLost):
+        drive(
+            Call(session, T0).acknowledge(command, fresh.event, fresh.epoch, tx, True), time_passes
+        )
+    assert not session.outgoing
+    drive(
+        Call(session, T0).acknowledge(command, fresh.event, fresh.epoch, None, False), time_passes
+    )
+    assert bytes(session.outgoing).startswith(command.encode())  # still the caller's to answer
+
+
+def test_transaction_ids_are_unique_across_connections() -> None:
+    """Each connection's core numbered its transactions from tx-1: a frame naming the
+    lost tx-1 (a send waited out in the window, a send_many's later chunk, an id kept as
+    a str) went into another task's new tx-1 on the next connection, and was committed
+    with it. The engine numbers them across connections, and refuses the lost one's."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0))
+    establish(session)
+    lost, _ = drive(Call(session, T0).begin(), time_passes)
+    session.lost(ConnectionLost("cut"))
+    establish(session, T0 + 1)
+    new, _ = drive(Call(session, T0).begin(), time_passes)
+    assert (lost, new) == ("tx-1", "tx-2")
+    session.outgoing.clear()
+    with pytest.raises(TransactionLost):
+        drive(Call(session, T0).send("/queue/a", b"x", None, None, lost, False), time_passes)
+    assert not session.outgoing  # not in tx-2, nor anywhere
+    drive(Call(session, T0).send("/queue/a", b"x", None, None, new, False), time_passes)
+    assert b"transaction:tx-2" in bytes(session.outgoing)
+    # An id the engine never made is the core's to refuse, as before.
+    for other in ("tx-01", "tx-\u0661", "tx-", "mine"):
+        with pytest.raises(LocalProtocolError, match="is not open"):
+            drive(Call(session, T0).send("/queue/a", b"x", None, None, other, False), time_passes)
 
 
 def test_goodbye_waits_for_the_disconnect_receipt_and_closes_either_way() -> None:

@@ -120,6 +120,15 @@ _PENDING: Final = ReceiptState.PENDING
 _UNKNOWN: Final = "whether the frame took effect"
 
 
+def _lost_transaction(transaction: str, command: str) -> TransactionLost:
+    """The error of a ``command`` frame in ``transaction``, which was begun on an earlier
+    connection (see :meth:`Engine.transaction_lost`): nothing was sent."""
+    return TransactionLost(
+        f"transaction {transaction!r} was lost with its connection (the broker aborted it): "
+        f"nothing in it took effect, and this {command} was not sent"
+    )
+
+
 class Running(Generic[T]):
     """A call a transport drives: :meth:`resume` gives its next wait, or ``None`` once
     it returned (:attr:`result`)."""
@@ -173,7 +182,9 @@ class Sends(Generic[M]):
         may have reached the broker, so the repeat carries :data:`RESENT_HEADER` (the
         repeat's number): consumers can tell which messages may be duplicates. Each
         attempt gets ``receipt_timeout`` for buffer room and receipt together, so the
-        call ends within ``send_timeout + receipt_timeout``.
+        call ends within ``send_timeout + receipt_timeout``. In a ``transaction`` begun
+        on an earlier connection (one this call may have waited out the end of), it
+        raises :class:`TransactionLost` and sends nothing.
         """
         receipt = check_flag("receipt", receipt)
         # The steps of send_one() themselves, not a generator around them: a call
@@ -365,6 +376,9 @@ class Call(Sends[M]):
             proto = engine.usable()  # connected, mostly: no generator for a wait then
             if proto is None:
                 proto = yield from self.ready(give_up)
+            if transaction is not None and engine.transaction_lost(transaction):
+                # Also when it was begun on the connection this call waited out the end of.
+                raise _lost_transaction(transaction, "SEND")
             epoch = engine.epoch
             until = self.now + engine.options.receipt_timeout
             headers = message.headers
@@ -482,6 +496,8 @@ class Call(Sends[M]):
             yield from self.send_one(work, transaction, receipt)
             return 1
         proto = yield from self.ready()
+        if transaction is not None and self.engine.transaction_lost(transaction):
+            raise _lost_transaction(transaction, "SEND")
         try:
             for m in work:
                 proto.send(
@@ -594,7 +610,8 @@ class Call(Sends[M]):
         One from an earlier connection cannot be answered any more: the broker has put
         it back and will deliver it again. Nothing is sent; with ``receipt``, which asks
         for a confirmation that cannot be true, this raises :class:`AckLost` (a
-        :class:`ConnectionLost`), else it does nothing.
+        :class:`ConnectionLost`), else it does nothing. In a ``transaction`` begun on
+        an earlier connection, it raises :class:`TransactionLost` and sends nothing.
         """
         receipt = check_flag("receipt", receipt)
         engine = self.engine
@@ -602,6 +619,8 @@ class Call(Sends[M]):
             # Waits out the verdict on a connection seen ending: then the message is of
             # an earlier one, and its ack id unknown on the next (an ERROR there).
             yield from self.ready()
+        if transaction is not None and engine.transaction_lost(transaction):
+            raise _lost_transaction(transaction, command)
         if engine.is_stale(epoch):
             if receipt:
                 raise AckLost(

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "MAX_OUTGOING",
+    "TRANSACTION_PREFIX",
     "Pumped",
     "Engine",
     "Subscribed",
@@ -92,6 +93,11 @@ log: Final = logging.getLogger("stompy")
 
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
+
+#: The ids of the transactions the engine begins are this and a number counted across
+#: the connections, never again from 1 (as each connection's core would): no frame of
+#: a transaction lost with its connection can name one of a later connection's.
+TRANSACTION_PREFIX: Final = "tx-"
 
 #: A transport's message class: the core makes it of each MESSAGE, the engine stamps it.
 M = TypeVar("M", bound=MessageBase)
@@ -190,6 +196,10 @@ class Engine(Generic[M]):
             options, self.requests, self.notices, self._overflowed
         )
         self._installed = 0  # connections established so far
+        self._transactions_begun = 0  # over all connections: the last id's number
+        #: The transactions numbered up to this one were begun on a connection that
+        #: ended, which the broker aborted (see :meth:`transaction_lost`).
+        self._transactions_lost = 0
         self._end_told = False  # on_disconnected was queued for the current connection
         #: Whether the stompy logger logs at DEBUG, as of the last :meth:`pump` (one look
         #: per batch of received bytes, rather than one per frame sent).
@@ -417,8 +427,29 @@ class Engine(Generic[M]):
         self.unsubscribe(inbox, receipt=False)
 
     def begin(self) -> str:
-        """BEGIN a transaction on the current connection; its id."""
-        return self.ready().begin()
+        """BEGIN a transaction on the current connection; its id, unique across the
+        connections (see :data:`TRANSACTION_PREFIX`)."""
+        number = self._transactions_begun + 1
+        transaction = self.ready().begin(f"{TRANSACTION_PREFIX}{number}")
+        self._transactions_begun = number
+        return transaction
+
+    def transaction_lost(self, transaction: str) -> bool:
+        """Whether ``transaction`` is the id of one begun on a connection that ended:
+        "Any transaction which has not been committed is implicitly aborted if [...]
+        the TCP connection fails for any reason" (STOMP 1.2, BEGIN). A frame in it must
+        not go out on a later connection, where the id is unknown (or, were ids not
+        unique, another transaction's). An id the engine did not make is not one."""
+        prefix = TRANSACTION_PREFIX
+        if not transaction.startswith(prefix):
+            return False
+        number = transaction[len(prefix) :]
+        return (
+            number.isascii()
+            and number.isdigit()
+            and number[0] != "0"
+            and int(number) <= self._transactions_lost
+        )
 
     def is_stale(self, epoch: int) -> bool:
         """Whether something of ``epoch`` (a message, a transaction) is from an earlier
@@ -721,6 +752,7 @@ class Engine(Generic[M]):
         if self.ending is None:
             self.ending = error  # what the calls of this epoch say they were lost to
         self.ended = (self.epoch, self.ending)
+        self._transactions_lost = self._transactions_begun  # the broker aborted them
         self._told_end(error)
         self.delivery.release(self._now, self.endpoint)
         policy = self.options.reconnect
