@@ -446,6 +446,37 @@ def test_transaction_ids_are_unique_across_connections() -> None:
             drive(Call(session, T0).send("/queue/a", b"x", None, None, other, False), time_passes)
 
 
+def test_a_receipt_of_the_next_connection_confirms_no_wait_of_an_earlier_one() -> None:
+    """Each connection's core numbered its receipts from r-1. A send still waiting for
+    r-1 of a lost connection (its thread or task not yet run when the next connection
+    was made) took the next connection's r-1, another send's, for its own: it returned
+    as confirmed, never repeated, though its SEND was lost; and its end forgot the
+    other's receipt, which then waited until receipt_timeout. Ids now go on from the
+    previous connection's."""
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0), receipt_timeout=2.0)
+    establish(session)
+    lost = Call(session, T0).send("/queue/a", b"lost", None, None, None, True)
+    first = next(lost)
+    session.lost(ConnectionLost("cut"))
+    establish(session, T0 + 1)
+    session.outgoing.clear()
+    other = Call(session, T0 + 1).send("/queue/a", b"other", None, None, None, True)
+    theirs = next(other)
+    answer(session, theirs.receipt or "", T0 + 1)
+    try:
+        again = lost.send(T0 + 1)  # woken at last: lost, so sent again, and waiting
+    except StopIteration:
+        pytest.fail(f"confirmed by the next connection's {theirs.receipt}, not its {first.receipt}")
+    assert again.receipt not in (first.receipt, theirs.receipt)
+    assert sends(session) == 2
+    assert bytes(session.outgoing).count(f"{RESENT_HEADER}:1".encode()) == 1
+    with pytest.raises(StopIteration):
+        other.send(T0 + 1)  # confirmed by its own receipt
+    answer(session, again.receipt or "", T0 + 1.5)
+    with pytest.raises(StopIteration):
+        lost.send(T0 + 1.5)
+
+
 def test_goodbye_waits_for_the_disconnect_receipt_and_closes_either_way() -> None:
     session = make_session(receipt_timeout=2.0)
     establish(session)

@@ -891,6 +891,21 @@ def test_bad_ack_changes_nothing(setup: str, what: str, command: str) -> None:
     assert proto.data_to_send() == b""
 
 
+def test_ids_can_be_numbered_after_those_of_a_previous_connection() -> None:
+    """A reconnecting client numbers the next connection's ids after the last one's, so
+    that a wait for a receipt of the old connection never takes one of the new."""
+    old = connected()
+    assert old.send("/queue/a", b"x", receipt=True) == "r-1"
+    assert old.last_id == 1
+    new = connected()
+    new.number_ids_after(old.last_id)
+    new.number_ids_after(0)  # never backwards
+    assert new.send("/queue/a", b"x", receipt=True) == "r-2"
+    assert new.begin() == "tx-3"
+    with pytest.raises(ConfigurationError, match="last_id"):
+        new.number_ids_after(-1)
+
+
 # -- transactions ----------------------------------------------------------------------
 
 

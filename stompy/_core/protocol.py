@@ -48,6 +48,7 @@ from typing import Final, cast
 
 from stompy._checks import (
     check_heartbeats,
+    check_integer,
     check_number,
     check_type,
     check_versions,
@@ -385,6 +386,21 @@ class ClientProtocol:
     def pending_receipts(self) -> frozenset[str]:
         """Receipt ids asked for and not yet received."""
         return frozenset(self._receipts)
+
+    @property
+    def last_id(self) -> int:
+        """The number in the last id this connection made (a receipt's ``r-N``, a
+        transaction's ``tx-N``, a subscription's): see :meth:`number_ids_after`."""
+        return self._next_id
+
+    def number_ids_after(self, last_id: int) -> None:
+        """Number the ids this connection makes after ``last_id``, if it is later. A
+        client that reconnects passes its previous connection's :attr:`last_id`: each
+        connection would number from 1, and a call still waiting for the previous one's
+        receipt ``r-1`` would take this one's ``r-1`` for its own."""
+        last_id = check_integer("last_id", last_id, 0)
+        if last_id > self._next_id:
+            self._next_id = last_id
 
     # -- outgoing ----------------------------------------------------------------------
 

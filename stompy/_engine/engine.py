@@ -227,6 +227,11 @@ class Engine(Generic[M]):
         subscription is made again with the same id."""
         assert handshake.connected is not None
         proto = handshake.proto
+        previous = self.proto
+        if previous is not None:
+            # Ids unique across the connections: a call still waiting for a receipt of
+            # the previous one must not take a receipt of this one's for its own.
+            proto.number_ids_after(previous.last_id)
         self.proto = proto
         self.ws = handshake.ws
         self.endpoint = handshake.endpoint
