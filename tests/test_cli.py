@@ -7,6 +7,7 @@ what a shell sees: stdout, stderr and the exit status.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import logging
@@ -971,3 +972,74 @@ def test_the_send_headers_stompy_refuses_are_the_cores() -> None:
     from stompy.cli._parser import _SET_BY_STOMPY
 
     assert set(_SET_BY_STOMPY["send"]) == SEND_RESERVED
+
+
+def test_a_body_over_max_body_is_an_error_before_it_is_read_whole(
+    broker: Broker, url: str, queue: str, tmp_path: Path
+) -> None:
+    """``stompy send`` reads at most ``--max-body`` bytes (and one more) of a body from
+    stdin or a file, then says so naming the limit, nothing sent: an endless pipe is not
+    read into memory. A file's size is known before a byte is read (64 MiB by default)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stompy", "send", url, queue, "--max-body", "256K"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    chunk, chunks, written = b"y\n" * 32_768, 1024, 0  # 64 MiB at most
+    try:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            for _ in range(chunks):
+                proc.stdin.write(chunk)
+                written += 1
+            proc.stdin.close()
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test already failed
+            proc.kill()
+            proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 1
+    assert err == (
+        b"stompy send: the body is over --max-body (262,144 bytes); nothing of it was "
+        b"sent: give a larger --max-body (the broker must take it too), or --lines for a "
+        b"message per line\n"
+    )
+    assert written < chunks // 2  # the command stopped reading near the limit
+
+    # The default: 64 MiB, checked against a file's size before it is read (a sparse one).
+    path = tmp_path / "big.bin"
+    with path.open("wb") as big:
+        big.truncate(64 * 1024 * 1024 + 1)
+    got = stompy("send", url, queue, f"@{path}")
+    line = one_error_line(got, "send")
+    assert "the file (67,108,865 bytes) is over --max-body (67,108,864 bytes)" in line
+    got = stompy("send", url, queue, "--max-body", "4", "hello")
+    assert "the body is over --max-body (4 bytes)" in one_error_line(got, "send")
+    assert stompy("send", url, queue, "--max-body", "5", "hello").returncode == 0
+    assert broker.queue_depth(queue) == 1
+
+
+def test_a_line_over_max_body_is_an_error_after_the_lines_before(
+    broker: Broker, url: str, queue: str
+) -> None:
+    """With ``--lines`` the limit is per line: those before the long one are sent (and
+    counted), the long one is an error naming its number, nothing after it is sent."""
+    lines = b"ok\r\n" + b"x" * 1025 + b"\r\nafter\n"
+    got = stompy("send", url, queue, "--lines", "--max-body", "1KiB", input=lines)
+    assert got.returncode == 1
+    count, error = got.stderr.decode().splitlines()
+    assert count == "1 message confirmed"
+    assert error.startswith("stompy send: line 2 is over --max-body (1,024 bytes)")
+    exact = b"x" * 1024
+    got = stompy("send", url, queue, "--lines", "--max-body", "1K", input=exact + b"\r\n")
+    assert (got.returncode, got.stderr) == (0, b"1 message confirmed\n")
+    got = stompy("subscribe", url, queue, "--count", "2", "--timeout", "10")
+    assert got.stdout == b"ok\n" + exact + b"\n"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5M", "64X", "", "M"])
+def test_a_bad_max_body_is_a_usage_error(value: str) -> None:
+    got = stompy("send", "stomp://h", "/q", "--max-body", value, "x")
+    assert got.returncode == 2
+    assert "argument --max-body: want a number of bytes above 0" in got.stderr.decode()

@@ -24,7 +24,7 @@ from stompy.cli import _values as values
 from stompy.cli._broker import run_broker
 from stompy.cli._connecting import LOGIN_VARIABLE, PASSCODE_VARIABLE
 from stompy.cli._proxy import run_proxy
-from stompy.cli._send import run_send
+from stompy.cli._send import DEFAULT_MAX_BODY, run_send
 from stompy.cli._status import EXIT_USAGE
 from stompy.cli._subscribe import run_subscribe
 
@@ -345,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.add_argument(
         "--lines", action="store_true", help="send each line of the body as its own message"
+    )
+    send.add_argument(
+        "--max-body",
+        type=values.byte_size,
+        default=DEFAULT_MAX_BODY,
+        metavar="BYTES",
+        help="the largest body (or line, with --lines) to read and send, e.g. 1000000, "
+        "64K, 16M or 1G (default 64M): more is an error, and nothing of it is sent",
     )
     send.set_defaults(handler=run_send)
 

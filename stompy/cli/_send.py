@@ -12,13 +12,21 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, Final, TextIO
 
+from stompy import FrameLimits
 from stompy.cli._connecting import connection
 from stompy.cli._output import binary, isatty
 from stompy.cli._status import EXIT_OK, CommandError
 
-__all__ = ("Progress", "run_send")
+__all__ = ("DEFAULT_MAX_BODY", "Progress", "run_send")
+
+#: The largest body ``stompy send`` reads by default (``--max-body``): what stompy's
+#: broker takes (``FrameLimits.max_body``), and more than RabbitMQ's default message size
+#: (16 MiB in 4.x). Standard input or a file is read into memory, a message at a time:
+#: without a bound, a pipe that never ends (``yes |``) or a file of gigabytes would take
+#: all of it before the broker could refuse the frame.
+DEFAULT_MAX_BODY: Final = FrameLimits().max_body
 
 
 class Progress:
@@ -87,12 +95,37 @@ def _open_body(body: str) -> tuple[BinaryIO | None, bytes | str, int | None]:
     return None, body, None
 
 
-def _lines(stream: BinaryIO) -> Iterator[tuple[bytes, int]]:
-    """Each line without its line ending, with the bytes it took."""
-    for raw in stream:
+def _too_large(what: str, limit: int) -> CommandError:
+    """The error for a body over ``--max-body``, read no further than the limit."""
+    return CommandError(
+        f"{what} is over --max-body ({limit:,} bytes); nothing of it was sent: give a "
+        "larger --max-body (the broker must take it too), or --lines for a message per line"
+    )
+
+
+def _read_body(stream: BinaryIO, size: int | None, limit: int) -> bytes:
+    """The whole of ``stream``, at most ``limit`` bytes: a file's size is known before
+    it is read, a pipe's only once one byte more than the limit was read."""
+    what = "the body" if size is None else f"the file ({size:,} bytes)"
+    if size is not None and size > limit:
+        raise _too_large(what, limit)
+    body = stream.read(limit + 1)
+    if len(body) > limit:
+        raise _too_large(what, limit)
+    return body
+
+
+def _lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
+    """Each line without its line ending, with the bytes it took; a line over ``limit``
+    bytes is an error once ``limit`` and two bytes of it were read (``\\r\\n`` ends it)."""
+    number = 0
+    while raw := stream.readline(limit + 2):
+        number += 1
         line = raw[:-1] if raw.endswith(b"\n") else raw
         if line.endswith(b"\r"):
             line = line[:-1]
+        if len(line) > limit:
+            raise _too_large(f"line {number:,}", limit)
         yield line, len(raw)
 
 
@@ -114,15 +147,21 @@ def run_send(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         if stream is not None and stream is not stdin:
             stack.enter_context(stream)
+        limit = args.max_body
         if not args.lines:
-            body = stream.read() if stream is not None else literal
+            if stream is None:
+                body = literal
+                if len(literal) > limit:
+                    raise _too_large("the body", limit)
+            else:
+                body = _read_body(stream, size, limit)
             with conn:
                 send(body)
             return EXIT_OK
         if stream is None:
             text = literal.encode() if isinstance(literal, str) else literal
             stream, size = io.BytesIO(text), len(text)
-        lines = _lines(stream)
+        lines = _lines(stream, limit)
         progress = Progress(sys.stderr, size)
         sent = 0
         try:

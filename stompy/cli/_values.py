@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -16,6 +17,7 @@ __all__ = (
     "MAX_SECONDS",
     "accepted_vhost",
     "at_least_zero",
+    "byte_size",
     "destination",
     "header",
     "heartbeat",
@@ -117,6 +119,22 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
 
     convert.__name__ = kind.__name__  # argparse names the type in its messages
     return convert
+
+
+#: The units of :func:`byte_size`, binary as in ``ls -h``: 64M is 64 MiB.
+_BYTE_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_size(text: str) -> int:
+    """A number of bytes above 0: ``1000``, or with a binary unit, ``64K``, ``64M``, ``1G``
+    (``KiB``, ``MiB``, ``GiB`` too)."""
+    found = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    value = int(found[1]) * _BYTE_UNITS[found[2].upper()] if found else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"want a number of bytes above 0, like 1000000, 64K, 64M or 1G, got {text!r}"
+        )
+    return value
 
 
 def at_least_zero(text: str) -> int:
