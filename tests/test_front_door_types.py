@@ -11,6 +11,7 @@ wheel too (noxfile.py's ``wheel`` session), so both builds must say the same.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -170,7 +171,33 @@ def _batch_cases() -> list[Case]:
     ]
 
 
+class _Text(str):
+    """A subclass of str, as a user's own type or an enum's."""
+
+
+class _Queues(str, enum.Enum):
+    TYPES = Q
+
+
+def _subclass_cases() -> list[Case]:
+    """A destination that is a subclass of str (a StrEnum's member, compared and hashed
+    as its text): a TypeError saying so and what to pass, not "needs a destination"."""
+    text: Any = _Text(Q)
+    member: Any = _Queues.TYPES
+    empty: Any = _Text("")
+    return [
+        ("subclass of str): pass str(...)", lambda s: s.conn.send(text, "x")),
+        ("subclass of str): pass str(...)", lambda s: s.conn.send(empty, "x", receipt=True)),
+        ("subclass of str): pass _Queues.TYPES.value", lambda s: s.tx.send(member, "x")),
+        ("subclass of str): pass _Queues", lambda s: s.conn.request(member, "x", timeout=1)),
+        ("subclass of str): pass str(...)", lambda s: s.conn.subscribe(text)),
+        ("subclass of str): pass _Queues", lambda s: s.conn.subscribe(member, receipt=True)),
+        ("subclass of str): pass str(...)", lambda s: stompy.Outgoing(text, "x")),
+    ]
+
+
 CASES: Final[list[Case]] = [
+    *_subclass_cases(),
     *_send_cases("conn"),
     *_send_cases("tx"),
     *_reply_cases(),
@@ -290,11 +317,37 @@ def test_headers_as_pairs_are_taken_by_send_as_a_dict_is() -> None:
         assert broker.queue_depth(Q + "-pairs") == 0
 
 
+def test_headers_of_str_subclasses_are_taken_by_every_send() -> None:
+    """A header name or value of a subclass of str is written as its text by send()
+    with or without a receipt, the one-shot send and send_many() alike: a send with a
+    receipt and Outgoing refused them, saying "a header must be a (name, value) pair of
+    str, got ('a', 'v')" of what looked like one."""
+    headers: dict[str, str] = {_Text("a"): _Text("v")}
+    where = Q + "-subclass"
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        conn.send(where, b"1", headers=headers)
+        conn.send(where, b"2", headers=headers, receipt=True)
+        conn.send_many([stompy.Outgoing(where, b"3", headers)], receipt=True)
+        stompy.send(broker.url, where, b"4", headers=headers)
+        with conn.subscribe(where) as sub:
+            got = [sub.get(timeout=LIMIT) for _ in range(4)]
+        assert [(m.body, m.headers["a"]) if m else None for m in got] == [
+            (b"1", "v"),
+            (b"2", "v"),
+            (b"3", "v"),
+            (b"4", "v"),
+        ]
+
+
 def test_the_one_shot_send_names_the_argument() -> None:
     with run_broker() as broker:
         loose: Any = stompy.send
         calls: list[tuple[str, Callable[[], object]]] = [
             ("destination", lambda: loose(broker.url, 5, "x")),
+            (
+                "subclass of str): pass _Queues.TYPES.value",
+                lambda: loose(broker.url, _Queues.TYPES),
+            ),
             ("body", lambda: loose(broker.url, Q, 5)),
             ("content_type", lambda: loose(broker.url, Q, "x", content_type=5)),
             ("header", lambda: loose(broker.url, Q, "x", headers={"a": 5})),

@@ -149,9 +149,19 @@ def _bad_destination(command: str, destination: object) -> Exception:
     A TypeError names the type, as the compiled core's argument check does (it stops
     ``None`` before this is reached): the pure one must not send ``None`` or a number.
     """
-    if isinstance(destination, str):
+    kind = type(destination)
+    if kind is str:
         return LocalProtocolError(f"{command} needs a destination")
-    return TypeError(f"a destination must be a str, not {type(destination).__name__}")
+    if isinstance(destination, str):
+        # A StrEnum's member, say: compared and hashed as its text but not that (its
+        # repr, its str() in a plain Enum), so named rather than taken as empty.
+        given = "str(...) of it"
+        if isinstance(destination, enum.Enum):
+            given = f"{kind.__name__}.{destination.name}.value"
+        return TypeError(
+            f"a destination must be a str, not {kind.__name__} (a subclass of str): pass {given}"
+        )
+    return TypeError(f"a destination must be a str, not {kind.__name__}")
 
 
 def _two_content_types() -> ConfigurationError:
@@ -234,7 +244,9 @@ def check_send(destination: object, body: object, headers: object, content_type:
         pass
     elif type(headers) is dict:
         for item in headers.items():
-            if type(item[0]) is not str or type(item[1]) is not str:
+            if (type(item[0]) is not str or type(item[1]) is not str) and not (
+                isinstance(item[0], str) and isinstance(item[1], str)  # as send() takes
+            ):
                 # The encoder's words, which send() says of a dict.
                 raise TypeError(f"a header must be a (name, value) pair of str, got {item!r}")
         # SEND_RESERVED's names one by one: frozenset.isdisjoint(a dict) costs more.
