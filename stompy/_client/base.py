@@ -9,6 +9,8 @@ the steps a call that sends runs, traced or not (:func:`traced`).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -40,6 +42,7 @@ __all__ = (
     "TransactionBase",
     "check_message",
     "instrument",
+    "telemetry_possible",
     "traced",
     "transaction_id",
 )
@@ -51,12 +54,28 @@ M = TypeVar("M", bound=MessageBase)
 _otel: bool | None = None
 
 
+def telemetry_possible() -> bool:
+    """Whether an OpenTelemetry SDK can be installed in this process: the application
+    imported the API (installing an SDK means calling it; ``opentelemetry-instrument``
+    does so before the application starts), or names a provider for the API to load
+    (``OTEL_PYTHON_TRACER_PROVIDER``, ``OTEL_PYTHON_METER_PROVIDER``). Asked as each
+    connection connects (an application may set up its SDK after a first connection):
+    otherwise a connection would import the API only to find no SDK, about 0.05-0.15 s
+    of a process's first connection, for nothing."""
+    return (
+        "opentelemetry" in sys.modules
+        or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+        or "OTEL_PYTHON_METER_PROVIDER" in os.environ
+    )
+
+
 def instrument(engine: Engine[Any]) -> Telemetry | None:
     """What ``engine``'s connection records for OpenTelemetry, decided as it connects:
-    nothing with ``tracing=False``, without opentelemetry-api, or while the application
-    installed no SDK. Only then is the API imported."""
+    nothing with ``tracing=False``, without opentelemetry-api, where no SDK can be
+    installed (:func:`telemetry_possible`), or while the application installed none.
+    Only when one can be is the API imported."""
     global _otel
-    if not engine.options.tracing or _otel is False:
+    if not engine.options.tracing or _otel is False or not telemetry_possible():
         return None
     try:
         from stompy._engine.tracing import instrument as decide
