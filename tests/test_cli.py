@@ -967,11 +967,24 @@ def test_individual_acks_on_stomp_10_say_what_to_use(queue: str) -> None:
 
 def test_the_send_headers_stompy_refuses_are_the_cores() -> None:
     """``stompy send -H`` refuses, with a hint each, exactly the headers the core keeps
-    to itself on a SEND (frames.SEND_RESERVED): a header added there gets its hint."""
+    to itself on a SEND (frames.SEND_RESERVED) and the content-length it writes: a
+    header added there gets its hint."""
     from stompy._core.frames import SEND_RESERVED
     from stompy.cli._parser import _SET_BY_STOMPY
 
-    assert set(_SET_BY_STOMPY["send"]) == SEND_RESERVED
+    assert set(_SET_BY_STOMPY["send"]) == SEND_RESERVED | {"content-length"}
+
+
+@pytest.mark.parametrize(
+    "header", ["content-length:3", "Content-Length:3", "Destination:/queue/x", "RECEIPT:r"]
+)
+def test_a_header_stompy_writes_is_a_usage_error_in_any_case(header: str) -> None:
+    """``-H`` of a header stompy writes itself, in any case: a content-length was
+    replaced without a word (or, spelled otherwise, sent beside the true one)."""
+    got = stompy("send", "stomp://h", "/q", "-H", header, "abc")
+    assert got.returncode == 2
+    err = got.stderr.decode()
+    assert f"argument -H/--header: {header.partition(':')[0]!r} is set by stompy" in err
 
 
 def test_a_body_over_max_body_is_an_error_before_it_is_read_whole(

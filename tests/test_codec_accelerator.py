@@ -448,6 +448,8 @@ def test_a_dict_of_headers_is_written_as_the_general_way_writes_it(
 @example("/q", "t", {"x": "\ud800"}, b"b", "1.2", None)
 @example("/q", "t", {"x": "y", "receipt": "r"}, b"b", "1.2", None)
 @example("/q", None, {"content-type": "t"}, b"b", "1.2", None)
+@example("/q", None, {"Destination": "/r"}, b"b", "1.2", None)  # any case: left
+@example("/q", "t", {"x": "y", "Content-Length": "1"}, b"b", "1.1", "r-1")
 @example("/q", "t", {"x": "y"}, b"b", "1.2", "r-1")
 @example("/q", None, {}, b"", "1.1", "r-1")
 def test_the_send_entry_writes_what_encode_frame_writes_or_leaves_it(
@@ -461,14 +463,14 @@ def test_the_send_entry_writes_what_encode_frame_writes_or_leaves_it(
     """``encode_send``, the protocol's common SEND, writes the bytes ``encode_frame``
     writes given the destination, content-type and receipt as pairs, or leaves the
     frame to it (None; never an error); it always leaves a dict naming a header of
-    ``SEND_OWN``, and with nothing to escape or refuse in 1.1 and 1.2 it leaves nothing
-    else. Twice: the second time, the layout is cached."""
+    ``SEND_OWN`` (in any case), and with nothing to escape or refuse in 1.1 and 1.2 it
+    leaves nothing else. Twice: the second time, the layout is cached."""
     pairs = [("destination", destination)]
     if content_type is not None:
         pairs.append(("content-type", content_type))
     if receipt is not None:
         pairs.append(("receipt", receipt))
-    owned = not encoder.SEND_OWN.isdisjoint(more)
+    owned = any(type(name) is str and name.lower() in encoder.SEND_OWN for name in more)
     for _ in range(2):
         try:
             want: bytes | str = encoder.encode_frame("SEND", pairs, body, version, more)

@@ -95,6 +95,82 @@ async def test_a_capitalised_content_type_where_stompy_writes_one_is_refused_asy
         assert broker.queue_depth("/queue/ct") == 1
 
 
+#: A header stompy writes itself on a SEND, given in another case, or a content-length
+#: that is not the body's: each was sent (beside the one stompy wrote, or alone, where
+#: a receiver reads the lower case only) or replaced without a word. ``(headers, said)``.
+_WRITTEN: Final[list[tuple[dict[str, str], str]]] = [
+    ({"Destination": "/queue/other"}, "'Destination' is the 'destination' header"),
+    ({"RECEIPT": "r-1"}, "give receipt=True"),
+    ({"Transaction": "tx-1"}, "give transaction="),
+    ({"Content-Length": "2"}, "'Content-Length' is the 'content-length' header"),
+    ({"content-length": "99"}, "'content-length' is '99' and the body is 2 bytes"),
+]
+#: The same of a SUBSCRIBE's headers.
+_SUBSCRIBE_WRITTEN: Final = [
+    ({"Destination": "/queue/other"}, "'Destination' is the 'destination' header"),
+    ({"Id": "mine"}, "give the id argument"),
+    ({"ACK": "client"}, "give the ack argument"),
+    ({"Receipt": "r-1"}, "give receipt=True"),
+]
+
+
+def _each_send(conn: Any, tx: Any, headers: dict[str, str]) -> list[Any]:
+    """Each way to send a two-byte body with ``headers`` on ``conn`` (to make, or await)."""
+    return [
+        lambda: conn.send("/queue/own", b"{}", headers=headers),
+        lambda: conn.send("/queue/own", "{}", headers=headers, receipt=True),
+        lambda: conn.send("/queue/own", b"{}", headers=[*headers.items()], content_type="a/b"),
+        lambda: tx.send("/queue/own", b"{}", headers=headers),
+        lambda: conn.request("/queue/own", b"{}", headers=headers, timeout=1),
+        lambda: conn.send_many([stompy.Outgoing("/queue/own", b"{}", headers)]),
+    ]
+
+
+def test_a_header_stompy_writes_in_another_case_is_refused() -> None:
+    """``Destination``, ``Receipt``, ``Transaction``, ``Content-Length`` (any case but
+    the lower) and a content-length that is not the body's are a ConfigurationError
+    saying what to give instead, from every send; nothing goes out. A content-length of
+    the body's length is taken (written once)."""
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        tx = conn.transaction()
+        for headers, said in _WRITTEN:
+            for call in _each_send(conn, tx, headers):
+                with pytest.raises(stompy.ConfigurationError, match=said):
+                    call()
+            with pytest.raises(stompy.ConfigurationError, match=said):
+                stompy.send(broker.url, "/queue/own", b"{}", headers=headers)
+        for headers, said in _SUBSCRIBE_WRITTEN:
+            with pytest.raises(stompy.ConfigurationError, match=said):
+                conn.subscribe("/queue/own", headers=headers)
+        tx.commit(receipt=True)
+        assert (broker.queue_depth("/queue/own"), broker.queue_depth("/queue/other")) == (0, 0)
+        conn.send("/queue/own", "é", headers={"content-length": "2"}, receipt=True)
+        with conn.subscribe("/queue/own") as sub:
+            message = sub.get(timeout=10)
+        assert message is not None
+        assert (message.text, message.headers["content-length"]) == ("é", "2")
+
+
+@pytest.mark.anyio
+async def test_a_header_stompy_writes_in_another_case_is_refused_async() -> None:
+    with run_broker() as broker, anyio.fail_after(20):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            tx = await conn.transaction()
+            for headers, said in _WRITTEN:
+                for call in _each_send(conn, tx, headers):
+                    with pytest.raises(stompy.ConfigurationError, match=said):
+                        await call()
+                with pytest.raises(stompy.ConfigurationError, match=said):
+                    await stompy.send_async(broker.url, "/queue/own", b"{}", headers=headers)
+            for headers, said in _SUBSCRIBE_WRITTEN:
+                with pytest.raises(stompy.ConfigurationError, match=said):
+                    await conn.subscribe("/queue/own", headers=headers)
+            await tx.commit(receipt=True)
+            assert broker.queue_depth("/queue/own") == 0
+            await conn.send("/queue/own", b"{}", headers={"content-length": "2"}, receipt=True)
+            assert broker.queue_depth("/queue/own") == 1
+
+
 #: send_many() stopped partway: by a body over the broker's limit (known only on the
 #: connection) in the second chunk, or by the iterable itself, making the 701st message.
 #: Each went out in part, and nothing said how much; the too-large body's error said

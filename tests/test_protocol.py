@@ -414,12 +414,19 @@ def test_send_with_transaction_and_receipts() -> None:
     assert proto.pending_receipts == {"r-2", "mine"}
 
 
-def test_user_content_length_is_replaced() -> None:
+def test_user_content_length_is_taken_when_true_and_refused_when_not() -> None:
+    """A caller's content-length that says the body's length is written once; one that
+    does not is refused (it was replaced without a word), nothing queued."""
     proto = connected()
-    proto.send("/q", b"abc", headers=[("content-length", "99")])
-    (frame,) = sent(proto)
-    assert frame.body == b"abc"
-    assert [v for k, v in frame.headers if k == "content-length"] == ["3"]
+    proto.send("/q", b"abc", headers=[("content-length", "3")])
+    proto.send("/q", "é", headers={"content-length": "2", "a": "b"})
+    frames = sent(proto)
+    assert [f.body for f in frames] == [b"abc", "é".encode()]
+    assert [[v for k, v in f.headers if k == "content-length"] for f in frames] == [["3"], ["2"]]
+    for headers in ([("content-length", "99")], {"content-length": "3 "}):
+        with pytest.raises(ConfigurationError, match=r"'content-length' is .* the body is 3"):
+            proto.send("/q", b"abc", headers=headers)
+    assert proto.data_to_send() == b""
 
 
 def test_send_escapes_headers_in_12() -> None:

@@ -9,9 +9,8 @@ client's send path writes a SEND without making a :class:`Frame` (:func:`encode_
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, cast
 
 from stompy._checks import check_version, wrong_type
 from stompy._core.accelerator import encode_frame as _encode_frame
@@ -27,7 +26,7 @@ from stompy._core.frames import (
     escape,
 )
 
-__all__ = ("SEND_OWN", "encode", "encode_frame", "encode_send")
+__all__ = ("SEND_OWN", "encode", "encode_frame", "encode_send", "plain_send_names")
 
 
 def encode(frame: Frame, version: str = V12) -> bytes:
@@ -104,18 +103,15 @@ def encode_send(
     ``destination`` and, unless None, ``content-type`` and ``receipt``; ``version`` is
     the negotiated one and ``more`` the caller's other headers. None when the SEND is
     not that simple: ``more`` names a header the SEND writes itself or the client sets
-    (:data:`SEND_OWN`), or a name or value needs escaping or refusing, or what is not
-    a str; then the caller takes the general way (``encode_frame``), which writes the
-    same bytes or raises the error. Raises nothing: the errors are said in one place.
+    (:data:`SEND_OWN`), in any case (``Destination``, ``Content-Type``), or a name or
+    value needs escaping or refusing, or what is not a str; then the caller takes the
+    general way (``encode_frame``), which writes the same bytes or raises the error.
+    Raises nothing: the errors are said in one place.
     """
-    if content_type is None:
-        refused = SEND_OWN
-    elif type(content_type) is str:
-        refused = SEND_OWN_TYPED
-    else:  # the caller's (object: see ClientProtocol.send), named the general way
-        return None
+    if content_type is not None and type(content_type) is not str:
+        return None  # the caller's (object: see ClientProtocol.send), named the general way
     if _encode_frame is not None:
-        if not refused.isdisjoint(more):
+        if not _PLAIN.issuperset(more) and not plain_send_names(more):
             return None
         pairs = [("destination", destination)]
         if content_type is not None:
@@ -134,7 +130,7 @@ def encode_send(
     if receipt is not None:
         values += ("receipt", receipt)
         count += 1
-    head = _head_in_layout("SEND", count, values, more, len(body), version == V12, refused)
+    head = _head_in_layout("SEND", count, values, more, len(body), version == V12, SEND_OWN)
     if head is None:
         return None
     try:
@@ -217,15 +213,30 @@ _LAYOUTS: Final[dict[tuple[object, ...], list[str]]] = {}
 _LAYOUTS_MAX: Final = 256
 #: No names refused (:func:`encode_frame`'s layouts).
 _NO_NAMES: Final[frozenset[str]] = frozenset()
-#: The names :func:`encode_send` leaves to the general way in the caller's headers: the
-#: SEND's own (written from the arguments, or by the client: receipt, transaction).
+#: The names :func:`encode_send` leaves to the general way in the caller's headers, in
+#: any case: the SEND's own (written from the arguments, or by the client: receipt,
+#: transaction). Another spelling (``Destination``, ``Content-Length``) would be sent
+#: beside the one written, header names being case-sensitive, and a receiver would read
+#: one or the other: the general way refuses it (or, for ``Content-Type``, sends it
+#: where stompy writes no content-type).
 SEND_OWN: Final = SEND_RESERVED | {"content-type", "content-length"}
-#: Those and every other spelling of content-type (``Content-Type``...), left to the
-#: general way when the call gives a content type, which refuses them beside it: looked
-#: up as the names already are, at no cost.
-SEND_OWN_TYPED: Final = SEND_OWN | frozenset(
-    "".join(letters) for letters in itertools.product(*({c, c.upper()} for c in "content-type"))
-)
+#: Names seen in a caller's headers that are no spelling of :data:`SEND_OWN`'s (and
+#: str): a dict of such names takes the short way after one C-level pass, as a lookup
+#: of the refused names themselves would cost. Caller's names, so emptied when full.
+_PLAIN: Final[set[str]] = set()
+_PLAIN_MAX: Final = 4096
+
+
+def plain_send_names(names: Iterable[object]) -> bool:
+    """Whether no name of ``names`` is, in any case, one of :data:`SEND_OWN` (nor other
+    than a str); the names are remembered if so, for the next SEND's ``_PLAIN`` check."""
+    for name in names:
+        if type(name) is not str or name.lower() in SEND_OWN:
+            return False
+    if len(_PLAIN) >= _PLAIN_MAX:
+        _PLAIN.clear()
+    _PLAIN.update(cast("Iterable[str]", names))
+    return True
 
 
 def _layout(
@@ -238,7 +249,8 @@ def _layout(
     """The text of a frame's head around its values, one slot (an odd index) per
     value: a name and value of each of ``pairs`` pairs, then the value of each of
     ``more``'s names. None if a name of ``more`` needs escaping, is empty or not a str,
-    is content-length or in ``refused``: those frames take the general way."""
+    is content-length or, in any case, in ``refused``: those frames take the general
+    way."""
     layout = [f"{command}\n"]
     for _ in range(pairs):
         layout += ("", ":", "", "\n")
@@ -247,7 +259,7 @@ def _layout(
             type(name) is not str
             or not name
             or name == "content-length"
-            or name in refused
+            or (refused and name.lower() in refused)
             or ":" in name
             or "\n" in name
             or "\\" in name

@@ -55,7 +55,7 @@ from stompy._checks import (
     refuse_time,
     wrong_type,
 )
-from stompy._core.encoder import encode, encode_frame, encode_send
+from stompy._core.encoder import encode, encode_frame, encode_send, plain_send_names
 from stompy._core.events import (
     AckMode,
     Connected,
@@ -195,6 +195,54 @@ def _content_type_in_another_case(names: Iterable[object]) -> ConfigurationError
     return None
 
 
+#: What to give instead of a header stompy writes itself, by its name.
+_ARGUMENTS: Final = {
+    "destination": "give the destination argument",
+    "receipt": "give receipt=True (or an id)",
+    "transaction": "give transaction= (or use the Transaction's send)",
+    "id": "give the id argument",
+    "ack": "give the ack argument",
+    "content-length": "leave it out: stompy writes the body's length itself",
+    "accept-version": "give the versions option",
+    "host": "give the host option (or the URL's path)",
+    "login": "give the login option (or put it in the URL)",
+    "passcode": "give the passcode option (or put it in the URL)",
+    "heart-beat": "give the heartbeats option",
+}
+
+
+def _owned_in_another_case(name: str, owned: str, what: str) -> ConfigurationError:
+    """The error for a header ``name`` that spells ``owned``, a header stompy writes
+    itself in ``what``, in another case: sent as written, beside stompy's or alone,
+    a receiver would read one or the other, or neither."""
+    return ConfigurationError(
+        f"headers: {name!r} is the {owned!r} header, which stompy writes itself in {what}: "
+        "STOMP header names are case-sensitive, so it would be sent as written and a "
+        f"receiver would read one or the other, or neither; {_ARGUMENTS.get(owned, owned)}"
+    )
+
+
+def _spelled_otherwise(names: Iterable[object]) -> str | None:
+    """The first of ``names`` that spells a header a SEND writes itself (its
+    destination, receipt, transaction or content-length) in another case, if any."""
+    for name in names:
+        if isinstance(name, str):
+            lowered = name.lower()
+            if lowered != name and lowered in _SEND_WRITTEN:
+                return name
+    return None
+
+
+def _check_length(given: str, size: int) -> None:
+    """Refuse a caller's ``content-length`` header that does not say ``size``, the
+    body's length in bytes: stompy writes the true one (one of that value is taken)."""
+    if not (given.isascii() and given.isdigit() and int(given) == size):
+        raise ConfigurationError(
+            f"headers: 'content-length' is {given!r} and the body is {size} bytes: stompy "
+            "writes the body's length itself; leave the header out"
+        )
+
+
 def _not_text(
     command: str, headers: list[tuple[str, str]], exc: UnicodeEncodeError
 ) -> LocalProtocolError:
@@ -240,6 +288,7 @@ def check_send(destination: object, body: object, headers: object, content_type:
         _body_bytes(body)  # raises
     given: object = None  # the content-type header's value
     names: Iterable[str] = ()  # the header names
+    pairs: list[tuple[str, str]] = []
     if headers is None:
         pass
     elif type(headers) is dict:
@@ -249,15 +298,20 @@ def check_send(destination: object, body: object, headers: object, content_type:
             ):
                 # The encoder's words, which send() says of a dict.
                 raise TypeError(f"a header must be a (name, value) pair of str, got {item!r}")
-        # SEND_RESERVED's names one by one: frozenset.isdisjoint(a dict) costs more.
-        if "destination" in headers or "receipt" in headers or "transaction" in headers:
-            ClientProtocol._user_headers(headers, SEND_RESERVED, "SEND")  # raises
+        if not plain_send_names(headers):  # a name stompy writes, in some case
+            pairs = ClientProtocol._user_headers(headers, SEND_RESERVED, "SEND", lengths=True)
         given = headers.get("content-type")
         names = headers
     else:
-        pairs = ClientProtocol._user_headers(cast(HeaderInput, headers), SEND_RESERVED, "SEND")
+        loose = cast(HeaderInput, headers)
+        pairs = ClientProtocol._user_headers(loose, SEND_RESERVED, "SEND", lengths=True)
         given = next((value for name, value in pairs if name == "content-type"), None)
         names = [name for name, _ in pairs]
+    for name, value in pairs:
+        if name == "content-length":
+            text = body if type(body) is str else None
+            size = len(text.encode("utf-8", "surrogatepass")) if text is not None else None
+            _check_length(value, size if size is not None else len(cast(bytes, body)))
     if content_type is not None:
         if not isinstance(content_type, str):
             raise wrong_type("content_type", "a str or None", content_type)
@@ -523,10 +577,12 @@ class ClientProtocol:
 
     @staticmethod
     def _user_headers(
-        headers: HeaderInput, reserved: frozenset[str], what: str
+        headers: HeaderInput, reserved: frozenset[str], what: str, *, lengths: bool = False
     ) -> list[tuple[str, str]]:
         """The caller's extra headers as pairs, ``content-length`` left out (the encoder
-        writes the true one); a header stompy sets itself is refused."""
+        writes the true one) unless ``lengths`` (a SEND's, checked against its body); a
+        header stompy sets itself is refused, in any case (and with ``lengths`` a
+        content-length in another case)."""
         if headers is None:
             return []
         items = list(make_headers(headers))
@@ -536,6 +592,13 @@ class ClientProtocol:
                     f"header {key!r} is set by stompy for {what}: "
                     f"use the {key.replace('-', '_')} argument"
                 )
+            lowered = key.lower()
+            if lowered != key and (
+                lowered in reserved or (lengths and lowered == "content-length")
+            ):
+                raise _owned_in_another_case(key, lowered, what)
+        if lengths:
+            return items
         return [(k, v) for k, v in items if k != "content-length"]
 
     def connect(
@@ -641,14 +704,16 @@ class ClientProtocol:
         names: Mapping[str, str]  # for lookups at C speed
         if (
             type(headers) is dict
-            # No header stompy writes itself (the encoder writes the true content-length).
+            # No header stompy writes itself (the encoder writes the true content-length),
+            # nor one in another case (Destination), which would be sent beside it.
             and _SEND_WRITTEN.isdisjoint(headers)
+            and (plain_send_names(headers) or _spelled_otherwise(headers) is None)
         ):
             # Checked at C speed (the encoder checks the types) and given to the
             # encoder as it is.
             more = names = headers
         else:
-            user = self._user_headers(headers, SEND_RESERVED, "SEND")
+            user = self._user_headers(headers, SEND_RESERVED, "SEND", lengths=True)
             names = dict(reversed(user))  # the first entry of a name wins, as on the wire
         mark = self._next_id
         items = [("destination", destination)]
@@ -663,6 +728,13 @@ class ClientProtocol:
             body = _body_bytes(body)  # before any id is taken
         if len(body) > self._max_body:
             raise self._too_large(len(body))
+        if "content-length" in names:
+            # The caller's: taken if it says the body's length (written once, by the
+            # encoder), refused if not (stompy wrote the true one in its place).
+            for key, value in user:
+                if key == "content-length":
+                    _check_length(value, len(body))
+            user = [(k, v) for k, v in user if k != "content-length"]
         if content_type is not None:
             if not isinstance(content_type, str):
                 raise wrong_type("content_type", "a str or None", content_type)

@@ -132,6 +132,7 @@ _SET_BY_STOMPY: Final[dict[str, dict[str, str]]] = {
         "destination": "give it as DESTINATION",
         "receipt": "stompy send always waits for the broker's receipt",
         "transaction": "stompy send sends outside transactions",
+        "content-length": "stompy writes the body's length itself",
     },
     "subscribe": {
         "destination": "give it as DESTINATION",
