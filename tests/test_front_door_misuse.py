@@ -300,3 +300,46 @@ async def test_send_many_of_no_iterable_names_send_many_async(messages: Any, sai
                 await conn.send_many(messages)
             await conn.send("/queue/after", "still open", receipt=True)
         assert broker.queue_depth("/queue/one") == 0
+
+
+#: Keywords newcomers bring from other STOMP clients (stomp.py's ``username``, ``vhost``,
+#: ``use_ssl``...), and what the answer must say: no spelling alike found them, and
+#: ``transaction`` was answered "did you mean 'tracing'?".
+_OTHER_CLIENTS: Final = [
+    ("username", ". Did you mean 'login'?"),
+    ("user", ". Did you mean 'login'?"),
+    ("virtual_host", ". Did you mean 'host'?"),
+    ("tls", ". Did you mean 'ssl'?"),
+    ("ssl_context", ". Did you mean 'ssl'?"),
+    ("keepalive", ". Did you mean 'heartbeats'?"),
+    ("prefetch", ". Did you mean 'max_pending'?"),
+    ("transaction", ": a transaction is begun with the connection's transaction()"),
+]
+
+
+@pytest.mark.parametrize(("name", "said"), _OTHER_CLIENTS)
+def test_another_clients_keyword_is_told_stompys(name: str, said: str) -> None:
+    """Connection(), AsyncConnection(), stompy.send() and send_async() alike: refused
+    before anything is opened, the message naming the keyword and what stompy calls it."""
+    loose: Any = {"blocking": stompy.Connection, "async": stompy.AsyncConnection}
+    for kind, make in loose.items():
+        with pytest.raises(TypeError) as raised:
+            make("stomp://127.0.0.1:1", **{name: None})
+        assert f"unexpected keyword argument {name!r}{said}" in str(raised.value), kind
+    send: Any = stompy.send
+    send_async: Any = stompy.send_async
+    with pytest.raises(TypeError) as raised:
+        send("stomp://127.0.0.1:1", "/queue/x", "x", **{name: None})
+    assert f"send() got an unexpected keyword argument {name!r}" in str(raised.value)
+    assert said.lstrip(".:") in str(raised.value)
+    assert "tracing" not in str(raised.value)
+    with pytest.raises(TypeError) as raised:
+        anyio.run(lambda: send_async("stomp://127.0.0.1:1", "/queue/x", "x", **{name: None}))
+    assert said.lstrip(".:") in str(raised.value)
+
+
+def test_a_subscription_given_a_transaction_is_told_where_transactions_are() -> None:
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        loose: Any = conn
+        with pytest.raises(TypeError, match="transaction is begun with the connection's"):
+            loose.subscribe("/queue/x", transaction="tx-1")

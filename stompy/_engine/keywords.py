@@ -178,14 +178,51 @@ SUBSCRIBE: Final = keys(SubscribeOptions)
 ONE_SHOT: Final = keys(OneShotOptions)
 
 
+#: Keywords of other STOMP clients (stomp.py's and others') and what stompy calls them:
+#: told as "did you mean" where the keyword is among those of the call, since no
+#: spelling alike finds them (``password`` finds ``passcode``; ``username``, nothing).
+_OTHER_NAMES: Final = {
+    "username": "login",
+    "user": "login",
+    "vhost": "host",
+    "virtual_host": "host",
+    "tls": "ssl",
+    "use_ssl": "ssl",
+    "ssl_context": "ssl",
+    "keepalive": "heartbeats",
+    "prefetch": "max_pending",
+    "prefetch_count": "max_pending",
+}
+#: Keywords of no call that takes ``**options``, with what to do instead: a name spelled
+#: alike is not what was meant (``transaction``: "did you mean 'tracing'?").
+_ELSEWHERE: Final = {
+    "transaction": "a transaction is begun with the connection's transaction(), and a "
+    "message sent in it with the transaction's send() or send(..., transaction=)",
+}
+
+
+def _meant(name: str, known: Collection[str]) -> str | None:
+    """The keyword of ``known`` that ``name`` most likely meant, if any."""
+    other = _OTHER_NAMES.get(name)
+    if other is not None and other in known:
+        return other
+    if name in _ELSEWHERE:
+        return None
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    return near[0] if near else None
+
+
 def unexpected(call: str, name: str, known: Collection[str]) -> TypeError:
     """The :class:`TypeError` a Python function raises for the keyword ``name`` it does
     not take, ``call`` named as the user wrote it, with the nearest of ``known`` when one
-    is close (as Python 3.13's own message has)."""
+    is close (as Python 3.13's own message has), or another client's name for it, or
+    what to do instead."""
     message = f"{call}() got an unexpected keyword argument {name!r}"
-    near = difflib.get_close_matches(name, sorted(known), n=1)
-    if near:
-        message += f". Did you mean {near[0]!r}?"
+    meant = _meant(name, known)
+    if meant is not None:
+        message += f". Did you mean {meant!r}?"
+    elif name in _ELSEWHERE:
+        message += f": {_ELSEWHERE[name]}"
     return TypeError(message)
 
 
@@ -231,9 +268,10 @@ def _not_one_shot(call: str, name: str) -> TypeError:
     if name == "receipt":
         # Not "did you mean 'receipt_timeout'?": whoever wrote it wanted the receipt.
         return TypeError(f"{message}: {always}")
-    near = difflib.get_close_matches(name, _NEAR_ONE_SHOT, n=1)
-    meant = name if name in CONNECTION else near[0] if near else None
+    meant = name if name in CONNECTION else _meant(name, _NEAR_ONE_SHOT)
     if meant is None:
+        if name in _ELSEWHERE:
+            message += f": a one-shot send sends outside transactions; {_ELSEWHERE[name]}"
         return TypeError(message)
     if meant != name:
         message += f". Did you mean {meant!r}?"
