@@ -1056,3 +1056,18 @@ def test_a_bad_max_body_is_a_usage_error(value: str) -> None:
     got = stompy("send", "stomp://h", "/q", "--max-body", value, "x")
     assert got.returncode == 2
     assert "argument --max-body: want a number of bytes above 0" in got.stderr.decode()
+
+
+def test_a_message_the_broker_refuses_without_a_receipt_fails_the_send(queue: str) -> None:
+    """``--no-receipt``: a message the broker refuses (a full queue) is told by an ERROR
+    after the send returned, while the connection closes; the command said "3 messages
+    sent" and exited 0, the broker's words only in a WARNING it does not show."""
+    with run_broker(max_queue=1) as small:
+        got = stompy("send", small.url, queue, "--lines", "--no-receipt", input=b"1\n2\n3\n")
+        assert got.returncode == 1
+        count, error = got.stderr.decode().splitlines()
+        assert count.endswith(" sent")
+        assert error.startswith(f"stompy send: the broker refused: destination '{queue}' is full")
+        got = stompy("send", small.url, queue, "--no-receipt", "one more")
+        assert "the broker refused" in one_error_line(got, "send")
+        assert small.queue_depth(queue) == 1

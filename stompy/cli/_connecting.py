@@ -7,6 +7,7 @@ import getpass
 import os
 import ssl
 import sys
+from collections.abc import Callable
 from typing import Final
 
 from stompy import Connection, Reconnect
@@ -17,6 +18,7 @@ from stompy import Connection, Reconnect
 # stompy.parse_url parses one URL only.
 from stompy._engine.urls import parse_urls
 from stompy.cli._status import EXIT_USAGE, CommandError
+from stompy.errors import ServerError
 
 __all__ = ("LOGIN_VARIABLE", "PASSCODE_VARIABLE", "connection")
 
@@ -25,8 +27,11 @@ LOGIN_VARIABLE: Final = "STOMP_LOGIN"
 PASSCODE_VARIABLE: Final = "STOMP_PASSCODE"
 
 
-def connection(args: argparse.Namespace) -> Connection:
-    """The connection the arguments describe (not connected yet).
+def connection(
+    args: argparse.Namespace, on_error: Callable[[ServerError], object] | None = None
+) -> Connection:
+    """The connection the arguments describe (not connected yet); ``on_error`` is its
+    hook for the broker's ERROR frames.
 
     Raises :class:`CommandError`: a usage error for a bad URL or option value, a
     failure for CA certificates that cannot be loaded.
@@ -69,6 +74,7 @@ def connection(args: argparse.Namespace) -> Connection:
             reconnect=Reconnect(max_delay=5.0) if args.reconnect else None,
             ws_headers=dict(args.ws_headers),
             versions=args.stomp_version,
+            on_error=on_error,
         )
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None

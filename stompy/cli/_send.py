@@ -18,6 +18,7 @@ from stompy import FrameLimits
 from stompy.cli._connecting import connection
 from stompy.cli._output import binary, isatty
 from stompy.cli._status import EXIT_OK, CommandError
+from stompy.errors import ServerError
 
 __all__ = ("DEFAULT_MAX_BODY", "Progress", "run_send")
 
@@ -132,7 +133,11 @@ def _lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, int]]:
 def run_send(args: argparse.Namespace) -> int:
     """Send the body (or each of its lines); the exit status."""
     headers = dict(args.extra_headers)
-    conn = connection(args)
+    # The broker's ERROR frames: one that refused a message sent without a receipt
+    # arrives after the send returned, mostly while the connection closes, which
+    # logs it (a WARNING the command does not show) and raises nothing.
+    refused: list[ServerError] = []
+    conn = connection(args, on_error=refused.append)
     stream, literal, size = _open_body(args.body)
     send = functools.partial(
         conn.send,
@@ -157,6 +162,7 @@ def run_send(args: argparse.Namespace) -> int:
                 body = _read_body(stream, size, limit)
             with conn:
                 send(body)
+            _check_refused(refused)
             return EXIT_OK
         if stream is None:
             text = literal.encode() if isinstance(literal, str) else literal
@@ -178,4 +184,13 @@ def run_send(args: argparse.Namespace) -> int:
             noun = "message" if sent == 1 else "messages"
             confirmed = "confirmed" if args.receipt else "sent"
             print(f"{sent:,} {noun} {confirmed}", file=sys.stderr)
+        _check_refused(refused)
     return EXIT_OK
+
+
+def _check_refused(refused: list[ServerError]) -> None:
+    """Raise the broker's first ERROR, if it sent one: then a message sent without a
+    receipt may not have been taken (a full queue, a destination not allowed), and
+    the exit status must not say that all went well."""
+    if refused:
+        raise refused[0]
