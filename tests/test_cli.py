@@ -1029,6 +1029,9 @@ def test_a_body_over_max_body_is_an_error_before_it_is_read_whole(
     assert "the file (67,108,865 bytes) is over --max-body (67,108,864 bytes)" in line
     got = stompy("send", url, queue, "--max-body", "4", "hello")
     assert "the body is over --max-body (4 bytes)" in one_error_line(got, "send")
+    if Path("/dev/stdin").exists():  # a pipe's size (0) is no size: "the file (0 bytes)"
+        got = stompy("send", url, queue, "--max-body", "4", "@/dev/stdin", input=b"hello")
+        assert "the body is over --max-body (4 bytes)" in one_error_line(got, "send")
     assert stompy("send", url, queue, "--max-body", "5", "hello").returncode == 0
     assert broker.queue_depth(queue) == 1
 

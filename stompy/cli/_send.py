@@ -8,6 +8,7 @@ import functools
 import io
 import os
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -83,7 +84,9 @@ def _open_body(body: str) -> tuple[BinaryIO | None, bytes | str, int | None]:
         path = Path(body[1:])
         try:
             stream = path.open("rb")
-            return stream, b"", os.fstat(stream.fileno()).st_size
+            status = os.fstat(stream.fileno())
+            # A FIFO's or a device's size (@/dev/stdin) says nothing of what it holds.
+            return stream, b"", status.st_size if stat.S_ISREG(status.st_mode) else None
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not body.isascii():
