@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 __all__ = ("OffsetBook", "Planned", "offset_dict", "offset_value")
@@ -76,10 +76,11 @@ class OffsetBook(Generic[H]):
         self.next += 1
         return self.next - 1
 
-    def add_many(self, handles: Sequence[H], received_us: int) -> None:
-        """Keep messages that arrived together, numbered in their order."""
+    def add_many(self, handles: Sequence[H], received_us: Sequence[int]) -> None:
+        """Keep messages, numbered in their order; ``received_us[i]`` is when
+        ``handles[i]`` arrived."""
         self._handles.extend(handles)
-        self._received.extend(repeat(received_us, len(handles)))
+        self._received.extend(received_us)
         self.next += len(handles)
 
     def unplanned(self) -> int:

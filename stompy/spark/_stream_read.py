@@ -59,8 +59,12 @@ PROBE: Final = 0.25
 SLOWEST: Final = 8
 #: Seconds one look at an idle subscription lasts (the intake's longest nap).
 POLL: Final = 0.01
-#: Messages the intake turns into one Arrow chunk at most.
+#: Messages the intake takes at once at most.
 CHUNK: Final = 10_000
+#: Messages the intake lets gather before it converts them (see ``_take_in``).
+LEAST: Final = 2_000
+NAP_BELOW: Final = 500
+NAP: Final = 0.005
 #: Seconds a call waits at most for the intake to take what had arrived.
 SETTLE: Final = 5.0
 
@@ -158,6 +162,8 @@ class StreamConsumer:
         #: Takes the intake began, and the last of them that found nothing more waiting.
         self._takes = 0
         self._caught_up = 0
+        #: Whether a call waits for the intake to take in and convert what arrived.
+        self._hurry = False
         #: Messages the intake took, and of those the ones already in the book.
         self._arrived = 0
         self._numbered = 0
@@ -237,10 +243,19 @@ class StreamConsumer:
         )
 
     def _take_in(self, inbox: _RoundRobin, book: OffsetBook[Message]) -> None:
-        """The intake thread: number and convert what arrives, one batch ahead at most."""
+        """The intake thread: number and convert what arrives, one batch ahead at most.
+
+        What a take brings waits (``waiting``) until there are :data:`LEAST` messages
+        to convert at once, the batch ahead is full, or a call waits for the intake
+        (:attr:`_hurry`): turning messages into Arrow columns costs a few hundred
+        microseconds a time whatever their number, and a take under a steady stream
+        brings what one read of the socket held (tens of messages).
+        """
         limit = self._rows
         single = len(inbox.subscriptions) == 1
         changed = self._changed
+        waiting: list[Message] = []
+        stamps: list[int] = []  # when each of them arrived
         try:
             while True:
                 with changed:
@@ -248,30 +263,44 @@ class StreamConsumer:
                         changed.wait()
                     if self._stopping:
                         return
-                    asked = min(limit - book.unplanned(), CHUNK)
+                    asked = min(limit - book.unplanned() - len(waiting), CHUNK)
                     self._takes += 1
                     take = self._takes
-                    first = book.next  # only this thread numbers messages
-                got = inbox.take(asked, POLL)
-                arrived = now_us()
-                batch = None
+                got = inbox.take(asked, POLL) if asked > 0 else []
                 if got:
+                    stamps += [now_us()] * len(got)
+                    waiting += got
                     with changed:  # a patient wait sees messages come before they are ready
                         self._arrived += len(got)
                         changed.notify_all()
-                    batch = message_batch(got, [arrived] * len(got), range(first, first + len(got)))
-                with changed:
-                    if batch is not None:
-                        book.add_many(got, arrived)
-                        self._columns.add(first, batch)
-                        self._numbered += len(got)
-                    if not got or (single and len(got) < asked):
+                short = not got or (single and len(got) < asked)
+                if waiting and (
+                    (short and self._hurry)
+                    or len(waiting) >= LEAST
+                    or book.unplanned() + len(waiting) >= limit
+                ):
+                    self._convert(book, waiting, stamps)
+                    waiting, stamps = [], []
+                if short and not waiting:
+                    with changed:
                         self._caught_up = take
-                    changed.notify_all()
+                        changed.notify_all()
+                elif short and len(got) < NAP_BELOW and not self._hurry:
+                    time.sleep(NAP)
         except BaseException as exc:  # the connection gave up: the query fails on it
             with changed:
                 self._failure = exc
                 changed.notify_all()
+
+    def _convert(self, book: OffsetBook[Message], got: list[Message], stamps: list[int]) -> None:
+        """Number ``got`` (which arrived at ``stamps``) and add their Arrow rows."""
+        first = book.next  # only the intake numbers messages
+        batch = message_batch(got, stamps, range(first, first + len(got)))
+        with self._changed:
+            book.add_many(got, stamps)
+            self._columns.add(first, batch)
+            self._numbered += len(got)
+            self._changed.notify_all()
 
     def _await_batch(self, book: OffsetBook[Message]) -> None:
         """Wait until the book holds what the next batch should have.
@@ -284,56 +313,65 @@ class StreamConsumer:
         (:data:`TRICKLE` apart at most): such a query ends once the destination stays
         idle that long.
         """
+        with self._changed:
+            self._hurry = True
+            try:
+                self._settle(book)
+            finally:
+                self._hurry = False
+
+    def _settle(self, book: OffsetBook[Message]) -> None:
+        """:meth:`_await_batch` with the lock held and the intake hurried."""
         limit = self._rows
         changed = self._changed
-        with changed:
-            patient = (self._fresh or self._available_now) and book.unplanned() == 0
-            self._fresh = False
-            if patient:
-                idle = self.settings.idle_timeout
-                trickle = min(TRICKLE, idle)
-                # What arrived and is not planned yet counts: right after subscribing
-                # the intake may have taken every queued message before this wait.
-                before = self._numbered
-                changed.wait_for(
-                    lambda: self._arrived > before or self._failure is not None, timeout=idle
-                )
-                # Quiet: the intake waited ``trickle`` seconds for a message (the time
-                # it spends converting what it took does not count).
-                seen, quiet_at = self._arrived, time.monotonic() + trickle
-                give_up = time.monotonic() + idle + SETTLE  # a wait that always ends
-                while before < self._arrived < before + limit and self._failure is None:
-                    if time.monotonic() >= give_up:
-                        break
-                    if self._numbered != self._arrived:
-                        changed.wait(min(SETTLE, max(0.0, give_up - time.monotonic())))
-                        seen, quiet_at = self._arrived, time.monotonic() + trickle
-                        continue
-                    remaining = quiet_at - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    changed.wait(remaining)
-                    if self._arrived != seen:
-                        seen, quiet_at = self._arrived, time.monotonic() + trickle
-                changed.wait_for(
-                    lambda: self._numbered == self._arrived or self._failure is not None,
-                    timeout=SETTLE,
-                )
-            else:
-                take = self._takes + 1  # one begun from now on
-                changed.wait_for(
-                    lambda: (
-                        self._caught_up >= take
-                        or book.unplanned() >= limit
-                        or self._failure is not None
-                    ),
-                    timeout=SETTLE,
-                )
-                if 0 < book.unplanned() < limit and self.settings.max_trigger_delay > 0:
-                    self._fill(book, limit, self.settings.max_trigger_delay)
-            failure = self._failure
-            if failure is not None:
-                raise _again(failure) from failure
+        patient = (self._fresh or self._available_now) and book.unplanned() == 0
+        self._fresh = False
+        if patient:
+            idle = self.settings.idle_timeout
+            trickle = min(TRICKLE, idle)
+            # What arrived and is not planned yet counts: right after subscribing
+            # the intake may have taken every queued message before this wait.
+            before = self._numbered
+            changed.wait_for(
+                lambda: self._arrived > before or self._failure is not None, timeout=idle
+            )
+            # Quiet: the intake waited ``trickle`` seconds for a message (the time
+            # it spends converting what it took does not count).
+            seen, quiet_at = self._arrived, time.monotonic() + trickle
+            give_up = time.monotonic() + idle + SETTLE  # a wait that always ends
+            while before < self._arrived < before + limit and self._failure is None:
+                if time.monotonic() >= give_up:
+                    break
+                if self._numbered != self._arrived:
+                    changed.wait(min(SETTLE, max(0.0, give_up - time.monotonic())))
+                    seen, quiet_at = self._arrived, time.monotonic() + trickle
+                    continue
+                remaining = quiet_at - time.monotonic()
+                if remaining <= 0:
+                    break
+                changed.wait(remaining)
+                if self._arrived != seen:
+                    seen, quiet_at = self._arrived, time.monotonic() + trickle
+            changed.wait_for(
+                lambda: self._numbered == self._arrived or self._failure is not None,
+                timeout=SETTLE,
+            )
+        else:
+            take = self._takes + 1  # one begun from now on
+            changed.wait_for(
+                lambda: (
+                    self._caught_up >= take
+                    or book.unplanned() >= limit
+                    or self._failure is not None
+                ),
+                timeout=SETTLE,
+            )
+            if 0 < book.unplanned() < limit and self.settings.max_trigger_delay > 0:
+                self._hurry = False  # a full batch is converted at once
+                self._fill(book, limit, self.settings.max_trigger_delay)
+        failure = self._failure
+        if failure is not None:
+            raise _again(failure) from failure
 
     def _fill(self, book: OffsetBook[Message], limit: int, delay: float) -> None:
         """Under a backlog, wait up to ``delay`` seconds for a full batch (the lock held).

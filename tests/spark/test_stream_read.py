@@ -451,3 +451,31 @@ def test_the_first_batch_does_not_wait_out_the_idle_timeout(broker: Broker) -> N
         assert time.monotonic() - begun < 2.5
     finally:
         consumer.close()
+
+
+def test_the_intake_converts_a_stream_in_few_chunks(broker: Broker) -> None:
+    # Under a steady stream a take brings what one read of the socket held, a few
+    # messages; turning each take into Arrow columns cost a few hundred microseconds
+    # whatever its size. The intake lets the messages gather, and a call that waits
+    # for them has the rest converted at once.
+    fill(broker.url, "/queue/in", 1)
+    consumer = StreamConsumer(read_settings(broker.url, maxMessagesPerBatch="5000"))
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        consumer.plan(start, end)
+        with stompy.Connection(broker.url) as conn:
+            for group in range(100):  # 2,000 messages, 20 at a time
+                conn.send_many(
+                    [stompy.Outgoing("/queue/in", str(20 * group + i)) for i in range(20)]
+                )
+                time.sleep(0.002)
+        time.sleep(0.2)  # Spark runs the batch: the intake takes them in meanwhile
+        end2 = consumer.latest(end, None)
+        assert end2 - end == 2000
+        assert len(consumer._columns.between(end, end2)) <= 2
+        assert [r["body"] for r in planned(consumer.plan(end, end2))] == [
+            str(i).encode() for i in range(2000)
+        ]
+    finally:
+        consumer.close()
