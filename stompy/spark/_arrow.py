@@ -18,7 +18,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from stompy._core.frames import header_columns
+from stompy._core.frames import Frame, header_columns, received_block
 from stompy._engine.message import MessageBase
 from stompy.spark._schema import READ_SCHEMA
 
@@ -65,12 +65,16 @@ def message_batch(
     import pyarrow.compute as pc  # where messages become rows only (0.1-0.2 s to import)
 
     frames = [m.frame for m in messages]
-    starts, names, values = header_columns(frames)
-    if _repeats_a_name(starts, names):
-        starts, names, values = _first_entries(starts, names, values)
-    entries = _Entries(
-        pa.array(starts, pa.int32()), pa.array(names, pa.string()), pa.array(values, pa.string())
-    )
+    entries = _split_in_arrow(frames)
+    if entries is None:
+        starts, names, values = header_columns(frames)
+        if _repeats_a_name(starts, names):
+            starts, names, values = _first_entries(starts, names, values)
+        entries = _Entries(
+            pa.array(starts, pa.int32()),
+            pa.array(names, pa.string()),
+            pa.array(values, pa.string()),
+        )
     columns = [
         entries.lookup("destination").fill_null(""),
         pa.array([m.subscription for m in messages], pa.string()),
@@ -80,9 +84,58 @@ def message_batch(
         pa.MapArray.from_arrays(entries.starts, entries.names, entries.values),
         pa.array([f.body for f in frames], pa.binary()),
         pa.array(received_us, pa.timestamp("us", tz="UTC")),
-        pa.array(offsets, pa.int64()),
+        _numbers(offsets),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
+
+
+def _numbers(offsets: Sequence[int]) -> pa.Array:
+    """``offsets`` as an Arrow column; a ``range`` of step 1 made by Arrow."""
+    import pyarrow.compute as pc
+
+    if isinstance(offsets, range) and offsets.step == 1 and len(offsets) > 1:
+        ones = pa.repeat(pa.scalar(1, pa.int64()), len(offsets))
+        return pc.cumulative_sum(ones, start=offsets.start - 1)
+    return pa.array(offsets, pa.int64())
+
+
+#: The start of a MESSAGE frame's received header block (its command line).
+_COMMAND_LINE: Final = "MESSAGE\n"
+
+
+def _split_in_arrow(frames: Sequence[Frame]) -> _Entries | None:
+    """The header entries of received MESSAGE frames, split by Arrow: a string per
+    frame crosses into Arrow, not one per name and value.
+
+    ``None`` where the usual case does not hold, for :func:`header_columns` to do it:
+    a frame whose header block is gone (its pairs were made) or holds none, an escape
+    sequence anywhere, or frames whose names differ from the first frame's or repeat
+    one. The parser checked each line of a block holds exactly one colon
+    (:class:`~stompy._core.frames.ReceivedFrame`).
+    """
+    import pyarrow.compute as pc
+
+    skip = len(_COMMAND_LINE)
+    blocks = [received_block(f) for f in frames]
+    if not blocks or [b[:skip] for b in blocks].count(_COMMAND_LINE) != len(blocks):
+        return None  # (a block of no header has no LF)
+    if "\\" in "".join(blocks):
+        return None
+    lines = pc.split_pattern(pa.array([b[skip:] for b in blocks], pa.string()), "\n")
+    pairs = pc.split_pattern(lines.flatten(), ":", max_splits=1)
+    names, values = pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+    starts = lines.offsets
+    width = starts[1].as_py()
+    if pc.min_max(pc.list_value_length(lines)).as_py() != {"min": width, "max": width}:
+        return None  # frames of different widths
+    if (
+        len(frames) > 1
+        and not pc.all(pc.equal(names.slice(width), names.slice(0, len(names) - width))).as_py()
+    ):
+        return None  # a frame whose names are not those of the one before
+    if len(set(names.slice(0, width).to_pylist())) != width:
+        return None  # a name repeated in every frame
+    return _Entries(starts, names, values)
 
 
 class _Entries:
