@@ -1,23 +1,29 @@
 """The async client's read-through: on asyncio a call waiting for its answer (a receipt,
 a reply, a ``get()``'s message) on a plain TCP connection is woken by the socket's bytes
 itself and feeds them to the engine, while the reader task stays waiting, unwoken
-(:class:`stompy._transports.rawsocket.ReadTurn`). On trio the reader task reads, as
-before. The behaviour is the same on both: what the waiting call read is never lost,
+(:class:`stompy._transports.rawsocket.ReadTurn`). On trio a call waiting for a receipt
+or a reply waits on the socket itself once the reader task lent it
+(:class:`stompy._transports.rawsocket.SocketTurn`); a ``get()`` waits for the reader
+task. The behaviour is the same on both: what the waiting call read is never lost,
 not even when it is cancelled right after the read, the reader reads again once the
 call returns, and a full inbox still stops the reading."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 import stompy
 from stompy._transports.blocking import bytes_waiting
-from stompy._transports.rawsocket import RawSocketStream, ReadTurn
+from stompy._transports.rawsocket import RawSocketStream, ReadTurn, SocketTurn
 from stompy.testing import serve
 
 pytestmark = pytest.mark.anyio
@@ -28,13 +34,19 @@ def queue() -> str:
 
 
 async def turn_of(conn: stompy.AsyncConnection, backend: str) -> ReadTurn | None:
-    """The connection's turn, once its tasks run: on asyncio there is one, on trio none."""
+    """The connection's asyncio turn, once its tasks run (on trio: none, the stream has
+    a :class:`SocketTurn` instead)."""
     await anyio.wait_all_tasks_blocked()
     stream = conn._io.stream
     assert isinstance(stream, RawSocketStream)
     turn = conn._io.turn
-    assert turn is stream.turn
-    assert (turn is not None) == (backend == "asyncio")
+    if backend == "asyncio":
+        assert turn is stream.turn
+        assert turn is not None
+    else:
+        assert turn is None
+        assert isinstance(stream.turn, SocketTurn)
+        assert conn._io.lending is stream.turn
     return turn
 
 
@@ -201,3 +213,242 @@ async def test_two_tasks_waiting_for_receipts_and_a_get_all_get_their_answers(
                 assert turn.caller is None
                 assert not turn.inbound
             assert conn.failure is None
+
+
+# -- trio: the socket lent to the calls it answered ---------------------------------------
+
+
+class HeldBroker:
+    """A broker of a few lines on a plain socket, for one connection: CONNECTED at once,
+    then each SEND's RECEIPT only when the test lets it go (:meth:`answer`), the
+    DISCONNECT's at once; :meth:`push` writes what the test says, :meth:`drop` ends the
+    connection."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.stream: anyio.abc.SocketStream | None = None
+        self.frames: list[bytes] = []
+        self.unanswered: list[bytes] = []  # receipt ids of the SENDs read
+
+    async def answer(self) -> None:
+        """Send the RECEIPT of the oldest unanswered SEND (read by now)."""
+        assert self.unanswered
+        await self.push(b"RECEIPT\nreceipt-id:" + self.unanswered.pop(0) + b"\n\n\0")
+
+    async def drop(self) -> None:
+        assert self.stream is not None
+        await self.stream.aclose()
+
+    async def push(self, data: bytes) -> None:
+        assert self.stream is not None
+        await self.stream.send(data)
+
+    async def handle(self, stream: anyio.abc.SocketStream) -> None:
+        buffer = b""
+
+        async def frame() -> tuple[bytes, dict[bytes, bytes]]:
+            nonlocal buffer
+            while b"\0" not in buffer:
+                buffer += await stream.receive()
+            raw, _, buffer = buffer.partition(b"\0")
+            head = raw.lstrip(b"\r\n").partition(b"\n\n")[0].split(b"\n")
+            return head[0], dict(line.split(b":", 1) for line in head[1:] if b":" in line)
+
+        with contextlib.suppress(
+            anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError
+        ):
+            async with stream:
+                await frame()  # CONNECT
+                await stream.send(b"CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\0")
+                self.stream = stream
+                while True:
+                    command, headers = await frame()
+                    self.frames.append(command)
+                    receipt = headers.get(b"receipt")
+                    if receipt is None:
+                        continue
+                    if command == b"DISCONNECT":
+                        await stream.send(b"RECEIPT\nreceipt-id:" + receipt + b"\n\n\0")
+                    else:
+                        self.unanswered.append(receipt)
+
+
+@contextlib.asynccontextmanager
+async def held_broker() -> AsyncIterator[HeldBroker]:
+    broker = HeldBroker()
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        broker.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.start_soon(listener.serve, broker.handle)
+        try:
+            yield broker
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def sending(
+    conn: stompy.AsyncConnection, count: int, outcome: list[object], **options: Any
+) -> None:
+    """``count`` receipt round trips one after the other, each outcome noted."""
+    for i in range(count):
+        try:
+            await conn.send("/queue/held", f"m{i}", receipt=True, **options)
+        except stompy.StompError as exc:
+            outcome.append(type(exc))
+            return
+        outcome.append(i)
+
+
+async def settled() -> None:
+    await anyio.wait_all_tasks_blocked()
+
+
+def state(lending: SocketTurn) -> tuple[bool, bool]:
+    """Whether the reader task lent the socket, and whether a call reads it."""
+    return lending.lent, lending.reading
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_calls_after_an_answer_wait_on_the_socket_the_reader_lent(
+    anyio_backend: str,
+) -> None:
+    # The reader task reads the first RECEIPT and, having woken a call, lends the socket:
+    # the calls that follow, one after the other, wait on it themselves and read their
+    # RECEIPTs; the last one hands it back, and the reader task reads what comes next.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            assert state(lending) == (False, False)  # the reader task waits on the socket
+            outcome: list[object] = []
+            seen: list[bytes] = []
+            sub = await conn.subscribe("/queue/pushed", on_message=lambda m: seen.append(m.body))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sending, conn, 3, outcome)
+                await settled()
+                assert state(lending) == (False, False)  # the first waits for the reader
+                await broker.answer()
+                await settled()
+                assert outcome == [0]
+                assert state(lending) == (True, True)  # the second reads through
+                await broker.answer()
+                await settled()
+                assert outcome == [0, 1]
+                assert state(lending) == (True, True)  # and the third
+                await broker.answer()
+            assert outcome == [0, 1, 2]
+            await settled()
+            assert state(lending) == (False, False)  # handed back
+            await broker.push(
+                b"MESSAGE\nsubscription:" + sub.id.encode() + b"\nmessage-id:1\n"
+                b"destination:/queue/pushed\n\nread by the reader task\0"
+            )
+            with anyio.fail_after(5):
+                while not seen:
+                    await anyio.sleep(0.01)
+            assert seen == [b"read by the reader task"]
+            assert conn.failure is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_a_call_reading_through_is_woken_at_its_deadline(anyio_backend: str) -> None:
+    # The timer ends the socket wait of a call whose RECEIPT does not come: it raises
+    # ReceiptTimeout on time, the socket goes back to the reader task, and the next
+    # round trip is answered.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(
+                f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0), receipt_timeout=0.5
+            ) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            outcome: list[object] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sending, conn, 2, outcome)
+                await settled()
+                await broker.answer()
+                await settled()
+                assert lending.reading  # the second waits on the socket, unanswered
+                started = anyio.current_time()
+            assert outcome == [0, stompy.ReceiptTimeout]
+            assert anyio.current_time() - started < 2
+            await settled()
+            assert state(lending) == (False, False)
+            await broker.answer()  # the late RECEIPT
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sending, conn, 1, outcome)
+                await settled()
+                await broker.answer()  # and the next one's
+            assert outcome[2:] == [0]
+            assert conn.failure is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_the_end_of_the_stream_read_by_a_call_is_the_reader_tasks_to_judge(
+    anyio_backend: str,
+) -> None:
+    # The broker goes away while a call waits on the socket: the call reads the end of
+    # the stream and hands it to the reader task, which ends the connection; the call
+    # raises ConnectionLost at once, not at its deadline.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(
+                f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0), receipt_timeout=5
+            ) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            outcome: list[object] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sending, conn, 2, outcome)
+                await settled()
+                await broker.answer()
+                await settled()
+                assert lending.reading
+                started = anyio.current_time()
+                await broker.drop()
+            assert outcome[0] == 0
+            assert isinstance(outcome[1], type)
+            assert issubclass(outcome[1], stompy.ConnectionLost)
+            assert anyio.current_time() - started < 2
+            assert isinstance(conn.failure, stompy.ConnectionLost)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_close_from_another_task_ends_a_call_reading_through(anyio_backend: str) -> None:
+    # close() wakes the call waiting on the socket (the connection changed); the
+    # goodbye is answered at once, not at the call's deadline.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(
+                f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0), receipt_timeout=5
+            ) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            outcome: list[object] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sending, conn, 2, outcome)
+                await settled()
+                await broker.answer()
+                await settled()
+                assert lending.reading
+                started = anyio.current_time()
+                await conn.close()
+            # The DISCONNECT's RECEIPT, read by the call, confirms its SEND too.
+            assert outcome == [0, 1]
+            assert anyio.current_time() - started < 2
+            assert broker.frames[-1] == b"DISCONNECT"

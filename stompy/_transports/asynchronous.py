@@ -58,14 +58,20 @@ from stompy._engine.failures import failure_reason, transport_failed
 from stompy._engine.message import MessageBase
 from stompy._engine.state import CLOSED, PROTOCOL_CLOSED
 from stompy._transports.blocking import bytes_waiting
-from stompy._transports.rawsocket import RawSocketStream, ReadTurn, direct, running_backend
+from stompy._transports.rawsocket import (
+    RawSocketStream,
+    ReadTurn,
+    SocketTurn,
+    direct,
+    running_backend,
+)
 from stompy._transports.signal import Signal
 from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ("NETWORK_ERRORS", "FutureWake", "Getter", "TaskIO", "thread_id")
+__all__ = ("NETWORK_ERRORS", "FutureWake", "Getter", "TaskIO", "TurnWake", "thread_id")
 
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
@@ -168,6 +174,24 @@ class FutureWake:
             future.set_result(None)
 
 
+class TurnWake:
+    """The wake-up of a call that reads through on trio (:meth:`TaskIO.read_in_turn`):
+    a flag the call looks at after each read, and, while it waits on the socket, the end
+    of that wait (:meth:`SocketTurn.interrupt`)."""
+
+    __slots__ = ("_turn", "woken")
+
+    def __init__(self, turn: SocketTurn) -> None:
+        self._turn = turn
+        self.woken = False
+
+    def set(self) -> None:
+        if not self.woken:
+            self.woken = True
+            if self._turn.reading:
+                self._turn.interrupt()
+
+
 class Getter(Protocol):
     """A subscription with a ``get()`` waiting: woken when its inbox fills."""
 
@@ -201,6 +225,9 @@ class TaskIO(Generic[M]):
         #: On asyncio, the current plain TCP stream's socket reader (``None``: none), which
         #: a call waiting for an answer may take (:meth:`read_through`).
         self.turn: ReadTurn | None = None
+        #: On trio, the current plain TCP stream's socket wait, which the reader task
+        #: lends to the calls it answered (:meth:`read_in_turn`).
+        self.lending: SocketTurn | None = None
         #: What a call that read through found the reader task must judge (a failure, a
         #: full inbox, the broker's goodbye): handed to it with :meth:`ReadTurn.poke`.
         self._handed: StompError | None = None
@@ -406,6 +433,29 @@ class TaskIO(Generic[M]):
                     continue
                 rid, cid = wait.receipt, wait.correlation_id
                 deadlines = self._deadlines
+                lending = self.lending
+                if lending is not None:
+                    if (
+                        (rid is not None or cid is not None)
+                        and deadlines is not None
+                        and lending.free
+                        and not self.engine.paused
+                    ):
+                        # Read through: the answer's bytes wake this task, not the reader.
+                        turn_wake = TurnWake(lending)
+                        if rid is not None:
+                            receipts[rid] = turn_wake
+                        elif cid is not None:
+                            replies[cid] = turn_wake
+                        self._set_deadline(turn_wake, wait.deadline, deadlines)
+                        try:
+                            await self.read_in_turn(lending, turn_wake)
+                        finally:
+                            deadlines.pop(turn_wake, None)
+                        self._unwait(wait)
+                        wait = running.resume(self.clock())
+                        continue
+                    lending.hand_back()  # someone must read while this waits
                 turn = self.turn
                 if (
                     (rid is not None or cid is not None)
@@ -450,6 +500,9 @@ class TaskIO(Generic[M]):
                 self._unwait(wait)
             running.close()  # a cancelled wait: the call forgets its receipt or request
             self.kick()  # what was queued before an error goes out too
+            lending = self.lending
+            if lending is not None:
+                lending.hand_back()
 
     async def _await_answer(
         self, event: anyio.Event, deadline: float, deadlines: dict[Wake, float]
@@ -501,6 +554,46 @@ class TaskIO(Generic[M]):
                     if self._handed is None:
                         self._handed = failure
                     turn.poke()
+
+    async def read_in_turn(self, turn: SocketTurn, wake: TurnWake) -> None:
+        """trio: wait until ``wake`` is set, reading the socket the reader task lent
+        meanwhile (:class:`SocketTurn`): what comes is fed to the engine here, which routes
+        it as the reader task would (setting ``wake``, or waking another wait). ``wake``
+        is set by the wait's own wake-ups too (the timer at its deadline, a change of the
+        connection), which interrupt the socket's wait. The turn must be free
+        (:attr:`SocketTurn.free`); the caller hands it back when its call is done.
+
+        Each read is fed at once, without awaiting: cancelled, nothing read is lost. What
+        the reader task must judge (the end of the stream, a failure, a full inbox, the
+        broker's goodbye) is handed to it."""
+        engine = self.engine
+        turn.lent = turn.reading = True
+        failure: StompError | None = None
+        handing = False
+        try:
+            while not wake.woken:
+                try:
+                    data = await turn.read()
+                except NETWORK_ERRORS:
+                    handing = True  # the reader task judges the end (turn.end)
+                    break
+                if data is None:
+                    continue  # interrupted: woken, or the stream closes
+                failure = self._feed(data)
+                proto = engine.proto
+                if (
+                    failure is not None
+                    or engine.paused
+                    or (proto is not None and proto.state is PROTOCOL_CLOSED)
+                ):
+                    handing = True
+                    break
+        finally:
+            turn.reading = False
+            if handing:
+                if self._handed is None:
+                    self._handed = failure
+                turn.poke()
 
     def _unwait(self, wait: Wait) -> None:
         if wait.receipt is not None:
@@ -759,7 +852,9 @@ class TaskIO(Generic[M]):
         # Read through on plain STOMP only: WebSocket frames end the connection in ways
         # of their own (a close frame), which the reader task judges.
         plain = stream if isinstance(stream, RawSocketStream) else None
-        self.turn = plain.turn if plain is not None and self.engine.ws is None else None
+        turn = plain.turn if plain is not None and self.engine.ws is None else None
+        self.turn = turn if isinstance(turn, ReadTurn) else None
+        self.lending = turn if isinstance(turn, SocketTurn) else None
         async with anyio.create_task_group() as tg:
             self._epoch_scope = tg.cancel_scope
             tg.start_soon(self._reader, stream, tg.cancel_scope)
@@ -768,6 +863,7 @@ class TaskIO(Generic[M]):
         self._epoch_scope = None
         self._room = None
         self.turn = None
+        self.lending = None
         return self.engine.ending
 
     def _end_epoch(self, scope: anyio.CancelScope, failure: StompError | None) -> None:
@@ -775,37 +871,46 @@ class TaskIO(Generic[M]):
             self.engine.saw_end(failure)
         scope.cancel()
 
-    def _pumped(self, woke: bool, replied: Sequence[str] = ()) -> None:
+    def _pumped(self, woke: bool, replied: Sequence[str] = ()) -> bool:
         """After a pump: start the writer, wake whom the routed events concern (of the
-        requests, only those whose reply came)."""
+        requests, only those whose reply came); whether it woke a call's wait for a
+        receipt or a reply."""
         self.kick()
         if self.engine.notices:
             self.noticed.set()
+        answered = False
         if woke:
             if self.getting:
                 self._wake_getters()
             if self._receipts:
                 self._wake_receipts()
+                answered = True
         replies = self._replies
         for cid in replied:
             waiter = replies.get(cid)
             if waiter is not None:
                 waiter.set()
+                answered = True
+        return answered
 
     def _feed(self, data: bytes) -> StompError | None:
         """Feed bytes read from a plain TCP socket to the engine (``b""``: the end of
-        the stream) and route what they hold; the pump's failure."""
+        the stream) and route what they hold; the pump's failure. Read by the reader
+        task on trio, it lends the socket to the calls it answered (:class:`SocketTurn`)."""
         engine = self.engine
         now = self.clock()
         engine.receive(data, now)
         self.at_rest = True  # an answer came: the next send may write through
         pumped = engine.pump(now)
-        self._pumped(pumped.woke, pumped.replied)
+        if self._pumped(pumped.woke, pumped.replied):
+            lending = self.lending
+            if lending is not None and not lending.reading and not engine.paused:
+                lending.lend()
         return pumped.failure
 
     async def _reader(self, stream: anyio.abc.ByteStream, scope: anyio.CancelScope) -> None:
         engine = self.engine
-        turn = self.turn
+        turn: ReadTurn | SocketTurn | None = self.turn or self.lending
         try:
             while True:
                 ended: StompError | None = None

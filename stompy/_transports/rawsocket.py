@@ -19,8 +19,8 @@ On asyncio the stream also has a :class:`ReadTurn`: the socket read by the event
 own callback, for whichever task waits for bytes, the connection's reader task or a call
 waiting for its answer (the *read-through*): the bytes wake exactly that task, and
 handing the turn from one to the other wakes nobody. On trio a task can only wait for a
-socket itself (``wait_readable``), and the turn could not pass to a caller without
-waking the reader task, so there the reader task reads, as it does on TLS.
+socket itself (``wait_readable``), one task at a time: there the stream has a
+:class:`SocketTurn`, the socket's wait lent by the reader task to the calls it answered.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-__all__ = ("RECV_SIZE", "RawSocketStream", "ReadTurn", "direct", "running_backend")
+__all__ = ("RECV_SIZE", "RawSocketStream", "ReadTurn", "SocketTurn", "direct", "running_backend")
 
 #: The most bytes one read takes.
 RECV_SIZE: Final = 256 * 1024
@@ -85,7 +85,13 @@ def direct(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
     writable = getattr(backend, "wait_writable", _wait_writable)
     raw_stream = RawSocketStream(sock, stream, readable, writable)
     loop = asyncio.events._get_running_loop()
-    if loop is not None and getattr(backend, "__name__", "") == "AsyncIOBackend":
+    if getattr(backend, "__name__", "") == "TrioBackend":
+        try:
+            raw_stream.turn = SocketTurn(sock)
+        except BaseException:
+            sock.close()
+            raise
+    elif loop is not None and getattr(backend, "__name__", "") == "AsyncIOBackend":
         try:
             loop.add_reader(sock.fileno(), _nothing)
         except NotImplementedError:  # a proactor loop (Windows): it has no add_reader
@@ -216,6 +222,154 @@ class ReadTurn:
         self._ended(anyio.ClosedResourceError())
 
 
+class SocketTurn:
+    """trio: the socket's wait, lent by the reader task to the calls waiting for answers.
+
+    On trio only a task can wait for a socket, and one at a time. The reader task waits
+    there, but after it routed an answer to a waiting call it *lends* the socket
+    (:meth:`lend`) and parks off it: the call, woken, may then wait on the socket itself
+    for its next answer (:attr:`free`, :meth:`read`; the *read-through*), which wakes that
+    call alone where it woke the reader task and then the call, two turns of the
+    scheduler. A call that waited for an answer hands the socket back when it is done or
+    waits on anything else (:meth:`hand_back`): the reader task is rescheduled, and goes
+    back to the socket unless a call took it again before it ran (then it parks again,
+    and that call hands back in turn). So in a run of calls the reader's step comes while
+    the next answer is under way, not between an answer and its caller.
+
+    The wait of a reading call is interrupted by :meth:`interrupt` (its deadline, a
+    change of the connection): the socket's waiters are told it closes
+    (``trio.lowlevel.notify_closing``, the one way to end another task's socket wait
+    without a cancel scope, which would cost each call as much again as the rest of its
+    wait), on a duplicate of the socket that only reads wait on, so a write waiting for
+    room is not woken. The end of the stream or a failed read found by a call is kept in
+    :attr:`end` and handed to the reader task (:meth:`poke`), whose verdict it is.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        import trio.lowlevel
+
+        self._sock = sock.dup()  # read waits only: interrupt() wakes no write
+        self._reschedule = trio.lowlevel.reschedule
+        self._wait_readable = trio.lowlevel.wait_readable
+        self._notify_closing = trio.lowlevel.notify_closing
+        self._park = trio.lowlevel.wait_task_rescheduled
+        self._current_task = trio.lowlevel.current_task
+        self._succeeded = trio.lowlevel.Abort.SUCCEEDED
+        self._closed_error = trio.ClosedResourceError
+        #: The socket is the calls' (the reader task parks off it until handed back).
+        self.lent = False
+        #: A call waits on the socket (or reads it) now.
+        self.reading = False
+        #: :class:`anyio.EndOfStream`, the read's ``OSError`` or, once closed,
+        #: :class:`anyio.ClosedResourceError`: nothing more will be read.
+        self.end: BaseException | None = None
+        self._parked: Any = None  # the reader task, parked off the socket
+        self._waking = False  # it was rescheduled and has not run yet
+        self._waiting = False  # a task waits on the socket
+        self._interrupted = False
+        self._poked = False
+
+    @property
+    def free(self) -> bool:
+        """Whether a call may read through now: the reader task lent the socket (or was
+        handed it back and has not yet run), no other call reads, the stream goes on."""
+        return (self.lent or self._waking) and not self.reading and self.end is None
+
+    def lend(self) -> None:
+        """The reader task's: park off the socket at the next :meth:`receive`, until a
+        call hands it back."""
+        self.lent = True
+
+    def hand_back(self) -> None:
+        """A call's, when it is done waiting: the socket goes back to the reader task (it
+        is rescheduled) unless another call reads it."""
+        if self.lent and not self.reading:
+            self.lent = False
+            self._wake_reader()
+
+    def poke(self) -> None:
+        """Wake the reader task: :meth:`receive` returns ``None`` (a call that read hands
+        it what to judge)."""
+        self._poked = True
+        self.lent = False
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            self._waking = True
+            self._reschedule(parked)
+
+    def interrupt(self) -> None:
+        """End the wait of the task waiting on the socket (:meth:`read` returns ``None``)."""
+        if self._waiting and not self._interrupted:
+            self._interrupted = True
+            self._notify_closing(self._sock)
+
+    async def read(self) -> bytes | None:
+        """Wait until the socket is readable, then read it: the bytes, ``None`` when
+        :meth:`interrupt` ended the wait. Raises :attr:`end` (:class:`anyio.EndOfStream`
+        at the end of the stream, the read's ``OSError``), which it keeps."""
+        sock = self._sock
+        while True:
+            if self.end is not None:
+                raise self.end
+            self._waiting = True
+            try:
+                await self._wait_readable(sock)
+            except self._closed_error:
+                if self._interrupted and self.end is None:
+                    return None
+                raise anyio.ClosedResourceError from None
+            finally:
+                self._waiting = False
+                self._interrupted = False
+            try:
+                data = sock.recv(RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                continue  # woken for nothing: wait again
+            except OSError as exc:
+                self.end = exc
+                raise
+            if not data:
+                self.end = anyio.EndOfStream()
+                raise self.end
+            return data
+
+    async def receive(self) -> bytes | None:
+        """The reader task's wait: off the socket while it is lent, then the next bytes
+        (:meth:`read`); ``None`` when :meth:`poke` woke it. Raises what :meth:`read`
+        raises."""
+        while True:
+            if self._poked:
+                self._poked = False
+                return None
+            if not self.lent:
+                data = await self.read()
+                if data is not None:
+                    return data
+                continue  # interrupted (a close on the way): look again
+            self._parked = self._current_task()
+            try:
+                await self._park(self._unpark)
+            finally:
+                self._waking = False
+
+    def _unpark(self, _: object) -> Any:
+        self._parked = None  # cancelled: nobody reschedules it any more
+        return self._succeeded
+
+    def close(self) -> None:
+        """Nothing more is read: a waiting task wakes and finds
+        :class:`anyio.ClosedResourceError`, the reader task too."""
+        if self.end is None:
+            self.end = anyio.ClosedResourceError()
+        self._notify_closing(self._sock)
+        self._wake_reader()
+        self._sock.close()
+
+
 class RawSocketStream(anyio.abc.ByteStream):
     """A TCP connection read and written through a non-blocking socket of its own.
 
@@ -236,8 +390,9 @@ class RawSocketStream(anyio.abc.ByteStream):
     ) -> None:
         self.sock = sock
         #: On asyncio, the socket read by the loop's callback (see :class:`ReadTurn`);
-        #: :meth:`receive` is then not used while the turn is in use.
-        self.turn: ReadTurn | None = None
+        #: :meth:`receive` is then not used while the turn is in use. On trio, the
+        #: socket's wait taken in turns (:class:`SocketTurn`).
+        self.turn: ReadTurn | SocketTurn | None = None
         self._stream = stream  # anyio's, idle: closed with this one
         self._closed = False
         self._wait_readable = wait_readable
@@ -271,7 +426,7 @@ class RawSocketStream(anyio.abc.ByteStream):
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         sock = self.sock
-        if self.turn is not None:
+        if isinstance(self.turn, ReadTurn):
             self.turn.disarm()  # anyio's wait below replaces the loop's callback
         while True:
             if self._closed:
