@@ -258,6 +258,7 @@ VALID: dict[str, Callable[[World], Any]] = {
     "heartbeats": lambda w: (0, 0),
     "host": lambda w: "127.0.0.1",
     "id": lambda w: "front-door-1",
+    "last_id": lambda w: 0,
     "login": lambda w: None,
     "max_messages": lambda w: 1,
     "message": lambda w: w.instance(w.message_class),
