@@ -183,7 +183,7 @@ def wheel(session: nox.Session) -> None:
     compiled = build_wheel(session)  # sdist first, the wheel from it: the sdist is whole
     check_tag(session, compiled, True)
     install_wheel(session, compiled, "tests")
-    env = {"HYPOTHESIS_PROFILE": "ci", "STOMPY_COMPILED": "1"}
+    env = {"HYPOTHESIS_PROFILE": "wheel", "STOMPY_COMPILED": "1"}
     session.run("pytest", "-q", "-n", "2", *WHEEL_TESTS, *session.posargs, env=env)
 
 
