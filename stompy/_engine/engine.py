@@ -94,9 +94,10 @@ log: Final = logging.getLogger("stompy")
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 
-#: The ids of the transactions the engine begins are this and a number counted across
-#: the connections, never again from 1 (as each connection's core would): no frame of
-#: a transaction lost with its connection can name one of a later connection's.
+#: The ids of the transactions the engine begins are this and a number the engine counts
+#: across the connections, never again from 1: no frame of a transaction lost with its
+#: connection can name one of a later connection's, and the number alone tells whether
+#: the transaction's connection ended (:meth:`Engine.transaction_lost`).
 TRANSACTION_PREFIX: Final = "tx-"
 
 #: A transport's message class: the core makes it of each MESSAGE, the engine stamps it.
