@@ -533,7 +533,8 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             if not io.write_due:
                 if io.at_rest:
                     io.at_rest = False
-                    await io.push()
+                    if not io.push_now():
+                        await io.push()
                 else:
                     io.kick()
             if len(engine.outgoing) > MAX_OUTGOING:

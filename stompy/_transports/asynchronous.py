@@ -63,6 +63,7 @@ from stompy._transports.rawsocket import (
     ReadTurn,
     SocketTurn,
     direct,
+    loop_clock,
     running_backend,
 )
 from stompy._transports.signal import Signal
@@ -205,7 +206,8 @@ class TaskIO(Generic[M]):
     def __init__(self, engine: Engine[M]) -> None:
         self.engine = engine
         #: The event loop's clock and a maker of its events: ``anyio.current_time`` and
-        #: ``anyio.Event``, found once as the connection opens (:func:`running_backend`).
+        #: ``anyio.Event``, found once as the connection opens (:func:`loop_clock`,
+        #: :func:`running_backend`).
         self.clock: Callable[[], float] = anyio.current_time
         self.new_event: Callable[[], anyio.Event] = anyio.Event
         self.stream: anyio.abc.ByteStream | None = None
@@ -354,19 +356,15 @@ class TaskIO(Generic[M]):
         and bounded by ``receipt_timeout``; a failure ends the connection as the
         writer's would, for the reader and the supervisor to judge. It saves the
         hand-off to the writer task, one task switch per round trip."""
+        if self.push_now():
+            return False
         engine = self.engine
         out = engine.outgoing
-        if not out:
-            return False
         stream = self.stream
-        lock = self._write_lock
         scope = self._epoch_scope
-        if stream is None or scope is None or self.write_due or lock.locked():
-            self.kick()
-            return False
-        if isinstance(stream, RawSocketStream):
-            self._write_now(stream, scope)
-            return False
+        assert stream is not None
+        assert scope is not None
+        lock = self._write_lock
         lock.acquire_nowait()
         failure: StompError | None = None
         try:
@@ -388,6 +386,23 @@ class TaskIO(Generic[M]):
             self._end_epoch(scope, failure)
         self.kick()  # what was queued while it wrote
         return True
+
+    def push_now(self) -> bool:
+        """:meth:`push` as far as it goes without awaiting: whether that was all (nothing
+        queued, the writer started, or a plain TCP socket written through what it took at
+        once); ``False``: the write-through must await the stream (:meth:`push`)."""
+        out = self.engine.outgoing
+        if not out:
+            return True
+        stream = self.stream
+        scope = self._epoch_scope
+        if stream is None or scope is None or self.write_due or self._write_lock.locked():
+            self.kick()
+            return True
+        if isinstance(stream, RawSocketStream):
+            self._write_now(stream, scope)
+            return True
+        return False
 
     def _write_now(self, stream: RawSocketStream, scope: anyio.CancelScope) -> None:
         """:meth:`push` on a plain TCP socket: what the socket takes at once, without
@@ -426,7 +441,7 @@ class TaskIO(Generic[M]):
         try:
             while wait is not None:
                 self.at_rest = True
-                if await self.push():
+                if not self.push_now() and await self.push():
                     # It wrote from here, and let the other tasks run meanwhile: what
                     # the call waits for may have come. It checks again before waiting.
                     wait = running.resume(self.clock())
@@ -611,7 +626,7 @@ class TaskIO(Generic[M]):
         self.loop = running_loop()
         self.library = sniffed.name
         backend = running_backend()
-        self.clock = getattr(backend, "current_time", anyio.current_time)
+        self.clock = loop_clock(backend)
         self.new_event = getattr(backend, "create_event", anyio.Event)
         life = lifecycle.Lifecycle(self.engine)
         await self._run_steps(life)

@@ -33,7 +33,15 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-__all__ = ("RECV_SIZE", "RawSocketStream", "ReadTurn", "SocketTurn", "direct", "running_backend")
+__all__ = (
+    "RECV_SIZE",
+    "RawSocketStream",
+    "ReadTurn",
+    "SocketTurn",
+    "direct",
+    "loop_clock",
+    "running_backend",
+)
 
 #: The most bytes one read takes.
 RECV_SIZE: Final = 256 * 1024
@@ -60,6 +68,22 @@ def running_backend() -> Any:
     except ImportError:  # pragma: no cover - another anyio
         return None
     return get_async_backend()
+
+
+def loop_clock(backend: Any) -> Callable[[], float]:
+    """The running event loop's own clock, what ``anyio.current_time()`` reads through
+    its backend: ``loop.time`` on asyncio, the trio clock's ``current_time`` (a test's
+    ``MockClock`` too); the backend's lookup for another. Read a few times per round
+    trip, it saves the lookups' calls."""
+    name = getattr(backend, "__name__", "")
+    if name == "AsyncIOBackend":
+        return asyncio.get_running_loop().time
+    if name == "TrioBackend":
+        import trio.lowlevel
+
+        return trio.lowlevel.current_clock().current_time
+    clock: Callable[[], float] = getattr(backend, "current_time", anyio.current_time)
+    return clock
 
 
 def direct(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
