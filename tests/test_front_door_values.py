@@ -332,3 +332,48 @@ def test_a_callback_returning_a_coroutine_is_reported(monkeypatch: pytest.Monkey
     assert report.err_msg.startswith("Exception ignored in the on_message callback of <")
     assert report.object.text == "x"
     assert not handler.ran
+
+
+def test_a_request_or_reply_header_in_another_case_is_refused() -> None:
+    """request()'s Reply-To or Correlation-Id and reply()'s Correlation-Id (any case but
+    the lower) were sent beside the reply-to / correlation-id stompy writes: the replier,
+    or the requester, read the one not meant. Refused, as their lower case is (request)."""
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        for name in ("Reply-To", "CORRELATION-ID"):
+            with pytest.raises(stompy.ConfigurationError, match=rf"\(as '{name}'\) itself"):
+                conn.request("/queue/rq", "x", headers={name: "mine"}, timeout=1)
+        assert broker.queue_depth("/queue/rq") == 0
+        conn.send("/queue/rq", "x", headers={"reply-to": "/queue/rp", "correlation-id": "c-1"})
+        with conn.subscribe("/queue/rq") as sub:
+            request = sub.get(timeout=10)
+        assert request is not None
+        with pytest.raises(stompy.ConfigurationError, match="'Correlation-Id' would be sent"):
+            request.reply("answer", headers={"Correlation-Id": "mine"})
+        request.reply("answer", headers={"correlation-id": "mine"}, receipt=True)
+        with conn.subscribe("/queue/rp") as sub:
+            reply = sub.get(timeout=10)
+        assert reply is not None
+        assert reply.headers.get("correlation-id") == "mine"
+        assert broker.queue_depth("/queue/rp") == 0
+
+
+@pytest.mark.anyio
+async def test_a_request_or_reply_header_in_another_case_is_refused_async() -> None:
+    with run_broker() as broker, anyio.fail_after(20):
+        async with stompy.AsyncConnection(broker.url) as conn:
+            for name in ("Reply-To", "CORRELATION-ID"):
+                with pytest.raises(stompy.ConfigurationError, match=rf"\(as '{name}'\) itself"):
+                    await conn.request("/queue/rq", "x", headers={name: "mine"}, timeout=1)
+            await conn.send("/queue/rq", "x", headers={"reply-to": "/queue/rp"}, receipt=True)
+            await conn.send(
+                "/queue/rq", "x", headers={"reply-to": "/queue/rp", "correlation-id": "c-1"}
+            )
+            async with conn.subscribe("/queue/rq") as sub:
+                first, second = await sub.get(timeout=10), await sub.get(timeout=10)
+            assert first is not None
+            assert second is not None
+            # No correlation-id to copy: the header is the user's alone, sent as written.
+            await first.reply("answer", headers={"Correlation-Id": "mine"}, receipt=True)
+            with pytest.raises(stompy.ConfigurationError, match="'Correlation-Id' would be"):
+                await second.reply("answer", headers={"Correlation-Id": "mine"})
+            assert broker.queue_depth("/queue/rp") == 1

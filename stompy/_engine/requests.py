@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Generic, Literal, TypeVar, get_args
 
 from stompy._checks import wrong_type
@@ -149,11 +149,15 @@ class Requests(Generic[M]):
 def check_request_headers(headers: Mapping[str, str] | None) -> None:
     """Raise :class:`ConfigurationError` when ``headers`` sets what a request writes
     itself (``reply-to``, ``correlation-id``)."""
-    given = [name for name in _REQUEST_HEADERS if headers and name in headers]
+    # In any case: a Reply-To would be sent beside stompy's reply-to (STOMP header names
+    # are case-sensitive), and a replier would read one or the other.
+    loose: Iterable[object] = headers or ()
+    given = [n for n in loose if isinstance(n, str) and n.lower() in _REQUEST_HEADERS]
     if given:
-        raise ConfigurationError(
-            f"request() writes {' and '.join(given)} itself; use send() to set them"
+        said = " and ".join(
+            name if name.islower() else f"{name.lower()} (as {name!r})" for name in given
         )
+        raise ConfigurationError(f"request() writes {said} itself; use send() to set them")
 
 
 def explicit_replies(server: str | None, asked: str) -> bool:
@@ -223,5 +227,20 @@ def reply_address(frame: Frame, headers: Mapping[str, str] | None) -> tuple[str,
         raise wrong_type("headers", "a mapping of str to str", headers) from None
     correlation_id = frame.get("correlation-id")
     if correlation_id is not None:
+        if merged and "correlation-id" not in merged:
+            _check_correlation_spelling(merged)
         merged.setdefault("correlation-id", correlation_id)
     return reply_to, merged
+
+
+def _check_correlation_spelling(names: Iterable[object]) -> None:
+    """Refuse a reply's ``Correlation-Id`` (any case but the lower): it would be sent
+    beside the correlation-id copied from the request, header names being
+    case-sensitive, and the requester would read that one, not the one meant."""
+    for name in names:
+        if isinstance(name, str) and name.lower() == "correlation-id":
+            raise ConfigurationError(
+                f"headers: {name!r} would be sent beside the correlation-id reply() copies "
+                "from the request: STOMP header names are case-sensitive, and the "
+                "requester reads 'correlation-id'; write it so to give your own"
+            )
