@@ -343,3 +343,23 @@ def test_a_subscription_given_a_transaction_is_told_where_transactions_are() -> 
         loose: Any = conn
         with pytest.raises(TypeError, match="transaction is begun with the connection's"):
             loose.subscribe("/queue/x", transaction="tx-1")
+
+
+def test_a_destination_where_the_url_goes_is_told_so() -> None:
+    """``stompy.send("/queue/x", "hello")`` (the URL forgotten) said only that the scheme
+    must be one of stomp, ...: the answer now names the destination it was given, from
+    Connection(), AsyncConnection() and both one-shot sends."""
+    said = "'/queue/x' looks like a destination: the broker's URL comes first"
+    loose: Any = stompy
+    for call in (
+        lambda: loose.Connection("/queue/x"),
+        lambda: loose.AsyncConnection("/queue/x"),
+        lambda: loose.send("/queue/x", "hello"),
+        lambda: anyio.run(lambda: loose.send_async("/queue/x", "hello")),
+    ):
+        with pytest.raises(stompy.ConfigurationError, match=said):
+            call()
+    # A text that may hold a passcode is not shown.
+    with pytest.raises(stompy.ConfigurationError) as raised:
+        loose.Connection("/app:secret@host")
+    assert "secret" not in str(raised.value)

@@ -112,9 +112,13 @@ def parse_url(url: str) -> Endpoint:
     spilled = "@" in parts.path or "@" in parts.query or "@" in parts.fragment
     if scheme not in SCHEMES or "://" not in text:
         shown = f" {_place(parts)!r}" if parts.netloc and not spilled else ""
+        # A destination where the URL goes (send("/queue/x", body)): shown, since a
+        # text with neither colon nor @ holds no passcode.
+        swapped = text.startswith("/") and ":" not in text and "@" not in text
+        hint = f"; {text!r} looks like a destination: the broker's URL comes first" * swapped
         raise ConfigurationError(
             f"unsupported URL{shown}: the scheme must be one of {', '.join(sorted(SCHEMES))} "
-            "(as in stomp://host:61613)"
+            f"(as in stomp://host:61613){hint}"
         )
     if spilled:
         # Where the userinfo ends is unknown: nothing of the netloc is shown.
