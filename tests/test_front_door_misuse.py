@@ -6,6 +6,7 @@ whose longest delay is shorter than its first (issue 34, found by trying the doc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
@@ -351,12 +352,13 @@ def test_a_destination_where_the_url_goes_is_told_so() -> None:
     Connection(), AsyncConnection() and both one-shot sends."""
     said = "'/queue/x' looks like a destination: the broker's URL comes first"
     loose: Any = stompy
-    for call in (
+    calls: list[Callable[[], object]] = [
         lambda: loose.Connection("/queue/x"),
         lambda: loose.AsyncConnection("/queue/x"),
         lambda: loose.send("/queue/x", "hello"),
         lambda: anyio.run(lambda: loose.send_async("/queue/x", "hello")),
-    ):
+    ]
+    for call in calls:
         with pytest.raises(stompy.ConfigurationError, match=said):
             call()
     # A text that may hold a passcode is not shown.
