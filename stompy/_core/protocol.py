@@ -309,9 +309,9 @@ def check_send(destination: object, body: object, headers: object, content_type:
         names = [name for name, _ in pairs]
     for name, value in pairs:
         if name == "content-length":
-            text = body if type(body) is str else None
-            size = len(text.encode("utf-8", "surrogatepass")) if text is not None else None
-            _check_length(value, size if size is not None else len(cast(bytes, body)))
+            # A str body's length as send() writes it (one that is not text, it refuses).
+            data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+            _check_length(value, len(cast(bytes, data)))
     if content_type is not None:
         if not isinstance(content_type, str):
             raise wrong_type("content_type", "a str or None", content_type)
