@@ -1074,3 +1074,20 @@ def test_a_message_the_broker_refuses_without_a_receipt_fails_the_send(queue: st
         got = stompy("send", small.url, queue, "--no-receipt", "one more")
         assert "the broker refused" in one_error_line(got, "send")
         assert small.queue_depth(queue) == 1
+
+
+def test_a_header_value_starting_with_a_space_is_sent_as_written_with_a_warning(
+    url: str, queue: str
+) -> None:
+    """``-H "tenant: acme"`` (curl's habit): STOMP keeps the space, and a receiver or a
+    selector comparing ``tenant = 'acme'`` misses it. Sent as written, with a warning
+    saying so and how to write it; none for a value without one."""
+    sent = stompy("send", url, queue, "-H", "tenant: acme", "-H", "plain:value", "x")
+    assert sent.returncode == 0
+    assert sent.stderr == (
+        b"stompy send: warning: -H tenant:' acme': the value starts with white space, "
+        b"which STOMP keeps; write tenant:acme for 'acme'\n"
+    )
+    got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")
+    headers = json.loads(got.stdout)["headers"]
+    assert (headers["tenant"], headers["plain"]) == (" acme", "value")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -95,7 +96,16 @@ class _Parser(_OneLineParser):
             said = "".join(f"; {hint}" for hint in hints)
             self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
         set_here = _SET_BY_STOMPY.get(self.prog.rsplit(" ", 1)[-1], {})
-        for name, _ in getattr(parsed, "extra_headers", None) or ():
+        for name, value in getattr(parsed, "extra_headers", None) or ():
+            if value[:1].isspace() and value.strip():
+                # curl's habit, -H "name: value": STOMP keeps a value's white space, and
+                # a receiver (a selector) compares ' value' with what it wants.
+                print(
+                    f"{self.prog}: warning: -H {name}:{value!r}: the value starts with white "
+                    f"space, which STOMP keeps; write {name}:{value.strip()} for "
+                    f"{value.strip()!r}",
+                    file=sys.stderr,
+                )
             hint = set_here.get(name.lower())
             if hint is not None:
                 self.error(f"argument -H/--header: {name!r} is set by stompy: {hint}")
