@@ -104,6 +104,10 @@ def check_timeout(timeout: float | None) -> float | None:
     """
     if timeout is None or (type(timeout) is float and 0.0 <= timeout <= MAX_SECONDS):
         return timeout  # the usual case, at the cost of a comparison
+    if isinstance(timeout, float) and timeout == _INF:
+        # "Forever", as some waits take it: here that is None.
+        rule = f"must be a number of seconds >= 0 and <= {MAX_SECONDS:.0f} (None: no limit)"
+        raise bad_value("timeout", rule, timeout)
     return check_seconds("timeout", timeout)
 
 

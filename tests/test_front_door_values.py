@@ -4,6 +4,7 @@ that stops partway."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from typing import Any, Final
@@ -377,3 +378,26 @@ async def test_a_request_or_reply_header_in_another_case_is_refused_async() -> N
             with pytest.raises(stompy.ConfigurationError, match="'Correlation-Id' would be"):
                 await second.reply("answer", headers={"Correlation-Id": "mine"})
             assert broker.queue_depth("/queue/rp") == 1
+
+
+def test_an_infinite_timeout_says_none_waits_without_a_limit() -> None:
+    """``get(timeout=math.inf)`` ("forever", as some waits take it) is refused saying
+    that None is how: it said only that the timeout must be at most 1000000."""
+    said = r"<= 1000000 \(None: no limit\), got inf"
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with conn.subscribe("/queue/inf") as sub:
+            with pytest.raises(stompy.ConfigurationError, match=said):
+                sub.get(timeout=math.inf)
+            with pytest.raises(stompy.ConfigurationError, match=said):
+                sub.get_batch(1, timeout=math.inf)
+
+
+@pytest.mark.anyio
+async def test_an_infinite_timeout_says_none_waits_without_a_limit_async() -> None:
+    said = r"<= 1000000 \(None: no limit\), got inf"
+    with run_broker() as broker, anyio.fail_after(20):
+        async with stompy.AsyncConnection(broker.url) as conn, conn.subscribe("/queue/i") as sub:
+            with pytest.raises(stompy.ConfigurationError, match=said):
+                await sub.get(timeout=math.inf)
+            with pytest.raises(stompy.ConfigurationError, match=said):
+                await sub.get_batch(1, timeout=math.inf)
