@@ -124,6 +124,9 @@ WHEEL_TESTS = (
     "tests/test_send_fast_path.py",
     "tests/test_flow_control.py",
     "tests/test_tracing.py",
+    # The blocking transport is compiled too: threads sharing a connection, the read-through.
+    "tests/test_threads.py",
+    "tests/test_read_through.py",
 )
 
 

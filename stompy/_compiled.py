@@ -4,8 +4,9 @@ A wheel built where a C compiler was found holds the core compiled beside its ``
 files: every module of :data:`FOLDERS`, ``stompy/_core/`` (:data:`CORE_MODULES`) and the
 test broker's sans-IO core, ``stompy/testing/_core/`` (:data:`TESTING_MODULES`), and the
 engine's modules on a round trip's path (:data:`ENGINE`: the calls that wait, the
-engine's pump, delivery, inboxes, receipts and requests); the import system loads the
-compiled ones. A pure-Python wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not
+engine's pump, delivery, inboxes, receipts and requests) and the blocking transport's
+(:data:`TRANSPORT`: the I/O thread, the caller's write and read, the watch); the import
+system loads the compiled ones. A pure-Python wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not
 CPython) and an editable install hold only the ``.py``. The build hook is
 ``hatch_build.py``; its ``compile`` list in pyproject.toml names the same folders and
 modules (a test keeps them equal): a module added to one of the folders is compiled, no
@@ -40,6 +41,9 @@ ENGINE: Final = (
     "stompy._engine.requests",
     "stompy._engine.state",
 )
+#: The blocking transport's modules it compiles with them, each named there too: a
+#: blocking call runs its steps, writes and reads its answer through them.
+TRANSPORT: Final = ("stompy._transports.blocking", "stompy._transports.watch")
 
 
 def modules_of(package: str) -> tuple[str, ...]:
@@ -67,9 +71,15 @@ def is_compiled(module: ModuleType) -> bool:
 #: The modules of :data:`ENGINE` (imported already: the clients are made of them).
 ENGINE_MODULES: Final = tuple(importlib.import_module(name) for name in ENGINE)
 
-#: True when the core modules (and the engine's of :data:`ENGINE`) are the compiled
-#: ones; False when they are pure Python. The build compiles them all or none.
-COMPILED: Final[bool] = all(is_compiled(module) for module in CORE_MODULES + ENGINE_MODULES)
+#: The modules of :data:`TRANSPORT` (imported already: the blocking client is made of them).
+TRANSPORT_MODULES: Final = tuple(importlib.import_module(name) for name in TRANSPORT)
+
+#: True when the core modules (and those of :data:`ENGINE` and :data:`TRANSPORT`) are
+#: the compiled ones; False when they are pure Python. The build compiles them all or
+#: none.
+COMPILED: Final[bool] = all(
+    is_compiled(module) for module in CORE_MODULES + ENGINE_MODULES + TRANSPORT_MODULES
+)
 
 #: True when the parser and the encoder use the Cython accelerator
 #: (``stompy._core.cscan``): the parser's header-block check and the encoder.

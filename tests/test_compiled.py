@@ -46,6 +46,14 @@ def test_the_engines_round_trip_modules_are_compiled_with_the_core() -> None:
     assert flavours == {stompy.COMPILED}
 
 
+def test_the_blocking_transport_is_compiled_with_the_core() -> None:
+    """The I/O thread, the caller's write-through and read-through, the watch: every
+    blocking round trip runs through them."""
+    assert [module.__name__ for module in _compiled.TRANSPORT_MODULES] == list(_compiled.TRANSPORT)
+    flavours = {_compiled.is_compiled(module) for module in _compiled.TRANSPORT_MODULES}
+    assert flavours == {stompy.COMPILED}
+
+
 def test_a_call_takes_subclasses_that_are_not_compiled() -> None:
     """A call's sends are written once for the plain call and its traced twin, a
     subclass in a module that is not compiled (mypyc refuses to make one unless the
@@ -89,7 +97,7 @@ def test_the_build_compiles_the_folders_and_modules_compiled_checks() -> None:
         pytest.skip(f"no {pyproject}")
     hook = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     folders = [package.replace(".", "/") for package in _compiled.FOLDERS]
-    files = [name.replace(".", "/") + ".py" for name in _compiled.ENGINE]
+    files = [name.replace(".", "/") + ".py" for name in _compiled.ENGINE + _compiled.TRANSPORT]
     assert hook["hooks"]["custom"]["compile"] == folders + files
 
 

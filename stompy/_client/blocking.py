@@ -236,7 +236,7 @@ class Subscription(SubscriptionBase[Message]):
             try:
                 io.run(self._link.call().unsubscribe(self._inbox, receipt))
             finally:
-                io.cond.notify_all()
+                io.notify_all()
         self._join_dispatcher()
 
     def _join_dispatcher(self) -> None:
@@ -420,7 +420,7 @@ class Connection(ConnectionBase[Message]):
         with io.cond:
             # Every get() waiting wakes: it looks again once the goodbye waits for its
             # receipt, which releases the lock, and finds the connection closing.
-            io.cond.notify_all()
+            io.notify_all()
             clean = io.run(Call(self._engine, time.monotonic()).goodbye())
             subs = list(self._link.subscriptions.values())
             self._link.subscriptions.clear()

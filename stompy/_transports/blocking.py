@@ -37,7 +37,7 @@ import socket
 import ssl as _ssl
 import threading
 import time
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
@@ -88,39 +88,18 @@ def bytes_waiting(sock: socket.socket | None) -> bool | None:
         return None
 
 
-class _Condition(threading.Condition):
-    """The connection's condition: a notify also reaches the caller that waits in
-    :meth:`IOThread.wait` reading the socket rather than on the condition."""
-
-    def __init__(self, lock: threading.RLock, io: IOThread[Any]) -> None:
-        super().__init__(lock)
-        self._io = io
-
-    def notify_all(self) -> None:
-        # Nobody waits on the condition, mostly: threading.Condition's own is skipped.
-        if self._waiters or self._io.reading:  # type: ignore[attr-defined]
-            super().notify_all()
-
-    def notify(self, n: int = 1) -> None:
-        if self._waiters:  # type: ignore[attr-defined]  # Condition's: nobody, mostly
-            super().notify(n)
-        io = self._io
-        if io.reading and not io.poked:
-            io.poke_reader()
-
-
 class IOThread(Generic[M]):
     """Serves one engine: establishes its connections and runs the I/O thread.
 
-    :attr:`cond` (over :attr:`lock`) guards the engine; it is notified whenever
-    something a waiting call may be waiting for happened. A call waits with
-    :meth:`wait`, which may read the socket itself.
+    :attr:`cond` (over :attr:`lock`) guards the engine; it is notified, with
+    :meth:`notify_all`, whenever something a waiting call may be waiting for happened.
+    A call waits with :meth:`wait`, which may read the socket itself.
     """
 
     def __init__(self, engine: Engine[M]) -> None:
         self.engine = engine
         self.lock = threading.RLock()
-        self.cond: threading.Condition = _Condition(self.lock, self)
+        self.cond = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
         self._ident: int | None = None  # the I/O thread's, once it runs
         self._hooks: threading.Thread | None = None  # runs the lifecycle hooks
@@ -194,7 +173,7 @@ class IOThread(Generic[M]):
 
         It can when the connection is up on a plain socket (TLS stays on the I/O
         thread), no other caller reads and no backlog holds reading. It then waits
-        for the socket, or a notify (:class:`_Condition` pokes it while
+        for the socket, or a notify (:meth:`notify_all` pokes it while
         :attr:`reading`), with the lock released; once the socket is readable, it
         reads and routes what came under the lock. Meanwhile the I/O thread stands
         aside: the caller takes the reading out of its watch, and puts it back after
@@ -291,7 +270,7 @@ class IOThread(Generic[M]):
         pumped = engine.pump(now)
         self.at_rest = True
         if pumped.woke:
-            self.cond.notify_all()
+            self.notify_all()
         failure = pumped.failure
         if failure is not None or proto.state is PROTOCOL_CLOSED:
             failure = lifecycle.why_ended(engine, failure, len(engine.outgoing))
@@ -300,6 +279,16 @@ class IOThread(Generic[M]):
             self.wake()
         elif engine.outgoing and not self.wake_sent:
             self.wake()  # for an answer the pump queued (a heart-beat's, say)
+
+    def notify_all(self) -> None:
+        """Under the lock: wake every thread waiting on :attr:`cond`, and the caller
+        reading in :meth:`wait` (through :attr:`_poke_w`), which waits on the socket
+        instead. Always this, never ``cond.notify_all()`` alone, which would miss it."""
+        cond = self.cond
+        if cond._waiters:  # type: ignore[attr-defined]  # Condition's: nobody, mostly
+            cond.notify_all()
+        if self.reading and not self.poked:
+            self.poke_reader()
 
     def poke_reader(self) -> None:
         """Wake the caller reading in :meth:`wait` (a notify came; under the lock)."""
@@ -395,7 +384,7 @@ class IOThread(Generic[M]):
     def stop(self, timeout: float) -> None:
         """After the engine closed: let the thread end, close the sockets."""
         with self.cond:
-            self.cond.notify_all()
+            self.notify_all()
             self.wake()
         self._cut_short()
         for thread in (self.thread, self._hooks):
@@ -411,7 +400,7 @@ class IOThread(Generic[M]):
         with self.cond:
             self._abandoned = True
             self.engine.closed()
-            self.cond.notify_all()
+            self.notify_all()
             self.wake()
             self._cut_short()
             thread = self.thread
@@ -499,7 +488,7 @@ class IOThread(Generic[M]):
             with self.cond:
                 if step is lifecycle.HANG_UP:
                     self._close_socket()
-                self.cond.notify_all()  # CHANGED, and the hang-up changed the socket
+                self.notify_all()  # CHANGED, and the hang-up changed the socket
         return None
 
     def _open(self, step: lifecycle.Open) -> None:
@@ -561,7 +550,7 @@ class IOThread(Generic[M]):
             self._sock = sock
             self._direct = None if isinstance(sock, _ssl.SSLSocket) else sock
             self.kick()
-            self.cond.notify_all()
+            self.notify_all()
 
     def _close_socket(self) -> None:
         """Close the current socket, saying the engine's farewell first (under the lock)."""
@@ -593,7 +582,7 @@ class IOThread(Generic[M]):
         finally:
             with self.cond:
                 engine.serving = False
-                self.cond.notify_all()
+                self.notify_all()
                 if self._abandoned:
                     self._release()
 
@@ -618,15 +607,18 @@ class IOThread(Generic[M]):
             with self.cond:
                 if engine.status is CLOSED:
                     return None
-                if engine.ending is not None:  # a call found the broker not reading
-                    return engine.ending
+                # A local, as below: compiled, a narrowed engine.ending would be taken
+                # for None there, where another thread may have set it since.
+                found = engine.ending
+                if found is not None:  # a call found the broker not reading
+                    return found
                 sock, proto = self._sock, engine.proto
                 assert sock is not None
                 assert proto is not None
                 # Room a consumer made since the last pump: its wake-up may have been
                 # folded into one that was already read, so look now, under the lock.
                 if engine.drain_backlog(time.monotonic()):
-                    self.cond.notify_all()
+                    self.notify_all()
                 paused = engine.paused
                 deadline = engine.next_deadline(time.monotonic())
                 self.wake_sent = False
@@ -676,7 +668,7 @@ class IOThread(Generic[M]):
                 else:
                     pumped = engine.pump(now)
                 if pumped.woke:
-                    self.cond.notify_all()
+                    self.notify_all()
                 failure = pumped.failure
                 if failure is None and ended is not None:
                     # Frames that came before the close were handled; answer it.
@@ -747,7 +739,7 @@ class IOThread(Generic[M]):
             log.debug("after a failed write, the peer's last bytes were unusable: %s", exc)
             return None
         if pumped.woke:
-            self.cond.notify_all()
+            self.notify_all()
         return pumped.failure
 
     def _recv(self, sock: socket.socket) -> bytes | None:
@@ -777,4 +769,4 @@ class IOThread(Generic[M]):
             if sent:
                 self.engine.wrote(time.monotonic())
             if len(out) <= MAX_OUTGOING:
-                self.cond.notify_all()
+                self.notify_all()

@@ -37,13 +37,12 @@ class Watch:
     """The I/O thread's wait over ``wake`` (drained whenever it is readable) and
     ``sock`` (watched for what :meth:`watch` says; at first, nothing)."""
 
-    #: Whether :meth:`stand_aside` may be called by another thread while the I/O
-    #: thread waits in :meth:`wait`, with effect at once.
-    shared = False
-
     def __init__(self, wake: socket.socket, sock: socket.socket) -> None:
         self._wake = wake
         self._sock = sock
+        #: Whether :meth:`stand_aside` may be called by another thread while the I/O
+        #: thread waits in :meth:`wait`, with effect at once.
+        self.shared = False
         #: The events the I/O thread wants watched on the socket.
         self.events = 0
 
@@ -73,10 +72,9 @@ class Watch:
 class _Epoll(Watch):
     """An ``epoll`` set: a watch other threads may change (see the module's text)."""
 
-    shared = True
-
     def __init__(self, wake: socket.socket, sock: socket.socket) -> None:
         super().__init__(wake, sock)
+        self.shared = True
         self._epoll = select.epoll()
         self._epoll.register(wake.fileno(), select.EPOLLIN)
         self._fd = sock.fileno()
@@ -90,7 +88,7 @@ class _Epoll(Watch):
     def stand_aside(self, aside: bool) -> None:
         # _set(self.events, aside), for the one bit that changes: a caller's read-through
         # does this twice per round trip.
-        if aside is self._aside:
+        if aside == self._aside:
             return
         mask = self._mask
         if mask >= 0 and self.events & READ:  # (not in the set: nothing to change)
