@@ -38,9 +38,19 @@ _PASSCODE_LINE: Final = re.compile(rb"^passcode:[^\r\n]*", re.MULTILINE)
 _LOGGED_BYTES: Final = 4096
 
 
+#: logging's own record of the levels the stompy logger logs at, which
+#: ``Logger.isEnabledFor`` fills and logging empties whenever its settings change (a
+#: ``setLevel()``, ``disable()``...): read here without that call, once per flush.
+#: (An empty dict where the logger has none: every look is then the call.)
+_ENABLED: Final[dict[int, bool]] = getattr(log, "_cache", {})
+
+
 def log_sent(data: bytes, where: object) -> None:
     """Log outgoing frames at DEBUG, the passcode masked (never in a log line)."""
-    if log.isEnabledFor(logging.DEBUG):
+    enabled = _ENABLED.get(logging.DEBUG)
+    if enabled is None:  # not looked up since logging's settings changed
+        enabled = log.isEnabledFor(logging.DEBUG)
+    if enabled and not log.disabled:
         shown = _PASSCODE_LINE.sub(b"passcode:********", data[:_LOGGED_BYTES])
         more = f" (+{len(data) - _LOGGED_BYTES} bytes)" if len(data) > _LOGGED_BYTES else ""
         log.debug("to %s: %r%s", where, shown, more)
