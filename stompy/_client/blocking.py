@@ -477,12 +477,12 @@ class Connection(ConnectionBase[Message]):
                         return
             # Untraced, in no transaction: the call as it is (traced() and
             # transaction_id() would return what they are given).
-            call = Call(engine, time.monotonic())
+            plain = Call(engine, time.monotonic())
             if receipt is True:  # Call.send's work, its flag checked: a round trip's
                 message = Outgoing(destination, body, headers, content_type)
-                steps = call.send_one(message, None, True)
+                steps = plain.send_one(message, None, True)
             else:
-                steps = call.send(destination, body, headers, content_type, None, receipt)
+                steps = plain.send(destination, body, headers, content_type, None, receipt)
         else:
             call = traced(Call(engine, time.monotonic()), telemetry)
             tx = transaction_id(transaction, engine)
