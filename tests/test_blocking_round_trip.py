@@ -1,14 +1,19 @@
 """The blocking client's round trip kept short (issue 36): what its shortcuts must keep.
 
 A ``send(receipt=True)`` skips the call's flag check and the logging call per frame
-(logging's own cache of the logger's levels is read instead); these tests hold the
-behaviour those shortcuts must not change: what is logged when logging's settings change
-in the middle of a connection.
+(logging's own cache of the logger's levels is read instead), and a caller that read
+its answer through leaves the I/O thread standing aside (no ``epoll_ctl`` per round
+trip), which takes the reading back itself once nobody reads. These tests hold what
+those shortcuts must not change: what is logged when logging's settings change in the
+middle of a connection; what comes when no caller waits any more (a message, the
+broker's end) still reaches the connection, without a call to fetch it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 
 import pytest
@@ -49,3 +54,40 @@ def test_frames_are_logged_from_the_moment_debug_is_switched_on_and_off(
     assert "before" not in frames
     assert "after" not in frames
     assert "disabled" not in frames
+
+
+def round_trips(conn: stompy.Connection, count: int) -> None:
+    """A loop of round trips: each reads its receipt through, the I/O thread aside."""
+    dest = queue()
+    for _ in range(count):
+        conn.send(dest, "x", receipt=True)
+
+
+def test_a_message_nobody_waits_for_reaches_the_inbox_after_round_trips() -> None:
+    with run_broker() as broker, stompy.Connection(broker.url) as conn:
+        with stompy.Connection(broker.url) as sender:
+            dest = queue()
+            sub = conn.subscribe(dest, receipt=True)
+            for i in range(3):
+                round_trips(conn, 50)  # then no thread of conn waits or reads
+                sender.send(dest, str(i), receipt=True)
+                deadline = time.monotonic() + 5
+                message = sub.get(timeout=0)  # takes from the inbox, never reads
+                while message is None and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    message = sub.get(timeout=0)
+                assert message is not None
+                assert message.text == str(i)
+
+
+def test_the_broker_gone_after_round_trips_is_seen_without_a_call() -> None:
+    ended = threading.Event()
+    with run_broker() as broker:
+        conn = stompy.Connection(broker.url, on_disconnected=lambda error: ended.set())
+        with conn:
+            round_trips(conn, 50)
+            assert broker.drop_all_connections() == 1
+            # Nobody calls: the I/O thread, standing aside, wakes for the end itself.
+            assert ended.wait(timeout=5)
+            with pytest.raises(stompy.ConnectionLost):
+                conn.send(queue(), "x", receipt=True)

@@ -66,6 +66,11 @@ _READ_THROUGH: Final = hasattr(select, "poll")
 #: The waits for what comes from the socket, which a caller may read itself.
 _RECEIPT: Final = Waiting.RECEIPT
 _REPLY: Final = Waiting.REPLY
+#: While a caller reads through, or did since its last look, the I/O thread standing
+#: aside looks this soon whether the reading is still a caller's; the same caller
+#: still reading, it looks half as often each time, down to once per :data:`_LOOK_LAST`.
+_LOOK_FIRST: Final = 0.02
+_LOOK_LAST: Final = 0.5
 
 
 def bytes_waiting(sock: socket.socket | None) -> bool | None:
@@ -138,8 +143,14 @@ class IOThread(Generic[M]):
         #: The I/O thread's watch over the current socket, while it serves one.
         self._watch: Watch | None = None
         #: The I/O thread stands aside (does not watch for reading) while a caller
-        #: reads in :meth:`wait`; only with a :attr:`Watch.shared` watch.
+        #: reads in :meth:`wait`, and after, until it looks again (see :meth:`wait`);
+        #: only with a :attr:`Watch.shared` watch.
         self._aside = False
+        #: How many read-throughs began (the I/O thread tells a new one from a long one).
+        self._reads = 0
+        #: The I/O thread may sleep longer than :data:`_LOOK_LAST`: a caller standing it
+        #: aside wakes it, so that it looks again in time.
+        self._unbounded = True
 
     # -- for user threads ----------------------------------------------------------------
 
@@ -176,15 +187,22 @@ class IOThread(Generic[M]):
         for the socket, or a notify (:meth:`notify_all` pokes it while
         :attr:`reading`), with the lock released; once the socket is readable, it
         reads and routes what came under the lock. Meanwhile the I/O thread stands
-        aside: the caller takes the reading out of its watch, and puts it back after
-        its read (so that bytes still unread wake the I/O thread then), without a
-        wake-up either time. Where the watch cannot be changed so (no ``epoll``), the
-        I/O thread, woken by the same bytes, reads under the lock too: whichever
-        comes first reads and routes, the other finds nothing. Either way the bytes
-        are routed in the order they came. Heart-beats, writes and
-        back-pressure stay the I/O thread's. Only it judges a failed socket: an end
-        of stream or an error read here is handed to it (:attr:`_handed`), and a
-        failure the routing found ends the connection through it."""
+        aside: the caller takes the reading out of its watch, without a wake-up (but
+        of an I/O thread asleep with no bound), and leaves it out as it returns, so
+        that a caller that waits again soon (a loop of round trips) changes nothing:
+        the I/O thread takes the reading back itself once it finds no caller reading,
+        every :data:`_LOOK_FIRST` seconds or so while callers read through (less often
+        while one caller waits long), and the caller puts it back at once when other
+        threads wait on the condition, for what the I/O thread reads. Meanwhile a
+        peer's end of stream or a hang-up still wakes the I/O thread at once; bytes
+        nobody waits for are read up to a look later. Where the watch cannot be
+        changed so (no ``epoll``), the I/O thread, woken by the same bytes, reads
+        under the lock too: whichever comes first reads and routes, the other finds
+        nothing. Either way the bytes are routed in the order they came.
+        Heart-beats, writes and back-pressure stay the I/O thread's. Only it judges
+        a failed socket: an end of stream or an error read here is handed to it
+        (:attr:`_handed`), and a failure the routing found ends the connection
+        through it."""
         sock = self._direct
         engine = self.engine
         if (
@@ -210,15 +228,18 @@ class IOThread(Generic[M]):
         ms = -1 if timeout is None else math.ceil(timeout * 1000)
         lock = self.lock
         self.reading = True
+        self._reads += 1
         watch = self._watch
-        if watch is not None and watch.shared:
-            # _stand_aside(True), written out (as its put-back below): twice a round trip.
+        if not self._aside and watch is not None and watch.shared:
             self._aside = True
             try:
                 watch.stand_aside(True)
             except (OSError, ValueError):
                 self._aside = False
                 self.wake()
+            else:
+                if self._unbounded:
+                    self.wake()  # to look again in time: this caller may leave it aside
         try:
             saved = lock._release_save()  # type: ignore[attr-defined]  # as Condition.wait
             try:
@@ -237,8 +258,9 @@ class IOThread(Generic[M]):
                         self._read_here(sock)
                         break
         finally:
-            if self._aside:
-                # After the read, not before: bytes still unread would wake the I/O thread.
+            if self._aside and self.cond._waiters:  # type: ignore[attr-defined]
+                # Others wait for what the I/O thread reads: it reads again at once.
+                # After the read, not before: bytes still unread wake it then.
                 self._aside = False
                 watch = self._watch  # (None once the I/O thread is done with the socket)
                 if watch is not None:
@@ -603,6 +625,8 @@ class IOThread(Generic[M]):
 
     def _pump(self, watch: Watch) -> StompError | None:
         engine = self.engine
+        look = _LOOK_FIRST  # (see wait())
+        seen = self._reads
         while True:
             with self.cond:
                 if engine.status is CLOSED:
@@ -623,17 +647,29 @@ class IOThread(Generic[M]):
                 deadline = engine.next_deadline(time.monotonic())
                 self.wake_sent = False
                 wanted = (0 if paused else READ) | (WRITE if engine.outgoing else 0)
+                bound: float | None = None
+                if watch.shared:
+                    if self._aside and not self.reading:
+                        self._aside = False  # the caller that stood it aside returned
+                    reads = self._reads
+                    if reads != seen:  # callers read through: look again soon
+                        look, seen, bound = _LOOK_FIRST, reads, _LOOK_FIRST
+                    elif self.reading:  # one caller waits long: look less often
+                        look = bound = min(2.0 * look, _LOOK_LAST)
                 try:
                     watch.watch(wanted)
-                    if watch.shared:  # after a failed put-back (see wait): again
+                    if watch.shared:  # also after a failed change by a caller (see wait)
                         watch.stand_aside(self._aside)
                 except (OSError, ValueError) as exc:  # ValueError: the socket was closed
                     return self._broken(sock, OSError(f"cannot watch the socket: {exc}"))
-            # At most an hour: a deadline weeks away (a long heart-beat times its
-            # tolerance) would overflow the selector; the loop looks again.
-            timeout = (
-                None if deadline is None else min(3600.0, max(0.0, deadline - time.monotonic()))
-            )
+                # At most an hour: a deadline weeks away (a long heart-beat times its
+                # tolerance) would overflow the selector; the loop looks again.
+                timeout = (
+                    None if deadline is None else min(3600.0, max(0.0, deadline - time.monotonic()))
+                )
+                if bound is not None and (timeout is None or bound < timeout):
+                    timeout = bound
+                self._unbounded = timeout is None or timeout > _LOOK_LAST
             pending_tls = isinstance(sock, _ssl.SSLSocket) and not paused and sock.pending() > 0
             data: bytes | None = None
             try:

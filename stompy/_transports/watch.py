@@ -6,8 +6,10 @@ A caller that waits for an answer reads the socket itself (the read-through, see
 socket for reading meanwhile, the same bytes would wake both threads: one reads and
 routes them, the other wakes for nothing, and when the I/O thread came first the
 caller waited for it and then for a poke. So while a caller reads, the I/O thread
-stands aside: the caller takes the reading out of the I/O thread's watch, and puts it
-back once it has read, under the connection's lock both times, without waking it.
+stands aside: the caller takes the reading out of the I/O thread's watch, under the
+connection's lock, without waking it, and the reading is given back when no caller
+reads any more (see ``IOThread.wait``). Standing aside, the I/O thread still wakes for
+the peer's end of stream (``EPOLLRDHUP``) and a hang-up.
 
 That needs a watch that one thread may change while another waits in it, with effect
 at once: an ``epoll`` set (Linux: ``epoll_ctl`` on a set another thread waits in is
@@ -31,6 +33,10 @@ __all__ = ("READ", "WRITE", "Watch", "watch_for")
 READ: Final = selectors.EVENT_READ
 WRITE: Final = selectors.EVENT_WRITE
 _EPOLLIN: Final = getattr(select, "EPOLLIN", 0)
+#: The peer shut its side (a FIN): what a watch standing aside still wakes for.
+_EPOLLRDHUP: Final = getattr(select, "EPOLLRDHUP", 0)
+#: The bits :meth:`Watch.stand_aside` flips: the bytes' wake-up for the end's.
+_ASIDE_FLIP: Final = _EPOLLIN | _EPOLLRDHUP
 
 
 class Watch:
@@ -52,7 +58,8 @@ class Watch:
 
     def stand_aside(self, aside: bool) -> None:
         """Leave the reading to a caller (``aside``), or take it back: while aside,
-        the socket's bytes do not end a :meth:`wait`. Only a :attr:`shared` watch."""
+        the socket's bytes do not end a :meth:`wait`, but its end (a FIN, a hang-up)
+        does. Only a :attr:`shared` watch."""
         raise NotImplementedError
 
     def wait(self, timeout: float | None) -> int:
@@ -92,16 +99,15 @@ class _Epoll(Watch):
             return
         mask = self._mask
         if mask >= 0 and self.events & READ:  # (not in the set: nothing to change)
-            mask = mask & ~_EPOLLIN if aside else mask | _EPOLLIN
+            mask ^= _ASIDE_FLIP  # EPOLLIN out and EPOLLRDHUP in, or back
             self._epoll.modify(self._fd, mask)
             self._mask = mask
         self._aside = aside
 
     def _set(self, events: int, aside: bool) -> None:
         """Change the set for ``events`` and ``aside``; on an error, nothing changed."""
-        mask = (select.EPOLLIN if events & READ and not aside else 0) | (
-            select.EPOLLOUT if events & WRITE else 0
-        )
+        reading = (_EPOLLRDHUP if aside else _EPOLLIN) if events & READ else 0
+        mask = reading | (select.EPOLLOUT if events & WRITE else 0)
         if not events:
             # Out of the set when the I/O thread wants nothing (a backlog holds reading):
             # a hang-up would be reported still, again and again.
@@ -111,9 +117,9 @@ class _Epoll(Watch):
         elif self._mask < 0:
             self._epoll.register(self._fd, mask)
         elif mask != self._mask:
-            # Standing aside, the socket stays in the set with no event (a cheaper
-            # change than out and in again): a hang-up still wakes the I/O thread,
-            # which reads it as before.
+            # Standing aside, the socket stays in the set for its end only (a cheaper
+            # change than out and in again): a FIN or a hang-up still wakes the I/O
+            # thread, which reads it as before.
             self._epoll.modify(self._fd, mask)
         self._mask = mask
         self.events = events
@@ -125,7 +131,7 @@ class _Epoll(Watch):
             if fd != self._fd:
                 self._drain()
             else:
-                if event & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                if event & (select.EPOLLIN | _EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR):
                     ready |= READ
                 if event & (select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR):
                     ready |= WRITE
