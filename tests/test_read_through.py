@@ -452,3 +452,71 @@ async def test_trio_close_from_another_task_ends_a_call_reading_through(anyio_ba
             assert outcome == [0, 1]
             assert anyio.current_time() - started < 2
             assert broker.frames[-1] == b"DISCONNECT"
+
+
+def pushed(sub: stompy.AsyncSubscription, body: bytes, number: int) -> bytes:
+    return (
+        b"MESSAGE\nsubscription:"
+        + sub.id.encode()
+        + b"\nmessage-id:"
+        + str(number).encode()
+        + b"\ndestination:/queue/pushed\n\n"
+        + body
+        + b"\0"
+    )
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_gets_after_a_message_wait_on_the_socket_the_reader_lent(
+    anyio_backend: str,
+) -> None:
+    # As for calls: the reader task reads the first MESSAGE and lends the socket to the
+    # get() it woke; the get() that follows reads its message itself and hands the
+    # socket back; one cancelled while it waits on the socket hands it back too, and
+    # loses nothing.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            sub = await conn.subscribe("/queue/pushed")
+            got: list[object] = []
+
+            async def get(count: int) -> None:
+                for _ in range(count):
+                    message = await sub.get()
+                    assert message is not None
+                    got.append(message.body)
+                await anyio.sleep_forever()  # until cancelled, and not in a get()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(get, 2)
+                await settled()
+                assert state(lending) == (False, False)  # the first waits for the reader
+                await broker.push(pushed(sub, b"first", 1))
+                await settled()
+                assert got == [b"first"]
+                assert state(lending) == (True, True)  # the second reads through
+                await broker.push(pushed(sub, b"second", 2))
+                await settled()
+                assert got == [b"first", b"second"]
+                assert state(lending) == (False, False)  # handed back
+                tg.cancel_scope.cancel()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(get, 2)
+                await settled()
+                await broker.push(pushed(sub, b"third", 3))
+                await settled()
+                assert state(lending) == (True, True)
+                tg.cancel_scope.cancel()  # the get() waiting on the socket
+            await settled()
+            assert state(lending) == (False, False)
+            await broker.push(pushed(sub, b"fourth", 4))  # read by the reader task
+            message = await sub.get(timeout=5)
+            assert message is not None
+            assert message.body == b"fourth"
+            assert got == [b"first", b"second", b"third"]
+            assert conn.failure is None
