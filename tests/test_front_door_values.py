@@ -101,8 +101,8 @@ async def test_a_capitalised_content_type_where_stompy_writes_one_is_refused_asy
 #: a receiver reads the lower case only) or replaced without a word. ``(headers, said)``.
 _WRITTEN: Final[list[tuple[dict[str, str], str]]] = [
     ({"Destination": "/queue/other"}, "'Destination' is the 'destination' header"),
-    ({"RECEIPT": "r-1"}, "give receipt=True"),
-    ({"Transaction": "tx-1"}, "give transaction="),
+    ({"RECEIPT": "r-1"}, "ask for one with receipt=True"),
+    ({"Transaction": "tx-1"}, r"send\(\.\.\., transaction=\)"),
     ({"Content-Length": "2"}, "'Content-Length' is the 'content-length' header"),
     ({"content-length": "99"}, "'content-length' is '99' and the body is 2 bytes"),
 ]
@@ -111,7 +111,7 @@ _SUBSCRIBE_WRITTEN: Final = [
     ({"Destination": "/queue/other"}, "'Destination' is the 'destination' header"),
     ({"Id": "mine"}, "give the id argument"),
     ({"ACK": "client"}, "give the ack argument"),
-    ({"Receipt": "r-1"}, "give receipt=True"),
+    ({"Receipt": "r-1"}, "ask for one with receipt=True"),
 ]
 
 
@@ -401,3 +401,22 @@ async def test_an_infinite_timeout_says_none_waits_without_a_limit_async() -> No
                 await sub.get(timeout=math.inf)
             with pytest.raises(stompy.ConfigurationError, match=said):
                 await sub.get_batch(1, timeout=math.inf)
+
+
+def test_a_header_stompy_sets_is_refused_naming_what_takes_it() -> None:
+    """The refusal of a header stompy sets said "use the receipt argument" to a one-shot
+    send (which has none: it always asks), "use the transaction argument" to a
+    transaction's send (which has none: it is in one) and "use the heart_beat argument"
+    of CONNECT's heart-beat (the option is heartbeats)."""
+    with run_broker() as broker:
+        with pytest.raises(stompy.LocalProtocolError, match=r"a one-shot send always does\)$"):
+            stompy.send(broker.url, "/queue/own", "x", headers={"receipt": "r-1"})
+        with stompy.Connection(broker.url) as conn:
+            tx = conn.transaction()
+            with pytest.raises(stompy.LocalProtocolError, match=r"its send\(\), or send\("):
+                tx.send("/queue/own", "x", headers={"transaction": "tx-9"})
+            tx.abort()
+        with pytest.raises(stompy.LocalProtocolError, match=r"give the heartbeats option$"):
+            with stompy.Connection(broker.url, headers={"heart-beat": "0,0"}):
+                pass  # pragma: no cover
+        assert broker.queue_depth("/queue/own") == 0

@@ -198,8 +198,8 @@ def _content_type_in_another_case(names: Iterable[object]) -> ConfigurationError
 #: What to give instead of a header stompy writes itself, by its name.
 _ARGUMENTS: Final = {
     "destination": "give the destination argument",
-    "receipt": "give receipt=True (or an id)",
-    "transaction": "give transaction= (or use the Transaction's send)",
+    "receipt": "ask for one with receipt=True (a one-shot send always does)",
+    "transaction": "send in a transaction with its send(), or send(..., transaction=)",
     "id": "give the id argument",
     "ack": "give the ack argument",
     "content-length": "leave it out: stompy writes the body's length itself",
@@ -590,7 +590,7 @@ class ClientProtocol:
             if key in reserved:
                 raise LocalProtocolError(
                     f"header {key!r} is set by stompy for {what}: "
-                    f"use the {key.replace('-', '_')} argument"
+                    f"{_ARGUMENTS.get(key, 'use the argument')}"
                 )
             lowered = key.lower()
             if lowered != key and (
