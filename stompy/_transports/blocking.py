@@ -98,7 +98,9 @@ class IOThread(Generic[M]):
 
     :attr:`cond` (over :attr:`lock`) guards the engine; it is notified, with
     :meth:`notify_all`, whenever something a waiting call may be waiting for happened.
-    A call waits with :meth:`wait`, which may read the socket itself.
+    A call waits with :meth:`wait`, which may read the socket itself. The lock is
+    taken as ``with self.lock``, the same as ``with self.cond`` but without the two
+    Python calls of ``Condition.__enter__`` and ``__exit__``.
     """
 
     def __init__(self, engine: Engine[M]) -> None:
@@ -387,7 +389,7 @@ class IOThread(Generic[M]):
         try:
             serve = self._run_steps(life)
         except BaseException:
-            with self.cond:
+            with self.lock:
                 self._release()
             raise
         assert serve is not None  # the first connection's life ends only by raising
@@ -405,21 +407,21 @@ class IOThread(Generic[M]):
 
     def stop(self, timeout: float) -> None:
         """After the engine closed: let the thread end, close the sockets."""
-        with self.cond:
+        with self.lock:
             self.notify_all()
             self.wake()
         self._cut_short()
         for thread in (self.thread, self._hooks):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout)
-        with self.cond:
+        with self.lock:
             self._release()
 
     def abandon(self) -> None:
         """The connection was never closed and is gone (collected): end the engine
         without a goodbye and without waiting; the thread closes the sockets as it ends.
         Safe from any thread, the I/O thread included."""
-        with self.cond:
+        with self.lock:
             self._abandoned = True
             self.engine.closed()
             self.notify_all()
@@ -507,7 +509,7 @@ class IOThread(Generic[M]):
         elif step is lifecycle.DROP:
             self._drop()
         else:
-            with self.cond:
+            with self.lock:
                 if step is lifecycle.HANG_UP:
                     self._close_socket()
                 self.notify_all()  # CHANGED, and the hang-up changed the socket
@@ -564,7 +566,7 @@ class IOThread(Generic[M]):
 
     def _install(self) -> None:
         """The socket just established becomes the current one."""
-        with self.cond:
+        with self.lock:
             sock = self._pending
             assert sock is not None
             self._pending = None
@@ -597,12 +599,12 @@ class IOThread(Generic[M]):
                 pass
         except BaseException:  # a bug: never leave waiters hanging
             log.exception("stompy I/O thread failed")
-            with self.cond:
+            with self.lock:
                 engine.fail(ConnectionLost("the I/O thread failed"))
                 self._close_socket()
             raise
         finally:
-            with self.cond:
+            with self.lock:
                 engine.serving = False
                 self.notify_all()
                 if self._abandoned:
@@ -614,12 +616,12 @@ class IOThread(Generic[M]):
         assert self._sock is not None
         watch = watch_for(self._wake_r, self._sock)
         try:
-            with self.cond:
+            with self.lock:
                 self._watch = watch
                 self._aside = False
             return self._pump(watch)
         finally:
-            with self.cond:
+            with self.lock:
                 self._watch = None
                 watch.close()
 
@@ -628,7 +630,7 @@ class IOThread(Generic[M]):
         look = _LOOK_FIRST  # (see wait())
         seen = self._reads
         while True:
-            with self.cond:
+            with self.lock:
                 if engine.status is CLOSED:
                     return None
                 # A local, as below: compiled, a narrowed engine.ending would be taken
@@ -680,7 +682,7 @@ class IOThread(Generic[M]):
             except (OSError, _ssl.SSLError) as exc:
                 return self._broken(sock, exc)
             now = time.monotonic()
-            with self.cond:
+            with self.lock:
                 status: Status = engine.status  # a local: another thread changes it
                 if status is CLOSED:
                     return None
@@ -723,7 +725,7 @@ class IOThread(Generic[M]):
         """The socket failed with ``exc``: why the connection ended (``None``: closed
         by us)."""
         engine = self.engine
-        with self.cond:
+        with self.lock:
             # A broker that refuses a frame (one too large, say) sends an ERROR and
             # closes while the frame is still being written: the write fails first,
             # and the ERROR, which says why, is still to be read.
@@ -785,7 +787,7 @@ class IOThread(Generic[M]):
             return None
 
     def _send(self, sock: socket.socket) -> None:
-        with self.cond:
+        with self.lock:
             out = self.engine.outgoing
             # One copy, not two (a slice, then its bytes) when all of it fits.
             chunk = bytes(out) if len(out) <= _SEND_CHUNK else bytes(out[:_SEND_CHUNK])
@@ -795,10 +797,10 @@ class IOThread(Generic[M]):
         except _TLS_RETRY:
             sent = 0
         except BaseException:
-            with self.cond:
+            with self.lock:
                 self._writing = False  # the socket failed: the pump ends its connection
             raise
-        with self.cond:
+        with self.lock:
             self._writing = False  # in the same turn as the delete: nothing goes twice
             out = self.engine.outgoing
             del out[:sent]
