@@ -133,9 +133,10 @@ def _split_in_arrow(frames: Sequence[Frame]) -> _Entries | None:
         and not pc.all(pc.equal(names.slice(width), names.slice(0, len(names) - width))).as_py()
     ):
         return None  # a frame whose names are not those of the one before
-    if len(set(names.slice(0, width).to_pylist())) != width:
+    pattern = names.slice(0, width).to_pylist()
+    if len(set(pattern)) != width:
         return None  # a name repeated in every frame
-    return _Entries(starts, names, values)
+    return _Entries(starts, names, values, pattern)
 
 
 class _Entries:
@@ -146,16 +147,30 @@ class _Entries:
     twenty times slower on message headers (measured, 10,000 messages of 5 headers).
     """
 
-    def __init__(self, starts: pa.Array, names: pa.Array, values: pa.Array) -> None:
+    def __init__(
+        self,
+        starts: pa.Array,
+        names: pa.Array,
+        values: pa.Array,
+        pattern: Sequence[str] | None = None,
+    ) -> None:
         self.starts = starts
         self.names = names
         self.values = values
         self.rows = len(starts) - 1
+        #: The names of every frame, in order, where all frames have the same.
+        self.pattern = pattern
 
     def lookup(self, name: str) -> pa.Array:
         """Each frame's value of ``name``, null where a frame has none."""
         import pyarrow.compute as pc
 
+        pattern = self.pattern
+        if pattern is not None:  # every frame's value is at the same place in it
+            if name not in pattern:
+                return pa.nulls(self.rows, pa.string())
+            rows = pa.FixedSizeListArray.from_arrays(self.values, len(pattern))
+            return pc.list_element(rows, pattern.index(name))
         found = pc.indices_nonzero(pc.equal(self.names, name))
         if len(found) == self.rows:  # in every frame, once: already in frame order
             return self.values.take(found)
