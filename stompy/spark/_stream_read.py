@@ -357,21 +357,26 @@ class StreamConsumer:
                 timeout=SETTLE,
             )
         else:
-            take = self._takes + 1  # one begun from now on
-            changed.wait_for(
-                lambda: (
-                    self._caught_up >= take
-                    or book.unplanned() >= limit
-                    or self._failure is not None
-                ),
-                timeout=SETTLE,
-            )
+            self._catch_up(book, limit)
             if 0 < book.unplanned() < limit and self.settings.max_trigger_delay > 0:
-                self._hurry = False  # a full batch is converted at once
+                self._hurry = False  # what comes meanwhile is converted in chunks
                 self._fill(book, limit, self.settings.max_trigger_delay)
+                self._hurry = True
+                self._catch_up(book, limit)
         failure = self._failure
         if failure is not None:
             raise _again(failure) from failure
+
+    def _catch_up(self, book: OffsetBook[Message], limit: int) -> None:
+        """Wait (the lock held, the intake hurried) until the intake took in and
+        converted what had arrived, or holds a full batch."""
+        take = self._takes + 1  # one begun from now on
+        self._changed.wait_for(
+            lambda: (
+                self._caught_up >= take or book.unplanned() >= limit or self._failure is not None
+            ),
+            timeout=SETTLE,
+        )
 
     def _fill(self, book: OffsetBook[Message], limit: int, delay: float) -> None:
         """Under a backlog, wait up to ``delay`` seconds for a full batch (the lock held).

@@ -479,3 +479,35 @@ def test_the_intake_converts_a_stream_in_few_chunks(broker: Broker) -> None:
         ]
     finally:
         consumer.close()
+
+
+def test_what_came_while_a_batch_waited_for_rows_is_in_it(broker: Broker) -> None:
+    # While a batch waits for fuller rows (maxTriggerDelay), the intake lets what it
+    # takes gather unconverted; when the wait ends, that is converted and in the batch.
+    fill(broker.url, "/queue/in", 1)
+    consumer = StreamConsumer(
+        read_settings(broker.url, maxMessagesPerBatch="1000", maxTriggerDelay="1")
+    )
+
+    def produce() -> None:
+        with stompy.Connection(broker.url) as conn:
+            for group in range(30):  # 600 messages in about 0.15 s
+                conn.send_many(
+                    [stompy.Outgoing("/queue/in", str(20 * group + i)) for i in range(20)]
+                )
+                time.sleep(0.005)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        consumer.plan(start, end)
+        producer.start()
+        end2 = consumer.latest(end, None)
+        assert end2 - end == 600
+        assert [r["body"] for r in planned(consumer.plan(end, end2))] == [
+            str(i).encode() for i in range(600)
+        ]
+    finally:
+        producer.join(10)
+        consumer.close()
