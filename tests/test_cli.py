@@ -1091,3 +1091,30 @@ def test_a_header_value_starting_with_a_space_is_sent_as_written_with_a_warning(
     got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")
     headers = json.loads(got.stdout)["headers"]
     assert (headers["tenant"], headers["plain"]) == (" acme", "value")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["send", "stomp://h", "/q", "x", "--timeout", "5"], "did you mean --connect-timeout?"),
+        (["send", "stomp://h", "/q", "x", "--user", "bob"], "did you mean --login?"),
+        (["subscribe", "stomp://h", "/q", "-n", "3"], "-n 3; did you mean --count?"),
+        (["subscribe", "stomp://h", "/q", "--ack-mode", "client"], "did you mean --ack?"),
+        (
+            ["send", "stomp://h", "/q", "x", "--password=" + PASSCODE],
+            "--password=********; did you mean --passcode?",
+        ),
+        (["send", "stomp://h", "/q", "x", "--pass", PASSCODE], "--pass ********; did you"),
+        (["subscribe", "stomp://h", "/q", "--token", PASSCODE], "--token ******** (see"),
+    ],
+)
+def test_another_tools_option_is_told_stompys_and_a_secret_is_not_shown(
+    argv: list[str], said: str
+) -> None:
+    """curl's --user, other clients' --password, -n for a count: a usage error saying
+    the option meant (no spelling alike found them), and the value of an unknown option
+    that reads as a secret masked: 'unrecognized arguments: --password=s3cret' printed
+    the passcode."""
+    got = stompy(*argv)
+    assert got.returncode == 2
+    assert said in one_error_line(got, argv[0])

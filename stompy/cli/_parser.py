@@ -24,6 +24,7 @@ from stompy import VERSIONS, __version__
 from stompy.cli import _values as values
 from stompy.cli._broker import run_broker
 from stompy.cli._connecting import LOGIN_VARIABLE, PASSCODE_VARIABLE
+from stompy.cli._masking import MASK
 from stompy.cli._proxy import run_proxy
 from stompy.cli._send import DEFAULT_MAX_BODY, run_send
 from stompy.cli._status import EXIT_USAGE
@@ -94,7 +95,7 @@ class _Parser(_OneLineParser):
                 if meant
             ]
             said = "".join(f"; {hint}" for hint in hints)
-            self.error(f"unrecognized arguments: {' '.join(extras)}{said}")
+            self.error(f"unrecognized arguments: {' '.join(_masked(extras))}{said}")
         set_here = _SET_BY_STOMPY.get(self.prog.rsplit(" ", 1)[-1], {})
         for name, value in getattr(parsed, "extra_headers", None) or ():
             if value[:1].isspace() and value.strip():
@@ -122,10 +123,50 @@ class _Parser(_OneLineParser):
         return parsed, extras
 
 
+#: Options of other tools (curl, other STOMP clients) and the one of stompy's meant,
+#: told where the command has it: no spelling alike finds them.
+_OPTION_MEANT: Final = {
+    "--user": "--login",
+    "--username": "--login",
+    "-u": "--login",
+    "--password": "--passcode",
+    "--pass": "--passcode",
+    "-p": "--passcode",
+    "--timeout": "--connect-timeout",
+    "-n": "--count",
+    "--max": "--count",
+    "--limit": "--count",
+    "--ack-mode": "--ack",
+}
+
+
+def _masked(extras: Sequence[str]) -> list[str]:
+    """``extras`` as a usage error shows them, the value of an unknown option that reads
+    as a secret (``--password=...``, ``--token X``) masked: passcodes are never printed."""
+    shown: list[str] = []
+    secret_next = False
+    for extra in extras:
+        name, equals, _ = extra.partition("=")
+        if secret_next and not extra.startswith("-"):
+            shown.append(MASK)
+        elif name.startswith("-") and any(w in name.lower() for w in ("pass", "secret", "token")):
+            shown.append(f"{name}={MASK}" if equals else name)
+            secret_next = not equals
+            continue
+        else:
+            shown.append(extra)
+        secret_next = False
+    return shown
+
+
 def _meant(given: str, options: Collection[str]) -> str:
     """The option(s) an unknown ``--option`` (perhaps ``--option=value``) most likely
-    meant: those it begins (an abbreviation, which is not taken), else one spelled
-    nearly the same; ``""`` when none (or when ``given`` is no long option)."""
+    meant: another tool's name for one (:data:`_OPTION_MEANT`), those it begins (an
+    abbreviation, which is not taken), else one spelled nearly the same; ``""`` when
+    none (or when ``given`` is no option)."""
+    other = _OPTION_MEANT.get(given.split("=", 1)[0], "")
+    if other in options:
+        return other
     if not given.startswith("--"):
         return ""
     name = given.split("=", 1)[0]
