@@ -18,12 +18,22 @@ framing only needs to present itself as one: with ``serve(websocket=True)`` a se
 listener runs the WebSocket handshake and serves a
 :class:`~stompy._engine.websocket.WebSocketStream` over the same store (same queues, same
 connections), writing one STOMP frame per WebSocket message.
+
+On asyncio a plain TCP connection is served without tasks (:class:`_LoopConnection`):
+the event loop calls it with the bytes read, and it acts on them and writes the
+answers in the same call, the same three jobs as the tasks' and with the same
+outcomes. anyio's stream pauses and resumes its transport's reading around each
+receive and lets the other tasks run after each send, and each frame woke the
+writer task, which took a turn of the loop: that was most of the broker's time per
+frame. TLS, WebSocket, trio and :meth:`AsyncBroker.serve_stream` keep the tasks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
+import socket
 import ssl as _ssl
 import sys
 import warnings
@@ -40,9 +50,16 @@ from typing_extensions import Unpack
 
 from stompy._checks import check_type, wrong_type
 from stompy._engine.keywords import check, keys
+from stompy._transports.rawsocket import running_backend
 from stompy._transports.signal import Signal
 from stompy.errors import StompError
-from stompy.testing._core.records import BrokerConfig, BrokerOptions, ConnectionState
+from stompy.testing._core.records import (
+    AWAITING,
+    CONNECTED,
+    BrokerConfig,
+    BrokerOptions,
+    ConnectionState,
+)
 from stompy.testing._core.store import MessageStore
 from stompy.testing._shared import (
     CHUNK,
@@ -98,6 +115,10 @@ class _Connection:
     def notify(self) -> None:
         """Wake every task of this connection waiting in :meth:`wait`."""
         self._changed.pulse()
+
+    def cut(self) -> None:
+        """End the connection now, without a word to the client."""
+        self.scope.cancel()
 
     async def wait(self, timeout: float | None = None) -> None:
         if timeout is None:
@@ -202,6 +223,213 @@ class _Connection:
         self.scope.cancel()
 
 
+class _LoopConnection(asyncio.Protocol):
+    """A plain TCP connection on asyncio, served by the event loop's callbacks.
+
+    The jobs of :class:`_Connection`'s three tasks, each done where the loop calls:
+    the bytes received are fed to the client connection, and every connection with
+    output writes it at once (:meth:`notify`, from the broker's ``_wake``); reading
+    pauses while the client connection wants no data and writing while the
+    transport's buffer is full (TCP backpressure both ways); a timer handle is armed
+    for the connection's next deadline. Once the connection is closing, its output
+    is written, its side half-closed, and the client's EOF awaited, for ``LINGER``
+    seconds at most. :attr:`ended` is done then (with the exception of a bug).
+    """
+
+    def __init__(
+        self, broker: AsyncBroker, client: ClientConnection, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.broker = broker
+        self.client = client
+        #: Ended by :meth:`AsyncBroker.drop_all_connections`.
+        self.dropped = False
+        #: Done when the connection is over (an exception: a bug ended it).
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        #: Bytes received and not yet fed to the client connection (it wants none now).
+        self._pending = b""
+        #: The client closed its side (or the connection is lost).
+        self._eof = False
+        self._reading = True
+        #: The transport's buffer is over its high-water mark.
+        self._blocked = False
+        #: Output taken while blocked, written once the transport has room; the
+        #: connection reads nothing meanwhile (as the tasks' writer holds what it
+        #: sends, and its reader waits).
+        self._held: bytes | None = None
+        #: Inside :meth:`_settle` (a write can wake this connection again).
+        self._settling = False
+        self._half_closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None
+        self._linger: asyncio.TimerHandle | None = None
+
+    # -- the event loop's calls --------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self.notify()
+
+    def data_received(self, data: bytes) -> None:
+        self._pending += data
+        self.notify()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        try:
+            if not self.client.finished:
+                self.client.receive_eof()
+            self.broker._wake()
+            self._settle()
+        except Exception as exc:
+            self._fail(exc)
+        return True  # the broker's side stays open for its last frames
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        if not self.client.finished:
+            self.client.receive_eof()
+            self.broker._wake()
+        self._end()
+
+    def pause_writing(self) -> None:
+        self._blocked = True
+
+    def resume_writing(self) -> None:
+        self._blocked = False
+        held = self._held
+        if held is not None and self._transport is not None:
+            self._held = None
+            self._transport.write(held)
+        self.notify()
+
+    # -- what the broker calls ---------------------------------------------------------
+
+    def notify(self) -> None:
+        """Write what the client connection has queued, and follow its state."""
+        try:
+            self._settle()
+        except Exception as exc:
+            self._fail(exc)
+
+    def cut(self) -> None:
+        """End the connection now, without a word to the client."""
+        self._end()
+
+    def stop(self) -> None:
+        """Cancel the timers (the connection is over)."""
+        for handle in (self._timer, self._linger):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._linger = None
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Write the output and act on the bytes received, a chunk at a time while the
+        client connection wants data; then read or not, time, and close as its state
+        says."""
+        transport = self._transport
+        if self._settling or transport is None or self.ended.done():
+            return
+        self._settling = True
+        try:
+            client = self.client
+            broker = self.broker
+            while True:
+                while not client.paused and self._held is None:
+                    frames = client.frames_to_send(self._loop.time())
+                    broker._wake()
+                    if not frames:
+                        break
+                    data = frames[0] if len(frames) == 1 else b"".join(frames)
+                    if self._blocked:
+                        self._held = data
+                        break
+                    transport.write(data)
+                if not self._pending or not client.wants_data or self._held is not None:
+                    break
+                self._receive()
+            wants = client.wants_data and not self._pending and self._held is None
+            if wants != self._reading:
+                self._reading = wants
+                if wants:
+                    transport.resume_reading()
+                else:
+                    transport.pause_reading()
+            if client.finished:
+                self._finish(transport)
+                return
+            deadline = client.next_deadline()
+            if deadline is not None and (self._deadline is None or deadline < self._deadline):
+                # Only ever earlier: a timer that finds its deadline moved on re-arms.
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = self._loop.call_at(deadline, self._on_timer)
+                self._deadline = deadline
+        finally:
+            self._settling = False
+
+    def _receive(self) -> None:
+        """Feed the client connection the next chunk of the bytes received (what the
+        tasks' reader reads at once: the output it makes is bounded alike)."""
+        client = self.client
+        pending = self._pending
+        if len(pending) > CHUNK:
+            data, self._pending = pending[:CHUNK], pending[CHUNK:]
+        else:
+            data, self._pending = pending, b""
+        was_waiting = client.state is AWAITING
+        client.receive_data(data, self._loop.time())
+        if was_waiting and client.state is CONNECTED:
+            logger.info(
+                "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
+                client.id,
+                client.version,
+                client.login,
+                client.host,
+                client.heartbeats,
+            )
+        self.broker._wake()
+
+    def _finish(self, transport: asyncio.Transport) -> None:
+        """The client connection is closing: half-close once its output is written,
+        then wait for the client's EOF (bounded by ``LINGER``)."""
+        if self._linger is None:
+            self._linger = self._loop.call_later(LINGER, self._end)
+        client = self.client
+        if client.paused or self._held is not None or client.buffered:
+            return
+        if self._eof:
+            self._end()
+        elif not self._half_closed:
+            self._half_closed = True
+            transport.write_eof()  # after what the transport still holds
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._deadline = None
+        client = self.client
+        try:
+            now = self._loop.time()
+            deadline = client.next_deadline()
+            if deadline is not None and deadline <= now and not client.finished:
+                client.handle_timer(now)
+                self.broker._wake()
+            self._settle()
+        except Exception as exc:
+            self._fail(exc)
+
+    def _end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.ended.done():
+            self.ended.set_exception(exc)
+
+
 class AsyncBroker:
     """A running broker, as yielded by :func:`serve`.
 
@@ -228,7 +456,7 @@ class AsyncBroker:
         self.tls = tls
         #: The real port of the WebSocket listener (``None`` without ``websocket=True``).
         self.ws_port = ws_port
-        self._connections: dict[str, _Connection] = {}
+        self._connections: dict[str, _Connection | _LoopConnection] = {}
 
     @property
     def url(self) -> str:
@@ -291,7 +519,7 @@ class AsyncBroker:
         connections = list(self._connections.values())
         for connection in connections:
             connection.dropped = True
-            connection.scope.cancel()
+            connection.cut()
         with anyio.move_on_after(LINGER + 1.0):
             while any(c.client.id in self._connections for c in connections):
                 await anyio.sleep(0.002)
@@ -309,7 +537,7 @@ class AsyncBroker:
         for connection in list(self._connections.values()):
             connection.notify()
 
-    def _select(self, session: str | None) -> list[_Connection]:
+    def _select(self, session: str | None) -> list[_Connection | _LoopConnection]:
         if session is None:
             return list(self._connections.values())
         check_type("session", session, str, "a session id (a str) or None")
@@ -386,6 +614,37 @@ class AsyncBroker:
     async def _serve_socket(self, stream: anyio.abc.ByteStream) -> None:
         await self.serve_stream(stream, peer_name(stream))
 
+    async def _serve_loop_socket(self, sock: socket.socket, address: object) -> None:
+        """Serve one accepted TCP socket with the asyncio loop's callbacks (see
+        :class:`_LoopConnection`), as :meth:`serve_stream` serves a stream."""
+        loop = asyncio.get_running_loop()
+        peer = _address_name(address)
+        client = self._store.open_connection(loop.time(), peer)
+        connection = _LoopConnection(self, client, loop)
+        self._connections[client.id] = connection
+        logger.info("%s: connection from %s", client.id, peer or "?")
+        transport: asyncio.BaseTransport | None = None
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: connection, sock)
+            await connection.ended
+            if connection.dropped:
+                client.close("dropped by the broker")
+        except Exception:
+            self._store.record_internal_error()
+            logger.exception("%s: internal error", client.id)
+        finally:
+            connection.stop()
+            client.close("closed")
+            del self._connections[client.id]
+            self._wake()
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
+            elif transport is not None:
+                transport.close()
+            else:
+                sock.close()
+            logger.info("%s: closed (%s)", client.id, client.close_reason)
+
     async def _serve_websocket(self, stream: anyio.abc.ByteStream) -> None:
         """Run the WebSocket handshake (bounded by ``connect_timeout``), then serve."""
         from stompy._engine.websocket import WebSocketStream
@@ -454,7 +713,8 @@ async def serve(
     listeners: list[anyio.abc.Listener[Any]] = []
     try:
         tcp = await listen(host, port)
-        listeners.append(_secured(_PatientListener(tcp), context))
+        patient = _PatientListener(tcp)
+        listeners.append(_secured(patient, context))
         real_port = tcp.listeners[0].extra(SocketAttribute.local_port)
         ws_port: int | None = None
         if websocket:
@@ -463,7 +723,10 @@ async def serve(
             ws_port = ws_tcp.listeners[0].extra(SocketAttribute.local_port)
         broker = AsyncBroker(store, host, real_port, tls=context is not None, ws_port=ws_port)
         async with serving_task_group() as tg:
-            tg.start_soon(listeners[0].serve, broker._serve_socket, tg)
+            if context is None and _on_asyncio():
+                tg.start_soon(patient.serve_sockets, broker._serve_loop_socket, tg)
+            else:
+                tg.start_soon(listeners[0].serve, broker._serve_socket, tg)
             logger.info("listening on %s", broker.url)
             if len(listeners) > 1:
                 tg.start_soon(listeners[1].serve, broker._serve_websocket, tg)
@@ -473,6 +736,19 @@ async def serve(
         with anyio.CancelScope(shield=True):
             for listener in listeners:
                 await listener.aclose()
+
+
+def _on_asyncio() -> bool:
+    """Whether anyio runs on asyncio here (not trio)."""
+    return getattr(running_backend(), "__name__", "") == "AsyncIOBackend"
+
+
+def _address_name(address: object) -> str:
+    """An accepted socket's peer as :func:`peer_name` names it."""
+    if isinstance(address, tuple):
+        host, port = address[0], address[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(address)
 
 
 def tls_context(
@@ -519,6 +795,18 @@ class _PatientListener(anyio.abc.Listener[anyio.abc.SocketStream]):
                 socket_listener = cast(anyio.abc.SocketListener, listener)
                 own.start_soon(self._accept, socket_listener, handler, task_group or own)
 
+    async def serve_sockets(
+        self,
+        handler: Callable[[socket.socket, object], Any],
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        """:meth:`serve` on asyncio, handing ``handler`` each accepted socket and its
+        address rather than anyio's stream (see :class:`_LoopConnection`)."""
+        async with anyio.create_task_group() as own:
+            for listener in self._tcp.listeners:
+                sock = listener.extra(SocketAttribute.raw_socket)
+                own.start_soon(self._accept_sockets, sock, handler, task_group)
+
     async def _accept(
         self,
         listener: anyio.abc.SocketListener,
@@ -533,19 +821,51 @@ class _PatientListener(anyio.abc.Listener[anyio.abc.SocketStream]):
                 error = exc if isinstance(exc, OSError) else exc.__cause__
                 if not isinstance(error, OSError) or error.errno not in _OUT_OF_DESCRIPTORS:
                     raise
-                if not self._short:
-                    self._short = True
-                    logger.warning(
-                        "out of file descriptors (%s): new connections wait until some "
-                        "close (raise the limit with ulimit -n)",
-                        error.strerror,
-                    )
-                await anyio.sleep(ACCEPT_RETRY)
+                await self._short_of_descriptors(error)
                 continue
-            if self._short:
-                self._short = False
-                logger.warning("file descriptors are free again: accepting connections")
+            self._accepting_again()
             task_group.start_soon(handler, stream)
+
+    async def _accept_sockets(
+        self,
+        sock: socket.socket,
+        handler: Callable[[socket.socket, object], Any],
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                accepted, address = await loop.sock_accept(sock)
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    raise
+                await self._short_of_descriptors(exc)
+                continue
+            except asyncio.CancelledError:
+                # As anyio does: a cancelled sock_accept() may leave its reader behind
+                # (https://bugs.python.org/issue41317).
+                with suppress(ValueError, NotImplementedError):
+                    loop.remove_reader(sock)
+                raise
+            self._accepting_again()
+            task_group.start_soon(handler, accepted, address)
+
+    async def _short_of_descriptors(self, error: OSError) -> None:
+        """Wait a while before accepting again: ``error`` says the process is out of
+        descriptors (warned once each time)."""
+        if not self._short:
+            self._short = True
+            logger.warning(
+                "out of file descriptors (%s): new connections wait until some "
+                "close (raise the limit with ulimit -n)",
+                error.strerror,
+            )
+        await anyio.sleep(ACCEPT_RETRY)
+
+    def _accepting_again(self) -> None:
+        if self._short:
+            self._short = False
+            logger.warning("file descriptors are free again: accepting connections")
 
     async def aclose(self) -> None:
         await self._tcp.aclose()

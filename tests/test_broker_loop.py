@@ -1,0 +1,62 @@
+"""The broker's plain TCP connections on asyncio, served by the event loop's callbacks
+(``_LoopConnection``) rather than by three tasks each."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import anyio
+import pytest
+
+from stompy.testing import serve
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+_CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\nheart-beat:0,0\n\n\x00"
+
+
+async def _exchange(sock: socket.socket, data: bytes, until: bytes) -> bytes:
+    """Write ``data``, then read until ``until`` has arrived (bounded in time)."""
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, data)
+    received = b""
+    with anyio.fail_after(5):
+        while until not in received:
+            chunk = await loop.sock_recv(sock, 65536)
+            assert chunk, f"the broker closed the connection after {received!r}"
+            received += chunk
+    return received
+
+
+async def test_a_connection_is_one_task_waiting_for_its_end() -> None:
+    count = 10
+    async with serve() as broker:
+        socks: list[socket.socket] = []
+        try:
+            for index in range(count + 1):
+                sock = socket.create_connection((broker.host, broker.port))
+                socks.append(sock)
+                sock.setblocking(False)
+                await _exchange(sock, _CONNECT, b"\x00")
+                if index == 0:  # the broker's own tasks run by now
+                    before = len(asyncio.all_tasks())
+            assert len(broker.connections) == count + 1
+            # No reader, writer and timer task per connection: the loop calls it.
+            assert len(asyncio.all_tasks()) - before == count
+            # Each still answers, and sees the others' messages.
+            first, second = socks[0], socks[1]
+            await _exchange(
+                first, b"SUBSCRIBE\nid:1\ndestination:/queue/q\nreceipt:s\n\n\x00", b"s\n"
+            )
+            answer = await _exchange(
+                second, b"SEND\ndestination:/queue/q\nreceipt:r\n\nhi\x00", b"receipt-id:r"
+            )
+            assert answer.startswith(b"RECEIPT\n")
+            message = await _exchange(first, b"", b"\x00")
+            assert message.startswith(b"MESSAGE\n")
+            assert message.endswith(b"\n\nhi\x00")
+        finally:
+            for sock in socks:
+                sock.close()
+        await broker.wait_until(lambda: not broker.connections)
