@@ -338,7 +338,7 @@ class _LoopConnection(asyncio.Protocol):
             client = self.client
             broker = self.broker
             while True:
-                while not client.paused and self._held is None:
+                while client.buffered and not client.paused and self._held is None:
                     frames = client.frames_to_send(self._loop.time())
                     broker._wake()
                     if not frames:

@@ -553,10 +553,10 @@ class ClientConnection:
 
     def _on_send(self, frame: Frame) -> None:
         # The busiest path of a broker. A SEND as clients mostly write one (destination
-        # first, then no header the broker reads but content-length) is taken from its
-        # header block as it arrived, without making the pairs: the block was checked
-        # by the parser (one colon a line, LF only, defined escapes), and its lines but
-        # those two are its user headers, kept as they are.
+        # first, then no header the broker reads but content-length and receipt) is
+        # taken from its header block as it arrived, without making the pairs: the
+        # block was checked by the parser (one colon a line, LF only, defined escapes),
+        # and its lines but those three are its user headers, kept as they are.
         block = received_block(frame)
         if block.startswith(_SEND_DESTINATION):
             end = block.find("\n", 17)
@@ -567,9 +567,23 @@ class ClientConnection:
                 if at >= 0:
                     after = lines.find("\n", at + 16)
                     lines = lines[:at] if after < 0 else lines[:at] + lines[after:]
-                if "\\" not in target and _CONTROL_LINE.search(lines) is None:
+                receipt = None
+                at = lines.find("\nreceipt:")
+                if at >= 0:
+                    after = lines.find("\n", at + 9)
+                    if after < 0:
+                        receipt, lines = lines[at + 9 :], lines[:at]
+                    else:
+                        receipt, lines = lines[at + 9 : after], lines[:at] + lines[after:]
+                if (
+                    "\\" not in target
+                    and (receipt is None or "\\" not in receipt)
+                    and _CONTROL_LINE.search(lines) is None  # a second receipt too
+                ):
                     escaping = received_escaping(frame)
                     self.store.accept(StoredMessage(target, None, frame.body, lines, escaping))
+                    if receipt is not None:
+                        self._send_receipt(receipt)
                     return
         # Any other SEND: the header entries are read in one pass.
         destination = transaction = receipt = reply_to = None

@@ -182,6 +182,14 @@ class MessageStore:
         """
         destination = message.destination
         dest = self._destinations.get(destination)
+        if dest is None and destination.startswith(TOPIC_PREFIX):
+            # A topic nobody subscribes to: numbered and dropped, as publish() does,
+            # without making its destination to forget it at once.
+            self._check_room(None, 1, 0)
+            self._counters.messages_received += 1
+            self._counters.messages_dropped += 1
+            self._next_message += 1
+            return
         if dest is None or dest.is_topic:
             topic = destination.startswith(TOPIC_PREFIX)
             size = 0 if topic else len(message.body)
