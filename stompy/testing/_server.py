@@ -288,9 +288,13 @@ class _LoopConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
-        if not self.client.finished:
-            self.client.receive_eof()
-            self.broker._wake()
+        self._transport = None  # nothing more is written
+        try:
+            if not self.client.finished:
+                self.client.receive_eof()
+                self.broker._wake()
+        except Exception as error:
+            self._fail(error)
         self._end()
 
     def pause_writing(self) -> None:
