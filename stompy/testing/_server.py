@@ -809,6 +809,7 @@ class _PatientListener(anyio.abc.Listener[anyio.abc.SocketStream]):
         async with anyio.create_task_group() as own:
             for listener in self._tcp.listeners:
                 sock = listener.extra(SocketAttribute.raw_socket)
+                sock.setblocking(False)  # sock_accept() must not block the loop
                 own.start_soon(self._accept_sockets, sock, handler, task_group)
 
     async def _accept(
