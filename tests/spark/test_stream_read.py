@@ -488,20 +488,22 @@ def test_what_came_while_a_batch_waited_for_rows_is_in_it(broker: Broker) -> Non
     consumer = StreamConsumer(
         read_settings(broker.url, maxMessagesPerBatch="1000", maxTriggerDelay="1")
     )
+    conn = stompy.Connection(broker.url)
 
-    def produce() -> None:
-        with stompy.Connection(broker.url) as conn:
-            for group in range(30):  # 600 messages in about 0.15 s
-                conn.send_many(
-                    [stompy.Outgoing("/queue/in", str(20 * group + i)) for i in range(20)]
-                )
-                time.sleep(0.005)
+    def produce_during_the_wait() -> None:
+        # The batch began with the first 200: it waits for more now.
+        assert until(lambda: consumer.book.unplanned() == 200)
+        conn.send_many([stompy.Outgoing("/queue/in", str(i)) for i in range(200, 600)])
 
-    producer = threading.Thread(target=produce, daemon=True)
+    producer = threading.Thread(target=produce_during_the_wait, daemon=True)
     try:
         start = consumer.initial()
         end = consumer.latest(start, None)
         consumer.plan(start, end)
+        conn.connect()
+        conn.send_many([stompy.Outgoing("/queue/in", str(i)) for i in range(200)], receipt=True)
+        assert until(lambda: consumer._arrived == 201)  # taken in, not converted yet
+        assert consumer.book.unplanned() == 0
         producer.start()
         end2 = consumer.latest(end, None)
         assert end2 - end == 600
@@ -510,4 +512,5 @@ def test_what_came_while_a_batch_waited_for_rows_is_in_it(broker: Broker) -> Non
         ]
     finally:
         producer.join(10)
+        conn.close()
         consumer.close()
