@@ -470,7 +470,8 @@ def test_the_intake_converts_a_stream_in_few_chunks(broker: Broker) -> None:
                     [stompy.Outgoing("/queue/in", str(20 * group + i)) for i in range(20)]
                 )
                 time.sleep(0.002)
-        time.sleep(0.2)  # Spark runs the batch: the intake takes them in meanwhile
+        # Spark runs the batch: the intake takes them in meanwhile.
+        assert until(lambda: consumer._arrived == 2001)
         end2 = consumer.latest(end, None)
         assert end2 - end == 2000
         assert len(consumer._columns.between(end, end2)) <= 2
