@@ -96,6 +96,17 @@ ACCEPT_RETRY: Final = 0.1
 _STREAM_METHODS: Final = ("receive", "send", "aclose")
 
 
+def _log_connected(client: ClientConnection) -> None:
+    logger.info(
+        "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
+        client.id,
+        client.version,
+        client.login,
+        client.host,
+        client.heartbeats,
+    )
+
+
 class _Connection:
     """One served stream and the broker's side of it."""
 
@@ -174,14 +185,7 @@ class _Connection:
             if after is not None and (before is None or after < before):
                 self.notify()  # the timer sleeps until a later deadline, or none
             if was_waiting and client.state is ConnectionState.CONNECTED:
-                logger.info(
-                    "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
-                    client.id,
-                    client.version,
-                    client.login,
-                    client.host,
-                    client.heartbeats,
-                )
+                _log_connected(client)
             self.broker._wake()
 
     async def _write(self) -> None:
@@ -387,14 +391,7 @@ class _LoopConnection(asyncio.Protocol):
         was_waiting = client.state is AWAITING
         client.receive_data(data, self._loop.time())
         if was_waiting and client.state is CONNECTED:
-            logger.info(
-                "%s: CONNECTED with STOMP %s, login %r, host %r, heart-beats %s",
-                client.id,
-                client.version,
-                client.login,
-                client.host,
-                client.heartbeats,
-            )
+            _log_connected(client)
         self.broker._wake()
 
     def _finish(self, transport: asyncio.Transport) -> None:
