@@ -452,3 +452,70 @@ async def test_trio_close_from_another_task_ends_a_call_reading_through(anyio_ba
             assert outcome == [0, 1]
             assert anyio.current_time() - started < 2
             assert broker.frames[-1] == b"DISCONNECT"
+
+
+def pushed(sub: stompy.AsyncSubscription, body: bytes, number: int) -> bytes:
+    return (
+        b"MESSAGE\nsubscription:"
+        + sub.id.encode()
+        + b"\nmessage-id:"
+        + str(number).encode()
+        + b"\ndestination:/queue/pushed\n\n"
+        + body
+        + b"\0"
+    )
+
+
+def flood(sub: stompy.AsyncSubscription, first: int, count: int) -> bytes:
+    """``count`` MESSAGEs for ``sub`` in one write, numbered from ``first``."""
+    return b"".join(pushed(sub, f"m{i}".encode(), i) for i in range(first, first + count))
+
+
+async def taken(sub: stompy.AsyncSubscription, count: int) -> list[bytes | None]:
+    """``count`` get()s one after the other, each waiting at most 2 s."""
+    bodies: list[bytes | None] = []
+    for _ in range(count):
+        message = await sub.get(timeout=2)
+        bodies.append(None if message is None else message.body)
+    return bodies
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_room_made_before_the_reader_task_saw_a_pause_read_through_is_kept(
+    anyio_backend: str,
+) -> None:
+    # A call reading through fills an inbox: the pause goes to the reader task, which
+    # has not run yet when the consumer empties the inbox, without a checkpoint, and then
+    # waits for more. The room it made then still counts: the reader task moves the
+    # backlog at once (it waited for room nobody would make again, the get() its 2 s).
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            slow = await conn.subscribe("/queue/pushed", max_pending=2)
+            conn._io.yield_at = float("inf")  # no time-paced checkpoint in the get()s
+            outcome: list[object] = []
+            async with anyio.create_task_group() as tg:
+
+                async def send_then_take() -> None:
+                    await sending(conn, 2, outcome)
+                    outcome.append(await taken(slow, 4))
+
+                tg.start_soon(send_then_take)
+                await settled()
+                await broker.answer()
+                await settled()
+                assert state(lending) == (True, True)  # the second send reads through
+                assert broker.unanswered
+                await broker.push(
+                    flood(slow, 1, 4)
+                    + b"RECEIPT\nreceipt-id:"
+                    + broker.unanswered.pop(0)
+                    + b"\n\n\0"
+                )
+            assert outcome == [0, 1, [b"m1", b"m2", b"m3", b"m4"]]
+            assert conn.failure is None

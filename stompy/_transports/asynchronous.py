@@ -235,7 +235,11 @@ class TaskIO(Generic[M]):
         self._handed: StompError | None = None
         #: Subscriptions with a ``get()`` waiting.
         self.getting: set[Getter] = set()
-        self._room: anyio.Event | None = None  # the paused reader waits on it
+        #: A consumer made room (:meth:`make_room`): kept until the paused reader takes
+        #: it, so room made before the reader task saw the pause is not lost (on trio a
+        #: call reading through hands the pause on, and its task may empty the inbox
+        #: before the reader task runs).
+        self._room = Signal()
         self._rearm = anyio.Event()  # the timer's deadline may have come nearer
         #: While the timer task runs, the deadline of each wait for a receipt or a
         #: reply, by the event that wakes it: the timer wakes it at its deadline (see
@@ -334,10 +338,9 @@ class TaskIO(Generic[M]):
             getting.discard(sub)
 
     def make_room(self) -> None:
-        """A consumer took messages: let a paused reader move the backlog."""
-        room = self._room
-        if room is not None:
-            room.set()
+        """A consumer took messages: let a paused reader move the backlog (now, or as
+        soon as it sees the pause)."""
+        self._room.set()
 
     def kick(self) -> None:
         """Start the writer if there is something to write."""
@@ -876,7 +879,7 @@ class TaskIO(Generic[M]):
             tg.start_soon(self._writer, stream, tg.cancel_scope)
             tg.start_soon(self._timer, stream, tg.cancel_scope)
         self._epoch_scope = None
-        self._room = None
+        self._room = Signal()  # the next connection starts unpaused
         self.turn = None
         self.lending = None
         return self.engine.ending
@@ -954,12 +957,11 @@ class TaskIO(Generic[M]):
                     failure = pumped.failure
                 if failure is None:
                     while engine.paused:
-                        # An inbox is full: read no more until a consumer made room.
-                        room = self._room = anyio.Event()
+                        # An inbox is full: read no more until a consumer made room
+                        # (maybe already, while a call that read through had the pause).
                         self._rearm.set()  # the engine has a stall to watch
-                        await room.wait()
+                        await self._room.take()
                         self._pumped(engine.drain_backlog(self.clock()))
-                    self._room = None
                     if ended is not None:
                         # Frames that came before the close were handled; the writer
                         # gets a moment to answer the close before the epoch ends.
