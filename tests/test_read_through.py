@@ -519,3 +519,33 @@ async def test_trio_room_made_before_the_reader_task_saw_a_pause_read_through_is
                 )
             assert outcome == [0, 1, [b"m1", b"m2", b"m3", b"m4"]]
             assert conn.failure is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_asyncio_room_made_before_the_reader_task_saw_a_pause_a_get_read_is_kept(
+    anyio_backend: str,
+) -> None:
+    # The same on asyncio, where a get() waiting alone reads through: what it read fills
+    # its own inbox, it returns the first message and the next get()s empty the inbox
+    # before the reader task, handed the pause, ran.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
+        ):
+            turn = await turn_of(conn, anyio_backend)
+            assert turn is not None
+            slow = await conn.subscribe("/queue/pushed", max_pending=2)
+            conn._io.yield_at = float("inf")  # no time-paced checkpoint in the get()s
+            outcome: list[bytes | None] = []
+            async with anyio.create_task_group() as tg:
+
+                async def take() -> None:
+                    outcome.extend(await taken(slow, 4))
+
+                tg.start_soon(take)
+                await settled()
+                assert turn.caller is not None  # the get() waits on the socket
+                await broker.push(flood(slow, 0, 4))
+            assert outcome == [b"m0", b"m1", b"m2", b"m3"]
+            assert conn.failure is None
