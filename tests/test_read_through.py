@@ -2,11 +2,11 @@
 a reply, a ``get()``'s message) on a plain TCP connection is woken by the socket's bytes
 itself and feeds them to the engine, while the reader task stays waiting, unwoken
 (:class:`stompy._transports.rawsocket.ReadTurn`). On trio a call waiting for a receipt
-or a reply waits on the socket itself once the reader task lent it
-(:class:`stompy._transports.rawsocket.SocketTurn`); a ``get()`` waits for the reader
-task. The behaviour is the same on both: what the waiting call read is never lost,
-not even when it is cancelled right after the read, the reader reads again once the
-call returns, and a full inbox still stops the reading."""
+or a reply, or a ``get()`` waiting for a message, waits on the socket itself once the
+reader task lent it (:class:`stompy._transports.rawsocket.SocketTurn`). The behaviour
+is the same on both: what the waiting call read is never lost, not even when it is
+cancelled right after the read, the reader reads again once the call returns, a full
+inbox still stops the reading, and room made as the reading stops is not lost."""
 
 from __future__ import annotations
 
@@ -466,6 +466,62 @@ def pushed(sub: stompy.AsyncSubscription, body: bytes, number: int) -> bytes:
     )
 
 
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_gets_after_a_message_wait_on_the_socket_the_reader_lent(
+    anyio_backend: str,
+) -> None:
+    # As for calls: the reader task reads the first MESSAGE and lends the socket to the
+    # get() it woke; the get() that follows reads its message itself and hands the
+    # socket back; one cancelled while it waits on the socket hands it back too, and
+    # loses nothing.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            sub = await conn.subscribe("/queue/pushed")
+            got: list[object] = []
+
+            async def get(count: int) -> None:
+                for _ in range(count):
+                    message = await sub.get()
+                    assert message is not None
+                    got.append(message.body)
+                await anyio.sleep_forever()  # until cancelled, and not in a get()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(get, 2)
+                await settled()
+                assert state(lending) == (False, False)  # the first waits for the reader
+                await broker.push(pushed(sub, b"first", 1))
+                await settled()
+                assert got == [b"first"]
+                assert state(lending) == (True, True)  # the second reads through
+                await broker.push(pushed(sub, b"second", 2))
+                await settled()
+                assert got == [b"first", b"second"]
+                assert state(lending) == (False, False)  # handed back
+                tg.cancel_scope.cancel()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(get, 2)
+                await settled()
+                await broker.push(pushed(sub, b"third", 3))
+                await settled()
+                assert state(lending) == (True, True)
+                tg.cancel_scope.cancel()  # the get() waiting on the socket
+            await settled()
+            assert state(lending) == (False, False)
+            await broker.push(pushed(sub, b"fourth", 4))  # read by the reader task
+            message = await sub.get(timeout=5)
+            assert message is not None
+            assert message.body == b"fourth"
+            assert got == [b"first", b"second", b"third"]
+            assert conn.failure is None
+
+
 def flood(sub: stompy.AsyncSubscription, first: int, count: int) -> bytes:
     """``count`` MESSAGEs for ``sub`` in one write, numbered from ``first``."""
     return b"".join(pushed(sub, f"m{i}".encode(), i) for i in range(first, first + count))
@@ -518,6 +574,38 @@ async def test_trio_room_made_before_the_reader_task_saw_a_pause_read_through_is
                     + b"\n\n\0"
                 )
             assert outcome == [0, 1, [b"m1", b"m2", b"m3", b"m4"]]
+            assert conn.failure is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_room_made_before_the_reader_task_saw_a_pause_a_get_read_is_kept(
+    anyio_backend: str,
+) -> None:
+    # The same with a get() reading through: its read fills its own inbox, it returns
+    # the first message, and the next get()s empty the inbox before the reader task ran.
+    with anyio.fail_after(10):
+        async with (
+            held_broker() as broker,
+            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
+        ):
+            await settled()
+            lending = conn._io.lending
+            assert isinstance(lending, SocketTurn)
+            slow = await conn.subscribe("/queue/pushed", max_pending=2)
+            conn._io.yield_at = float("inf")
+            outcome: list[object] = []
+            async with anyio.create_task_group() as tg:
+
+                async def take() -> None:
+                    outcome.extend(await taken(slow, 5))
+
+                tg.start_soon(take)
+                await settled()
+                await broker.push(flood(slow, 0, 1))  # read by the reader task
+                await settled()
+                assert state(lending) == (True, True)  # the second get() reads through
+                await broker.push(flood(slow, 1, 4))
+            assert outcome == [b"m0", b"m1", b"m2", b"m3", b"m4"]
             assert conn.failure is None
 
 

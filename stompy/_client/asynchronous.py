@@ -37,7 +37,14 @@ from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
-from stompy._transports.asynchronous import FutureWake, TaskIO, running_loop, sniffed, thread_id
+from stompy._transports.asynchronous import (
+    FutureWake,
+    TaskIO,
+    TurnWake,
+    running_loop,
+    sniffed,
+    thread_id,
+)
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
@@ -150,8 +157,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         self._io = link.io
         #: Set when a message arrives or the subscription may have ended.
         self._wakeup: anyio.Event | None = None
-        #: The wake-up of the ``get()`` reading through (asyncio), set with the event.
-        self._reading: FutureWake | None = None
+        #: The wake-up of the ``get()`` reading through (asyncio, trio), set with the event.
+        self._reading: FutureWake | TurnWake | None = None
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
         """The next message, or ``None`` on timeout or once the subscription ended.
@@ -224,17 +231,36 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         connection's, whose tasks could not wake it."""
         io = self._io
         io.check_thread()
+        try:
+            await self._await_arrival(io)
+        finally:
+            lending = io.lending
+            if lending is not None:
+                lending.hand_back()  # trio: the socket goes back to the reader task
+
+    async def _await_arrival(self, io: TaskIO[AsyncMessage]) -> None:
         inbox = self._inbox
         getting = io.getting
         while not inbox.pending and not self._ended() and self._engine.status is not CLOSED:
+            idle = self._wakeup is None and self._reading is None and not self._engine.paused
+            lending = io.lending
+            if lending is not None:
+                if idle and lending.free:
+                    # trio: wait on the socket the reader task lent, as a call does.
+                    turn_wake = self._reading = TurnWake(lending)
+                    getting.add(self)
+                    io.at_rest = True
+                    try:
+                        await io.read_in_turn(lending, turn_wake)
+                    finally:
+                        if self._reading is turn_wake:
+                            self._reading = None
+                            if self._wakeup is None:
+                                getting.discard(self)
+                    continue
+                lending.hand_back()  # someone must read while this waits
             turn = io.turn
-            if (
-                turn is not None
-                and turn.free
-                and self._wakeup is None
-                and self._reading is None
-                and not self._engine.paused
-            ):
+            if idle and turn is not None and turn.free:
                 # Read through: the message's bytes wake this task, not the reader.
                 future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 reading = self._reading = FutureWake(future)

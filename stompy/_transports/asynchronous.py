@@ -332,10 +332,13 @@ class TaskIO(Generic[M]):
         for waiter in self._replies.values():
             waiter.set()
 
-    def _wake_getters(self, *, ended: bool = False) -> None:
+    def _wake_getters(self, *, ended: bool = False) -> bool:
+        """Wake the ``get()`` calls with a message (or all, ``ended``); whether any."""
         getting = self.getting
-        for sub in [sub for sub in getting if sub.wake(ended=ended)]:
+        woken = [sub for sub in getting if sub.wake(ended=ended)]
+        for sub in woken:
             getting.discard(sub)
+        return bool(woken)
 
     def make_room(self) -> None:
         """A consumer took messages: let a paused reader move the backlog (now, or as
@@ -892,14 +895,14 @@ class TaskIO(Generic[M]):
     def _pumped(self, woke: bool, replied: Sequence[str] = ()) -> bool:
         """After a pump: start the writer, wake whom the routed events concern (of the
         requests, only those whose reply came); whether it woke a call's wait for a
-        receipt or a reply."""
+        receipt or a reply, or a ``get()``."""
         self.kick()
         if self.engine.notices:
             self.noticed.set()
         answered = False
         if woke:
             if self.getting:
-                self._wake_getters()
+                answered = self._wake_getters()
             if self._receipts:
                 self._wake_receipts()
                 answered = True
@@ -914,7 +917,8 @@ class TaskIO(Generic[M]):
     def _feed(self, data: bytes) -> StompError | None:
         """Feed bytes read from a plain TCP socket to the engine (``b""``: the end of
         the stream) and route what they hold; the pump's failure. Read by the reader
-        task on trio, it lends the socket to the calls it answered (:class:`SocketTurn`)."""
+        task on trio, it lends the socket to the calls (and ``get()`` calls) it woke
+        (:class:`SocketTurn`), which hand it back as they return."""
         engine = self.engine
         now = self.clock()
         engine.receive(data, now)
