@@ -91,6 +91,24 @@ __all__ = (
 
 log: Final = logging.getLogger("stompy")
 
+_DEBUG: Final = logging.DEBUG
+#: logging's own record of the levels the stompy logger logs at, which
+#: ``Logger.isEnabledFor`` fills and logging empties whenever its settings change (a
+#: ``setLevel()``, ``disable()``...): :func:`_debug_on` reads it without that call.
+#: (An empty dict where the logger has none: every look is then the call.)
+_LEVELS: Final[dict[int, bool]] = getattr(log, "_cache", {})
+
+
+def _debug_on() -> bool:
+    """Whether the stompy logger logs at DEBUG, as ``log.isEnabledFor(DEBUG)`` says,
+    without calling it while logging's settings are unchanged (a compiled call, where
+    ``isEnabledFor`` is an interpreted one)."""
+    enabled = _LEVELS.get(_DEBUG)
+    if enabled is None:  # not looked up since logging's settings changed
+        return log.isEnabledFor(_DEBUG)
+    return enabled and not log.disabled
+
+
 #: Past this many unwritten bytes, a call waits for the transport to catch up.
 MAX_OUTGOING: Final = 4 * 1024 * 1024
 
@@ -204,7 +222,7 @@ class Engine(Generic[M]):
         self._end_told = False  # on_disconnected was queued for the current connection
         #: Whether the stompy logger logs at DEBUG, as of the last :meth:`pump` (one look
         #: per batch of received bytes, rather than one per frame sent).
-        self.debug = log.isEnabledFor(logging.DEBUG)
+        self.debug = _debug_on()
         #: Whether the broker confirmed the goodbye (its DISCONNECT receipt came); set
         #: when the engine is closed (see :meth:`Call.goodbye`).
         self.goodbye_confirmed: bool | None = None
@@ -245,7 +263,7 @@ class Engine(Generic[M]):
         self.status = CONNECTED
         self.serving = True
         self.ending = None
-        self.debug = log.isEnabledFor(logging.DEBUG)
+        self.debug = _debug_on()
         self._now = now
         self.delivery.watch(now, self.endpoint)
         for inbox in self.delivery.inboxes.values():
@@ -630,7 +648,7 @@ class Engine(Generic[M]):
         message_class = self.message_class
         epoch = self.epoch
         owner = self.owner
-        self.debug = debug = log.isEnabledFor(logging.DEBUG)
+        self.debug = debug = _debug_on()
         try:
             event = proto.next_event()
             while event is not None:
