@@ -1,5 +1,6 @@
 """What the client state machine reports: small frozen dataclasses, one per event
-(:class:`MessageReceived`, made per message, a plain class that behaves as one)."""
+(:class:`MessageReceived`, made per message, and :class:`Receipt`, per round trip, plain
+classes that behave as ones)."""
 
 from __future__ import annotations
 
@@ -109,15 +110,37 @@ class MessageReceived:
         return self.frame.body
 
 
-@dataclass(frozen=True, slots=True)
 class Receipt:
-    """The server processed the frame that asked for ``receipt_id``."""
+    """The server processed the frame that asked for ``receipt_id``.
 
-    receipt_id: str
-    frame: Frame
+    ``Receipt(receipt_id, frame)``; read-only like the other events, and like them it
+    compares by value. A plain class rather than a dataclass, as
+    :class:`MessageReceived`: a round trip makes one, and mypyc compiles this
+    ``__init__`` (a dataclass's generated one stays interpreted).
+    """
+
+    __slots__ = ("frame", "receipt_id")
+
+    #: As a dataclass has them, for ``match`` statements.
+    __match_args__: ClassVar[tuple[str, ...]] = ("receipt_id", "frame")
+
+    def __init__(self, receipt_id: str, frame: Frame) -> None:
+        self.receipt_id = receipt_id
+        self.frame = frame
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self) or not isinstance(other, Receipt):
+            return NotImplemented
+        return self.receipt_id == other.receipt_id and self.frame == other.frame
+
+    #: Unhashable, as the frozen dataclass it was (its frame is unhashable).
+    __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[type[Receipt], tuple[object, ...]]:
         return Receipt, (self.receipt_id, self.frame)
+
+    def __repr__(self) -> str:
+        return f"Receipt(receipt_id={self.receipt_id!r}, frame={self.frame!r})"
 
 
 @dataclass(frozen=True, slots=True)

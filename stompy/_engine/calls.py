@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar, cast, get_args
 
 from stompy._checks import (
@@ -90,16 +89,28 @@ class Waiting(enum.Enum):
     REPLY = "reply"
 
 
-@dataclass(slots=True, eq=False, repr=False)
 class Wait:
-    """One wait a call asks for: until ``what`` happens, or ``deadline`` at the latest."""
+    """One wait a call asks for: until ``what`` happens, or ``deadline`` at the latest.
 
-    what: Waiting
-    deadline: float
-    #: The receipt id, for a :attr:`Waiting.RECEIPT` wait.
-    receipt: str | None = None
-    #: The request's ``correlation-id``, for a :attr:`Waiting.REPLY` wait.
-    correlation_id: str | None = None
+    A plain class rather than a dataclass: a round trip makes one, and mypyc compiles
+    the ``__init__`` written here, where a dataclass's generated one stays interpreted.
+    """
+
+    __slots__ = ("correlation_id", "deadline", "receipt", "what")
+
+    def __init__(
+        self,
+        what: Waiting,
+        deadline: float,
+        receipt: str | None = None,
+        correlation_id: str | None = None,
+    ) -> None:
+        self.what = what
+        self.deadline = deadline
+        #: The receipt id, for a :attr:`Waiting.RECEIPT` wait.
+        self.receipt = receipt
+        #: The request's ``correlation-id``, for a :attr:`Waiting.REPLY` wait.
+        self.correlation_id = correlation_id
 
     def __repr__(self) -> str:
         key = self.receipt or self.correlation_id or ""
