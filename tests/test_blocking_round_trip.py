@@ -6,7 +6,8 @@ its answer through leaves the I/O thread standing aside (no ``epoll_ctl`` per ro
 trip), which takes the reading back itself once nobody reads. These tests hold what
 those shortcuts must not change: what is logged when logging's settings change in the
 middle of a connection; what comes when no caller waits any more (a message, the
-broker's end) still reaches the connection, without a call to fetch it.
+broker's end) still reaches the connection, without a call to fetch it; and a
+connection with hooks keeps the shortcut (its hooks thread sleeps through round trips).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from types import FrameType
 
 import pytest
 
@@ -91,3 +93,48 @@ def test_the_broker_gone_after_round_trips_is_seen_without_a_call() -> None:
             assert ended.wait(timeout=5)
             with pytest.raises(stompy.ConnectionLost):
                 conn.send(queue(), "x", receipt=True)
+
+
+def test_round_trips_leave_the_hooks_thread_asleep() -> None:
+    """The hooks thread waits on a condition of its own: an answer read through does
+    not wake it (nor, so, make the reading caller give the reading back to the I/O
+    thread); a hook to call still does."""
+    woken: list[str] = []  # the hooks thread's waits, each after it was woken
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is threading.Condition.wait.__code__:
+            name = threading.current_thread().name
+            if name.startswith("stompy-hooks-"):
+                woken.append(name)
+
+    called: list[str] = []
+    ended = threading.Event()
+
+    def disconnected(error: object) -> None:
+        called.append("disconnected")
+        ended.set()
+
+    with run_broker() as broker:
+        conn = stompy.Connection(
+            broker.url,
+            on_connected=lambda endpoint: called.append("connected"),
+            on_disconnected=disconnected,
+        )
+        threading.setprofile(profile)  # for the threads the connection starts
+        try:
+            conn.connect()
+        finally:
+            threading.setprofile(None)
+        try:
+            round_trips(conn, 10)
+            deadline = time.monotonic() + 5
+            while "connected" not in called and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert called == ["connected"]
+            before = len(woken)
+            round_trips(conn, 200)
+            assert woken[before:] == []  # woken again and again, before
+        finally:
+            conn.close()
+        assert ended.wait(timeout=5)
+    assert called == ["connected", "disconnected"]

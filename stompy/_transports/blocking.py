@@ -110,6 +110,10 @@ class IOThread(Generic[M]):
         self.thread: threading.Thread | None = None
         self._ident: int | None = None  # the I/O thread's, once it runs
         self._hooks: threading.Thread | None = None  # runs the lifecycle hooks
+        #: What the hooks thread waits on (over :attr:`lock`), not :attr:`cond`: a
+        #: waiter there would be woken by every answer, and would make a reading
+        #: caller give the reading back to the I/O thread (see :meth:`wait`).
+        self._hooks_cond = threading.Condition(self.lock)
         self._sock: socket.socket | None = None
         #: The socket being established (made by the lifecycle's ``Open`` step).
         self._pending: socket.socket | None = None
@@ -313,6 +317,11 @@ class IOThread(Generic[M]):
             cond.notify_all()
         if self.reading and not self.poked:
             self.poke_reader()
+        hooks = self._hooks_cond
+        if hooks._waiters:  # type: ignore[attr-defined]  # the hooks thread, idle
+            engine = self.engine
+            if engine.notices or engine.status is CLOSED:  # a hook to call, or the end
+                hooks.notify()
 
     def poke_reader(self) -> None:
         """Wake the caller reading in :meth:`wait` (a notify came; under the lock)."""
@@ -434,7 +443,7 @@ class IOThread(Generic[M]):
     def _run_hooks(self) -> None:
         """The hooks thread: make the engine's hook calls in order, outside the lock,
         until the engine is over and every call was made."""
-        engine, cond = self.engine, self.cond
+        engine, cond = self.engine, self._hooks_cond
         while True:
             with cond:
                 while not engine.notices:
