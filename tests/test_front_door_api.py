@@ -211,6 +211,7 @@ HANDED_OUT = frozenset(
         "FaultProxy",
         "Message",
         "MessageReceived",
+        "Receipt",
         "Subscription",
         "Transaction",
     }
