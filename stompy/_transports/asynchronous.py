@@ -99,7 +99,8 @@ def _sniffio_thread_local() -> Any:
 #: (a ``trio.run()`` inside an asyncio task).
 sniffed: Final = _sniffio_thread_local()
 
-_RECV_SIZE: Final = 256 * 1024
+#: Under glibc's mmap threshold: see :data:`stompy._transports.rawsocket.RECV_SIZE`.
+_RECV_SIZE: Final = 64 * 1024
 #: How long a failed write waits for the reader to read what the broker said before
 #: it closed (its ERROR) and end the connection with that.
 _LAST_WORDS_WAIT: Final = 0.5

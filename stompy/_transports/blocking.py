@@ -54,7 +54,8 @@ __all__ = ("IOThread", "bytes_waiting")
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
 
-_RECV_SIZE: Final = 256 * 1024
+#: Under glibc's mmap threshold: see :data:`stompy._transports.rawsocket.RECV_SIZE`.
+_RECV_SIZE: Final = 64 * 1024
 #: At most this much is read after a failed write, for the ERROR that says why.
 _LAST_WORDS: Final = 1024 * 1024
 _SEND_CHUNK: Final = 1024 * 1024

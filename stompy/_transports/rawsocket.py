@@ -43,8 +43,11 @@ __all__ = (
     "running_backend",
 )
 
-#: The most bytes one read takes.
-RECV_SIZE: Final = 256 * 1024
+#: The most bytes one read takes. Under glibc's threshold for allocating with ``mmap``
+#: (128 KiB): ``sock.recv(n)`` makes a bytes object of ``n`` first and shrinks it to
+#: what came, so a 256 KiB read cost an ``mmap``, an ``mremap`` and a ``munmap`` (and two
+#: page faults) per read, a round trip's answer of 50 bytes included.
+RECV_SIZE: Final = 64 * 1024
 
 _wait_readable: Final[Callable[[socket.socket], Awaitable[None]] | None] = getattr(
     anyio, "wait_readable", None
