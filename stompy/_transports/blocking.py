@@ -15,9 +15,12 @@ from the start of the one buffer, by one writer at a time, so frames can never
 interleave. A caller that waits (a receipt, a reply, a message) reads the socket
 itself meanwhile (:meth:`IOThread.wait`, the read-through): the answer then costs no
 hand-off back either. Where the I/O thread's watch can be changed from another thread
-(``epoll``), the I/O thread stands aside meanwhile, so that an answer wakes one thread;
-elsewhere both may read. Both read and route under the lock, so the bytes are routed in
-the order they came; only the I/O thread judges a failed socket.
+(``epoll``), the I/O thread stands aside meanwhile, so that an answer wakes one thread,
+and stays aside after the caller returned until it looks again (20 ms, longer while
+callers keep reading through; at once when another thread waits on the condition), so a
+run of round trips changes its watch not at all; elsewhere both may read. Both read and
+route under the lock, so the bytes are routed in the order they came; only the I/O
+thread judges a failed socket.
 
 While the engine keeps a backlog (a subscription's inbox is full) the thread stops
 reading the socket, so TCP pushes back on the broker instead of memory growing; it
