@@ -361,6 +361,11 @@ class Connection(ConnectionBase[Message]):
         # What answers its messages; it must not hold the Connection: see __del__.
         self._engine.owner = self._link = Link(io)
 
+    def _gather_reads(self, seconds: float) -> None:
+        """Internal, the Spark source's: let a stream's bytes gather up to ``seconds``
+        before the I/O thread reads them (see :attr:`IOThread.gather`)."""
+        self._io.gather = seconds
+
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         # Like a socket: never closed, the Connection warns and lets its thread and
         # socket go (nothing the I/O thread holds refers to the Connection).

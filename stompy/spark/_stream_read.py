@@ -67,6 +67,10 @@ NAP_BELOW: Final = 500
 NAP: Final = 0.005
 #: Seconds a call waits at most for the intake to take what had arrived.
 SETTLE: Final = 5.0
+#: Seconds the connection's I/O thread lets a flowing stream's bytes gather before it
+#: reads them: each read costs a wake-up whatever it brings, and RabbitMQ's stream
+#: comes about 3 KB at a time (see ``IOThread.gather``).
+GATHER: Final = 0.001
 
 
 class _Columns:
@@ -206,6 +210,7 @@ class StreamConsumer:
             # that Spark has not seen yet.
             for index, destination in enumerate(settings.destinations):
                 conn = settings.connection.connection(reconnect=settings.reconnect)
+                conn._gather_reads(GATHER)
                 conn.connect()
                 conns.append(conn)
                 if index == 0:  # the batch and the prefetch the broker allows
