@@ -16,9 +16,12 @@ the broker and, through it:
 
 Then the faults stop, the proxy heals, and the consumer drains until it has seen every
 confirmed id (or the drain timeout). *Lost* is confirmed minus received and must be 0;
-duplicates are allowed (at least once) and counted. The in-process broker must answer
-no frame with an ERROR but a heart-beat timeout: no fault alters a frame, so any other
-ERROR answered a frame a correct client never sends. Each client call is timed and must
+duplicates are allowed (at least once) and counted by why they came (a redelivery, a
+send stompy repeated, a send the producer repeated after it raised). A send that raised
+``ConnectionLost`` after ``send_timeout`` met an outage longer than it (docs/reconnect.md).
+The three flavours meet the same faults (the seed and the broker pick them). The
+in-process broker must answer no frame with an ERROR but a heart-beat timeout: no fault
+alters a frame, so any other ERROR answered a frame a correct client never sends. Each client call is timed and must
 stay within its bound (:meth:`Settings.bounds`): no hang under any fault. Threads and
 file descriptors (and, for the async flavours, the loop's tasks) are counted before and
 after each run, with everything closed; any growth is a leak.

@@ -86,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"soak: seed {seed} (repeat the faults with --seed {seed})")
     bounds = ", ".join(f"{k} {v:g} s" for k, v in settings.bounds().items())
     print(f"soak: bounds per call: {bounds}")
+    print(
+        f"soak: a send waits at most Reconnect.send_timeout ({settings.send_timeout:g} s from"
+        " its start) for a reconnect, then receipt_timeout"
+        f" ({settings.receipt_timeout:g} s) for its receipt: a send of"
+        f" {settings.send_timeout:g} s is an outage longer than send_timeout (ConnectionLost)"
+    )
     urls = {"rabbitmq": args.rabbitmq_url, "activemq": args.activemq_url}
     results = soak(settings, args.flavours, args.brokers, urls)
     print()

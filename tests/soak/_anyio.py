@@ -16,7 +16,7 @@ import trio
 
 import stompy
 
-from ._core import BATCH, ID_HEADER, PREFETCH, Faulter, Pacer, Settings, Tally, message_id_of
+from ._core import BATCH, ID_HEADER, PREFETCH, Faulter, Pacer, Settings, Tally
 
 #: Seconds past its bound after which a call is cancelled and reported as a hang.
 HANG_GRACE = 10.0
@@ -198,6 +198,7 @@ async def _produce(
         message_id = f"{worker}-{seq}"
         tally.attempt(message_id)
         while not stop.is_set():  # the same id until confirmed, or the run ends
+            started = time.monotonic()
             try:
                 with tally.timed("send"), anyio.move_on_after(bound) as scope:
                     await conn.send(
@@ -207,14 +208,16 @@ async def _produce(
                         receipt=True,
                     )
             except Exception as exc:
-                tally.send_failed(exc)
+                tally.send_failed(exc, time.monotonic() - started)
                 if conn.failure is not None:
                     tally.problem(f"producer {worker}: the connection failed for good: {exc!r}")
                     return
+                tally.retry(message_id)
                 await _pause(stop, RETRY_PAUSE)
                 continue
             if scope.cancelled_caught:
                 tally.problem(f"producer {worker}: a send hung and was cancelled after {bound} s")
+                tally.retry(message_id)
                 continue
             tally.confirm(message_id)
             break
@@ -244,7 +247,7 @@ async def _consume(
         if scope.cancelled_caught:
             tally.problem("consumer: get_batch hung and was cancelled")
         for message in batch:
-            tally.receive(message_id_of(message.headers))
+            tally.receive(message.headers)
             try:
                 with (
                     tally.timed("ack"),

@@ -7,7 +7,7 @@ import time
 
 import stompy
 
-from ._core import BATCH, ID_HEADER, PREFETCH, Faulter, Pacer, Settings, Tally, message_id_of
+from ._core import BATCH, ID_HEADER, PREFETCH, Faulter, Pacer, Settings, Tally
 
 #: Seconds a producer waits before sending an unconfirmed message again.
 RETRY_PAUSE = 0.05
@@ -54,6 +54,7 @@ def produce(
         message_id = f"{worker}-{seq}"
         tally.attempt(message_id)
         while not stop.is_set():  # the same id until confirmed, or the run ends
+            started = time.monotonic()
             try:
                 with tally.timed("send"):
                     conn.send(
@@ -63,10 +64,11 @@ def produce(
                         receipt=True,
                     )
             except Exception as exc:
-                tally.send_failed(exc)
+                tally.send_failed(exc, time.monotonic() - started)
                 if conn.failure is not None:
                     tally.problem(f"producer {worker}: the connection failed for good: {exc!r}")
                     return
+                tally.retry(message_id)
                 stop.wait(RETRY_PAUSE)
                 continue
             tally.confirm(message_id)
@@ -91,7 +93,7 @@ def consume(
             tally.problem(f"consumer: get raised {exc!r} (connection failure: {conn.failure!r})")
             return
         for message in batch:
-            tally.receive(message_id_of(message.headers))
+            tally.receive(message.headers)
             try:
                 with tally.timed("ack"):
                     message.ack()

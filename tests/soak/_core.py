@@ -29,6 +29,18 @@ ID_HEADER: Final = "x-soak-id"
 PREFETCH: Final = {"prefetch-count": "200", "activemq.prefetchSize": "200"}
 #: Messages a consumer takes per ``get_batch``.
 BATCH: Final = 50
+#: The header stompy puts on a send it repeats after its receipt was lost with its
+#: connection (docs/reconnect.md): the first copy may have arrived.
+RESENT_HEADER: Final = "stompy-resent"
+
+#: Why a message came twice, each allowed by at-least-once delivery (docs/reconnect.md),
+#: told apart by the copies' headers and the producers' retries; with what each means.
+AGAIN: Final = {
+    "redelivered": "the broker gave back an unacked message when its connection went",
+    "resent": f"stompy repeated a send whose receipt was lost ({RESENT_HEADER})",
+    "retried": "a send raised (ConnectionLost) and the producer sent the id again",
+    "unexplained": "no copy says why",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +107,17 @@ class Tally:
     """What producers confirmed and consumers saw; shared by the workers of one run."""
 
     bounds: dict[str, float]
+    #: ``Reconnect.send_timeout``: a send that raised after it waited out a reconnect.
+    send_timeout: float = 0.0
     attempted: set[str] = field(default_factory=set)
     confirmed: set[str] = field(default_factory=set)
     received: set[str] = field(default_factory=set)
-    duplicates: int = 0
+    #: Duplicates by why they came again (:data:`AGAIN`'s keys).
+    again: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: Ids a producer sent again after a send of them raised.
+    retried: set[str] = field(default_factory=set)
+    #: The marks (``redelivered``, ``resent``) of the first copy of each id that had any.
+    marked: dict[str, frozenset[str]] = field(default_factory=dict)
     #: Ids received that no producer ever sent: a message altered on the way.
     unknown: int = 0
     send_errors: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -108,6 +127,9 @@ class Tally:
     problems: list[str] = field(default_factory=list)
     #: The longest call of each kind, in seconds.
     longest: dict[str, float] = field(default_factory=dict)
+    #: Sends that raised once ``Reconnect.send_timeout`` had passed since they began: a
+    #: reconnect that did not come in time (an outage longer than it).
+    sends_timed_out: int = 0
     calls: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -134,16 +156,45 @@ class Tally:
         with self.lock:
             self.confirmed.add(message_id)
 
-    def receive(self, message_id: str | None) -> None:
+    def receive(self, headers: Mapping[str, str]) -> None:
+        """Record a message by its headers: its id, and for a copy after the first, why
+        it came again (:data:`AGAIN`)."""
+        message_id = message_id_of(headers)
+        marks = frozenset(_marks(headers))
         with self.lock:
             if message_id is None or message_id not in self.attempted:
                 self.unknown += 1
             elif message_id in self.received:
-                self.duplicates += 1
+                # Either copy may carry the mark: a repeat may overtake its first copy.
+                marks |= self.marked.get(message_id, frozenset())
+                if "redelivered" in marks:
+                    self.again["redelivered"] += 1
+                elif "resent" in marks:
+                    self.again["resent"] += 1
+                elif message_id in self.retried:
+                    self.again["retried"] += 1
+                else:
+                    self.again["unexplained"] += 1
             else:
                 self.received.add(message_id)
+                if marks:
+                    self.marked[message_id] = marks
 
-    def send_failed(self, exc: Exception) -> None:
+    @property
+    def duplicates(self) -> int:
+        return sum(self.again.values())
+
+    def retry(self, message_id: str) -> None:
+        """A producer sends ``message_id`` again after a send of it raised."""
+        with self.lock:
+            self.retried.add(message_id)
+
+    def send_failed(self, exc: Exception, seconds: float = 0.0) -> None:
+        """A send raised after ``seconds``; at :attr:`send_timeout` or later, it waited
+        that long for a reconnect and is counted in :attr:`sends_timed_out`."""
+        if self.send_timeout and seconds >= self.send_timeout:
+            with self.lock:
+                self.sends_timed_out += 1
         self._failed(self.send_errors, "send", exc)
 
     def ack_failed(self, exc: Exception) -> None:
@@ -181,6 +232,13 @@ class Tally:
 
 def message_id_of(headers: Mapping[str, str]) -> str | None:
     return headers.get(ID_HEADER)
+
+
+def _marks(headers: Mapping[str, str]) -> Iterator[str]:
+    if headers.get("redelivered") == "true":
+        yield "redelivered"
+    if RESENT_HEADER in headers:
+        yield "resent"
 
 
 class Pacer:
@@ -224,7 +282,7 @@ class Faulter:
 
     ``stop()`` ends it and heals the proxy (``reset()``) from that thread, so an event
     loop never blocks on the proxy. Faults are drawn from a ``random.Random`` seeded
-    with the run's seed, flavour and broker: the same sequence every time.
+    with the run's seed and broker: the same sequence every time, for every flavour.
     """
 
     def __init__(self, proxy: FaultProxy, settings: Settings, seed: str) -> None:
@@ -519,5 +577,14 @@ def details(result: Result) -> str:
         f"  send errors: {sends}; ack errors: {acks}",
         f"  longest (s): {longest}",
     ]
+    if tally.sends_timed_out:
+        lines.append(
+            f"  {tally.sends_timed_out} send(s) raised after Reconnect.send_timeout"
+            f" ({tally.send_timeout:g} s since the call began) without a reconnect: an outage"
+            " outlasted it, as docs/reconnect.md says; the producer sent the id again"
+        )
+    if tally.duplicates:
+        why = "; ".join(f"{kind} {n} ({AGAIN[kind]})" for kind, n in sorted(tally.again.items()))
+        lines.append(f"  duplicates (at least once): {why}")
     lines += [f"  FAIL: {text}" for text in result.failures]
     return "\n".join(lines)
