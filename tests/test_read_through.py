@@ -15,7 +15,7 @@ import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.abc
@@ -288,6 +288,30 @@ async def held_broker() -> AsyncIterator[HeldBroker]:
             tg.cancel_scope.cancel()
 
 
+class Scripted(NamedTuple):
+    broker: HeldBroker
+    conn: stompy.AsyncConnection
+
+
+@contextlib.asynccontextmanager
+async def scripted(**options: Any) -> AsyncIterator[Scripted]:
+    """:func:`held_broker` and a connection to it without heart-beats (``options`` go to
+    it), its tasks settled; all of it within 10 s."""
+    with anyio.fail_after(10):
+        async with held_broker() as broker:
+            url = f"stomp://127.0.0.1:{broker.port}"
+            async with stompy.AsyncConnection(url, heartbeats=(0, 0), **options) as conn:
+                await settled()
+                yield Scripted(broker, conn)
+
+
+def lent(conn: stompy.AsyncConnection) -> SocketTurn:
+    """The trio connection's socket turn, which the reader task lends to the calls."""
+    lending = conn._io.lending
+    assert isinstance(lending, SocketTurn)
+    return lending
+
+
 async def sending(
     conn: stompy.AsyncConnection, count: int, outcome: list[object], **options: Any
 ) -> None:
@@ -310,6 +334,15 @@ def state(lending: SocketTurn) -> tuple[bool, bool]:
     return lending.lent, lending.reading
 
 
+async def the_second_reads_through(broker: HeldBroker, lending: SocketTurn) -> None:
+    """With :func:`sending` under way: the broker answers the first send, and the second
+    then waits on the socket the reader task lent it."""
+    await settled()
+    await broker.answer()
+    await settled()
+    assert state(lending) == (True, True)
+
+
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_calls_after_an_answer_wait_on_the_socket_the_reader_lent(
     anyio_backend: str,
@@ -317,43 +350,37 @@ async def test_trio_calls_after_an_answer_wait_on_the_socket_the_reader_lent(
     # The reader task reads the first RECEIPT and, having woken a call, lends the socket:
     # the calls that follow, one after the other, wait on it themselves and read their
     # RECEIPTs; the last one hands it back, and the reader task reads what comes next.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
-        ):
+    async with scripted() as (broker, conn):
+        lending = lent(conn)
+        assert state(lending) == (False, False)  # the reader task waits on the socket
+        outcome: list[object] = []
+        seen: list[bytes] = []
+        sub = await conn.subscribe("/queue/pushed", on_message=lambda m: seen.append(m.body))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sending, conn, 3, outcome)
             await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            assert state(lending) == (False, False)  # the reader task waits on the socket
-            outcome: list[object] = []
-            seen: list[bytes] = []
-            sub = await conn.subscribe("/queue/pushed", on_message=lambda m: seen.append(m.body))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sending, conn, 3, outcome)
-                await settled()
-                assert state(lending) == (False, False)  # the first waits for the reader
-                await broker.answer()
-                await settled()
-                assert outcome == [0]
-                assert state(lending) == (True, True)  # the second reads through
-                await broker.answer()
-                await settled()
-                assert outcome == [0, 1]
-                assert state(lending) == (True, True)  # and the third
-                await broker.answer()
-            assert outcome == [0, 1, 2]
+            assert state(lending) == (False, False)  # the first waits for the reader
+            await broker.answer()
             await settled()
-            assert state(lending) == (False, False)  # handed back
-            await broker.push(
-                b"MESSAGE\nsubscription:" + sub.id.encode() + b"\nmessage-id:1\n"
-                b"destination:/queue/pushed\n\nread by the reader task\0"
-            )
-            with anyio.fail_after(5):
-                while not seen:
-                    await anyio.sleep(0.01)
-            assert seen == [b"read by the reader task"]
-            assert conn.failure is None
+            assert outcome == [0]
+            assert state(lending) == (True, True)  # the second reads through
+            await broker.answer()
+            await settled()
+            assert outcome == [0, 1]
+            assert state(lending) == (True, True)  # and the third
+            await broker.answer()
+        assert outcome == [0, 1, 2]
+        await settled()
+        assert state(lending) == (False, False)  # handed back
+        await broker.push(
+            b"MESSAGE\nsubscription:" + sub.id.encode() + b"\nmessage-id:1\n"
+            b"destination:/queue/pushed\n\nread by the reader task\0"
+        )
+        with anyio.fail_after(5):
+            while not seen:
+                await anyio.sleep(0.01)
+        assert seen == [b"read by the reader task"]
+        assert conn.failure is None
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
@@ -361,35 +388,24 @@ async def test_trio_a_call_reading_through_is_woken_at_its_deadline(anyio_backen
     # The timer ends the socket wait of a call whose RECEIPT does not come: it raises
     # ReceiptTimeout on time, the socket goes back to the reader task, and the next
     # round trip is answered.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(
-                f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0), receipt_timeout=0.5
-            ) as conn,
-        ):
+    async with scripted(receipt_timeout=0.5) as (broker, conn):
+        lending = lent(conn)
+        outcome: list[object] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sending, conn, 2, outcome)
+            await the_second_reads_through(broker, lending)  # and is not answered
+            started = anyio.current_time()
+        assert outcome == [0, stompy.ReceiptTimeout]
+        assert anyio.current_time() - started < 2
+        await settled()
+        assert state(lending) == (False, False)
+        await broker.answer()  # the late RECEIPT
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sending, conn, 1, outcome)
             await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            outcome: list[object] = []
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sending, conn, 2, outcome)
-                await settled()
-                await broker.answer()
-                await settled()
-                assert lending.reading  # the second waits on the socket, unanswered
-                started = anyio.current_time()
-            assert outcome == [0, stompy.ReceiptTimeout]
-            assert anyio.current_time() - started < 2
-            await settled()
-            assert state(lending) == (False, False)
-            await broker.answer()  # the late RECEIPT
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sending, conn, 1, outcome)
-                await settled()
-                await broker.answer()  # and the next one's
-            assert outcome[2:] == [0]
-            assert conn.failure is None
+            await broker.answer()  # and the next one's
+        assert outcome[2:] == [0]
+        assert conn.failure is None
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
@@ -399,59 +415,37 @@ async def test_trio_the_end_of_the_stream_read_by_a_call_is_the_reader_tasks_to_
     # The broker goes away while a call waits on the socket: the call reads the end of
     # the stream and hands it to the reader task, which ends the connection; the call
     # raises ConnectionLost at once, not at its deadline.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(
-                f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0), receipt_timeout=5
-            ) as conn,
-        ):
-            await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            outcome: list[object] = []
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sending, conn, 2, outcome)
-                await settled()
-                await broker.answer()
-                await settled()
-                assert lending.reading
-                started = anyio.current_time()
-                await broker.drop()
-            assert outcome[0] == 0
-            assert isinstance(outcome[1], type)
-            assert issubclass(outcome[1], stompy.ConnectionLost)
-            assert anyio.current_time() - started < 2
-            assert isinstance(conn.failure, stompy.ConnectionLost)
+    async with scripted(receipt_timeout=5) as (broker, conn):
+        lending = lent(conn)
+        outcome: list[object] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sending, conn, 2, outcome)
+            await the_second_reads_through(broker, lending)
+            started = anyio.current_time()
+            await broker.drop()
+        assert outcome[0] == 0
+        assert isinstance(outcome[1], type)
+        assert issubclass(outcome[1], stompy.ConnectionLost)
+        assert anyio.current_time() - started < 2
+        assert isinstance(conn.failure, stompy.ConnectionLost)
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_close_from_another_task_ends_a_call_reading_through(anyio_backend: str) -> None:
     # close() wakes the call waiting on the socket (the connection changed); the
     # goodbye is answered at once, not at the call's deadline.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(
-                f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0), receipt_timeout=5
-            ) as conn,
-        ):
-            await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            outcome: list[object] = []
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sending, conn, 2, outcome)
-                await settled()
-                await broker.answer()
-                await settled()
-                assert lending.reading
-                started = anyio.current_time()
-                await conn.close()
-            # The DISCONNECT's RECEIPT, read by the call, confirms its SEND too.
-            assert outcome == [0, 1]
-            assert anyio.current_time() - started < 2
-            assert broker.frames[-1] == b"DISCONNECT"
+    async with scripted(receipt_timeout=5) as (broker, conn):
+        lending = lent(conn)
+        outcome: list[object] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sending, conn, 2, outcome)
+            await the_second_reads_through(broker, lending)
+            started = anyio.current_time()
+            await conn.close()
+        # The DISCONNECT's RECEIPT, read by the call, confirms its SEND too.
+        assert outcome == [0, 1]
+        assert anyio.current_time() - started < 2
+        assert broker.frames[-1] == b"DISCONNECT"
 
 
 def pushed(sub: stompy.AsyncSubscription, body: bytes, number: int) -> bytes:
@@ -474,52 +468,46 @@ async def test_trio_gets_after_a_message_wait_on_the_socket_the_reader_lent(
     # get() it woke; the get() that follows reads its message itself and hands the
     # socket back; one cancelled while it waits on the socket hands it back too, and
     # loses nothing.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
-        ):
-            await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            sub = await conn.subscribe("/queue/pushed")
-            got: list[object] = []
+    async with scripted() as (broker, conn):
+        lending = lent(conn)
+        sub = await conn.subscribe("/queue/pushed")
+        got: list[object] = []
 
-            async def get(count: int) -> None:
-                for _ in range(count):
-                    message = await sub.get()
-                    assert message is not None
-                    got.append(message.body)
-                await anyio.sleep_forever()  # until cancelled, and not in a get()
+        async def get(count: int) -> None:
+            for _ in range(count):
+                message = await sub.get()
+                assert message is not None
+                got.append(message.body)
+            await anyio.sleep_forever()  # until cancelled, and not in a get()
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(get, 2)
-                await settled()
-                assert state(lending) == (False, False)  # the first waits for the reader
-                await broker.push(pushed(sub, b"first", 1))
-                await settled()
-                assert got == [b"first"]
-                assert state(lending) == (True, True)  # the second reads through
-                await broker.push(pushed(sub, b"second", 2))
-                await settled()
-                assert got == [b"first", b"second"]
-                assert state(lending) == (False, False)  # handed back
-                tg.cancel_scope.cancel()
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(get, 2)
-                await settled()
-                await broker.push(pushed(sub, b"third", 3))
-                await settled()
-                assert state(lending) == (True, True)
-                tg.cancel_scope.cancel()  # the get() waiting on the socket
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(get, 2)
             await settled()
-            assert state(lending) == (False, False)
-            await broker.push(pushed(sub, b"fourth", 4))  # read by the reader task
-            message = await sub.get(timeout=5)
-            assert message is not None
-            assert message.body == b"fourth"
-            assert got == [b"first", b"second", b"third"]
-            assert conn.failure is None
+            assert state(lending) == (False, False)  # the first waits for the reader
+            await broker.push(pushed(sub, b"first", 1))
+            await settled()
+            assert got == [b"first"]
+            assert state(lending) == (True, True)  # the second reads through
+            await broker.push(pushed(sub, b"second", 2))
+            await settled()
+            assert got == [b"first", b"second"]
+            assert state(lending) == (False, False)  # handed back
+            tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(get, 2)
+            await settled()
+            await broker.push(pushed(sub, b"third", 3))
+            await settled()
+            assert state(lending) == (True, True)
+            tg.cancel_scope.cancel()  # the get() waiting on the socket
+        await settled()
+        assert state(lending) == (False, False)
+        await broker.push(pushed(sub, b"fourth", 4))  # read by the reader task
+        message = await sub.get(timeout=5)
+        assert message is not None
+        assert message.body == b"fourth"
+        assert got == [b"first", b"second", b"third"]
+        assert conn.failure is None
 
 
 def flood(sub: stompy.AsyncSubscription, first: int, count: int) -> bytes:
@@ -544,37 +532,25 @@ async def test_trio_room_made_before_the_reader_task_saw_a_pause_read_through_is
     # has not run yet when the consumer empties the inbox, without a checkpoint, and then
     # waits for more. The room it made then still counts: the reader task moves the
     # backlog at once (it waited for room nobody would make again, the get() its 2 s).
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
-        ):
-            await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            slow = await conn.subscribe("/queue/pushed", max_pending=2)
-            conn._io.yield_at = float("inf")  # no time-paced checkpoint in the get()s
-            outcome: list[object] = []
-            async with anyio.create_task_group() as tg:
+    async with scripted() as (broker, conn):
+        lending = lent(conn)
+        slow = await conn.subscribe("/queue/pushed", max_pending=2)
+        conn._io.yield_at = float("inf")  # no time-paced checkpoint in the get()s
+        outcome: list[object] = []
+        async with anyio.create_task_group() as tg:
 
-                async def send_then_take() -> None:
-                    await sending(conn, 2, outcome)
-                    outcome.append(await taken(slow, 4))
+            async def send_then_take() -> None:
+                await sending(conn, 2, outcome)
+                outcome.append(await taken(slow, 4))
 
-                tg.start_soon(send_then_take)
-                await settled()
-                await broker.answer()
-                await settled()
-                assert state(lending) == (True, True)  # the second send reads through
-                assert broker.unanswered
-                await broker.push(
-                    flood(slow, 1, 4)
-                    + b"RECEIPT\nreceipt-id:"
-                    + broker.unanswered.pop(0)
-                    + b"\n\n\0"
-                )
-            assert outcome == [0, 1, [b"m1", b"m2", b"m3", b"m4"]]
-            assert conn.failure is None
+            tg.start_soon(send_then_take)
+            await the_second_reads_through(broker, lending)
+            assert broker.unanswered
+            await broker.push(
+                flood(slow, 1, 4) + b"RECEIPT\nreceipt-id:" + broker.unanswered.pop(0) + b"\n\n\0"
+            )
+        assert outcome == [0, 1, [b"m1", b"m2", b"m3", b"m4"]]
+        assert conn.failure is None
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
@@ -583,30 +559,24 @@ async def test_trio_room_made_before_the_reader_task_saw_a_pause_a_get_read_is_k
 ) -> None:
     # The same with a get() reading through: its read fills its own inbox, it returns
     # the first message, and the next get()s empty the inbox before the reader task ran.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
-        ):
+    async with scripted() as (broker, conn):
+        lending = lent(conn)
+        slow = await conn.subscribe("/queue/pushed", max_pending=2)
+        conn._io.yield_at = float("inf")
+        outcome: list[object] = []
+        async with anyio.create_task_group() as tg:
+
+            async def take() -> None:
+                outcome.extend(await taken(slow, 5))
+
+            tg.start_soon(take)
             await settled()
-            lending = conn._io.lending
-            assert isinstance(lending, SocketTurn)
-            slow = await conn.subscribe("/queue/pushed", max_pending=2)
-            conn._io.yield_at = float("inf")
-            outcome: list[object] = []
-            async with anyio.create_task_group() as tg:
-
-                async def take() -> None:
-                    outcome.extend(await taken(slow, 5))
-
-                tg.start_soon(take)
-                await settled()
-                await broker.push(flood(slow, 0, 1))  # read by the reader task
-                await settled()
-                assert state(lending) == (True, True)  # the second get() reads through
-                await broker.push(flood(slow, 1, 4))
-            assert outcome == [b"m0", b"m1", b"m2", b"m3", b"m4"]
-            assert conn.failure is None
+            await broker.push(flood(slow, 0, 1))  # read by the reader task
+            await settled()
+            assert state(lending) == (True, True)  # the second get() reads through
+            await broker.push(flood(slow, 1, 4))
+        assert outcome == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+        assert conn.failure is None
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -616,24 +586,20 @@ async def test_asyncio_room_made_before_the_reader_task_saw_a_pause_a_get_read_i
     # The same on asyncio, where a get() waiting alone reads through: what it read fills
     # its own inbox, it returns the first message and the next get()s empty the inbox
     # before the reader task, handed the pause, ran.
-    with anyio.fail_after(10):
-        async with (
-            held_broker() as broker,
-            stompy.AsyncConnection(f"stomp://127.0.0.1:{broker.port}", heartbeats=(0, 0)) as conn,
-        ):
-            turn = await turn_of(conn, anyio_backend)
-            assert turn is not None
-            slow = await conn.subscribe("/queue/pushed", max_pending=2)
-            conn._io.yield_at = float("inf")  # no time-paced checkpoint in the get()s
-            outcome: list[bytes | None] = []
-            async with anyio.create_task_group() as tg:
+    async with scripted() as (broker, conn):
+        turn = await turn_of(conn, anyio_backend)
+        assert turn is not None
+        slow = await conn.subscribe("/queue/pushed", max_pending=2)
+        conn._io.yield_at = float("inf")  # no time-paced checkpoint in the get()s
+        outcome: list[bytes | None] = []
+        async with anyio.create_task_group() as tg:
 
-                async def take() -> None:
-                    outcome.extend(await taken(slow, 4))
+            async def take() -> None:
+                outcome.extend(await taken(slow, 4))
 
-                tg.start_soon(take)
-                await settled()
-                assert turn.caller is not None  # the get() waits on the socket
-                await broker.push(flood(slow, 0, 4))
-            assert outcome == [b"m0", b"m1", b"m2", b"m3"]
-            assert conn.failure is None
+            tg.start_soon(take)
+            await settled()
+            assert turn.caller is not None  # the get() waits on the socket
+            await broker.push(flood(slow, 0, 4))
+        assert outcome == [b"m0", b"m1", b"m2", b"m3"]
+        assert conn.failure is None
