@@ -21,10 +21,11 @@ send stompy repeated, a send the producer repeated after it raised). A send that
 ``ConnectionLost`` after ``send_timeout`` met an outage longer than it (docs/reconnect.md).
 The three flavours meet the same faults (the seed and the broker pick them). The
 in-process broker must answer no frame with an ERROR but a heart-beat timeout: no fault
-alters a frame, so any other ERROR answered a frame a correct client never sends. Each client call is timed and must
-stay within its bound (:meth:`Settings.bounds`): no hang under any fault. Threads and
-file descriptors (and, for the async flavours, the loop's tasks) are counted before and
-after each run, with everything closed; any growth is a leak.
+alters a frame, so any other ERROR answered a frame a correct client never sends. Each
+client call is timed and must stay within its bound (:meth:`Settings.bounds`): no hang
+under any fault. Threads and file descriptors (and, for the async flavours, the loop's
+tasks) are counted before and after each run, with everything closed; any growth is a
+leak.
 """
 
 from __future__ import annotations
