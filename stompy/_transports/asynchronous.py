@@ -518,9 +518,11 @@ class TaskIO(Generic[M]):
                 self._unwait(wait)
                 wait = running.resume(self.clock())
         finally:
-            if wait is not None:
+            if wait is not None:  # a cancelled wait, or the call raised
                 self._unwait(wait)
-            running.close()  # a cancelled wait: the call forgets its receipt or request
+                # The call forgets its receipt or request. Not once it returned: closing
+                # steps that ended costs a compiled generator a GeneratorExit thrown in.
+                running.close()
             self.kick()  # what was queued before an error goes out too
             lending = self.lending
             if lending is not None:

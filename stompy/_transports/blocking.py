@@ -197,8 +197,12 @@ class IOThread(Generic[M]):
                     wait = send(time.monotonic())
             except StopIteration as done:  # the call returned
                 result: T = done.value
+            except BaseException:
+                # An interrupted wait: the call forgets its receipt. Only then: closing
+                # steps that ended costs a compiled generator a GeneratorExit thrown in.
+                steps.close()
+                raise
             finally:
-                steps.close()  # an interrupted wait: the call forgets its receipt
                 self.push()  # what was queued before an error goes out too
         return result
 
