@@ -148,6 +148,25 @@ class AsyncLink(LinkBase[AsyncMessage]):
         await self.io.run(self.call().acknowledge(command, message, message._epoch, tx, receipt))
 
 
+class _Deadline:
+    """What the timer task sets at a ``get(timeout=...)``'s deadline when it waits on
+    its subscription's event (shared by the ``get()`` calls waiting there): the event is
+    set and forgotten, so every waiter looks again and the others wait on a new one."""
+
+    __slots__ = ("_event", "_sub")
+
+    def __init__(self, sub: AsyncSubscription, event: anyio.Event) -> None:
+        self._sub = sub
+        self._event = event
+
+    def set(self) -> None:
+        event = self._event
+        sub = self._sub
+        if sub._wakeup is event:
+            sub._wakeup = None
+        event.set()
+
+
 class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     """A subscription: ``async for`` over it, or ``await get(timeout)``."""
 
@@ -209,84 +228,111 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         return message
 
     async def _wait(self, timeout: float | None) -> AsyncMessage | None:
-        """:meth:`_take` with the inbox empty: wait up to ``timeout`` for a message."""
-        self._io.check_thread()  # before the timeout's cancel scope: of another loop?
+        """:meth:`_take` with the inbox empty: wait up to ``timeout`` for a message.
+
+        While the connection's timer task runs, it ends the wait at its deadline (as it
+        does a call's wait for a receipt): a cancel scope with a deadline would cost
+        each ``get(timeout=...)`` as much again as the rest of its wait. A timeout of 0,
+        or one while no timer runs (between connections), takes a cancel scope."""
+        io = self._io
+        io.check_thread()  # before the timeout's cancel scope: of another loop?
         if timeout is None:
-            await self._arrival()
+            await self._arrival(io, None)
+        elif timeout > 0 and io.timing:
+            await self._arrival(io, io.clock() + timeout)
         else:
             with anyio.move_on_after(timeout):
-                await self._arrival()
+                await self._arrival(io, None)
         inbox = self._inbox
         message = inbox.take()
         if message is None:
             self._ended()
             return None
         if self._delivery.wants_resume(inbox):
-            self._io.make_room()
+            io.make_room()
         return message
 
-    async def _arrival(self) -> None:
-        """Wait until a message is in the inbox or the subscription ended; raises
-        :class:`~stompy.errors.LocalProtocolError` in another thread than the
-        connection's, whose tasks could not wake it."""
-        io = self._io
-        io.check_thread()
-        try:
-            await self._await_arrival(io)
-        finally:
-            lending = io.lending
-            if lending is not None:
-                lending.hand_back()  # trio: the socket goes back to the reader task
-
-    async def _await_arrival(self, io: TaskIO[AsyncMessage]) -> None:
+    async def _arrival(self, io: TaskIO[AsyncMessage], deadline: float | None) -> None:
+        """Wait until a message is in the inbox, the subscription ended or ``deadline``
+        (the loop's clock; ``None``: none) came; the caller checked the thread
+        (:meth:`TaskIO.check_thread`)."""
         inbox = self._inbox
         getting = io.getting
-        while not inbox.pending and not self._ended() and self._engine.status is not CLOSED:
-            idle = self._wakeup is None and self._reading is None and not self._engine.paused
-            lending = io.lending
-            if lending is not None:
-                if idle and lending.free:
-                    # trio: wait on the socket the reader task lent, as a call does.
-                    turn_wake = self._reading = TurnWake(lending)
+        engine = self._engine
+        try:
+            while not inbox.pending and not self._ended() and engine.status is not CLOSED:
+                if deadline is not None and io.clock() >= deadline:
+                    if self._wakeup is None and self._reading is None:
+                        getting.discard(self)
+                    return
+                idle = self._wakeup is None and self._reading is None and not engine.paused
+                lending = io.lending
+                if lending is not None:
+                    if idle and lending.free:
+                        # trio: wait on the socket the reader task lent, as a call does.
+                        turn_wake = self._reading = TurnWake(lending)
+                        getting.add(self)
+                        io.at_rest = True
+                        timed = deadline is not None and io.time_out(turn_wake, deadline)
+                        try:
+                            await io.read_in_turn(lending, turn_wake)
+                        finally:
+                            if timed:
+                                io.untime(turn_wake)
+                            if self._reading is turn_wake:
+                                self._reading = None
+                                if self._wakeup is None:
+                                    getting.discard(self)
+                        continue
+                    lending.hand_back()  # someone must read while this waits
+                turn = io.turn
+                if idle and turn is not None and turn.free:
+                    # Read through: the message's bytes wake this task, not the reader.
+                    future: asyncio.Future[None] = io.loop_future()
+                    reading = self._reading = FutureWake(future)
                     getting.add(self)
                     io.at_rest = True
+                    timed = deadline is not None and io.time_out(reading, deadline)
+                    io.read_from(turn, future)
                     try:
-                        await io.read_in_turn(lending, turn_wake)
+                        await future
                     finally:
-                        if self._reading is turn_wake:
+                        io.read_done(turn, future)
+                        if timed:
+                            io.untime(reading)
+                        if self._reading is reading:
                             self._reading = None
                             if self._wakeup is None:
                                 getting.discard(self)
                     continue
-                lending.hand_back()  # someone must read while this waits
-            turn = io.turn
-            if idle and turn is not None and turn.free:
-                # Read through: the message's bytes wake this task, not the reader.
-                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                reading = self._reading = FutureWake(future)
-                getting.add(self)
+                event = self._wakeup
+                if event is None:
+                    event = self._wakeup = io.new_event()
+                    getting.add(self)
                 io.at_rest = True
+                ending: _Deadline | None = None
+                if deadline is not None:
+                    ending = _Deadline(self, event)
+                    if not io.time_out(ending, deadline):
+                        ending = None  # no timer runs: a cancel scope ends the wait
                 try:
-                    await io.read_through(turn, future)
+                    if deadline is not None and ending is None:
+                        with anyio.CancelScope(deadline=deadline):
+                            await event.wait()
+                    else:
+                        await event.wait()
                 finally:
-                    if self._reading is reading:
-                        self._reading = None
-                        if self._wakeup is None:
+                    if ending is not None:
+                        io.untime(ending)
+                    if self._wakeup is event and event.statistics().tasks_waiting == 0:
+                        # Cancelled, and no other task waits here: nothing to wake.
+                        self._wakeup = None
+                        if self._reading is None:
                             getting.discard(self)
-                continue
-            event = self._wakeup
-            if event is None:
-                event = self._wakeup = self._io.new_event()
-                getting.add(self)
-            self._io.at_rest = True
-            try:
-                await event.wait()
-            finally:
-                if self._wakeup is event and event.statistics().tasks_waiting == 0:
-                    # Cancelled, and no other task waits here: nothing to wake.
-                    self._wakeup = None
-                    if self._reading is None:
-                        getting.discard(self)
+        finally:
+            lending = io.lending
+            if lending is not None:
+                lending.hand_back()  # trio: the socket goes back to the reader task
 
     def wake(self, *, ended: bool) -> bool:
         """Wake the waiting ``get()`` calls if a message came (or ``ended``)."""

@@ -211,6 +211,9 @@ class TaskIO(Generic[M]):
         #: :func:`running_backend`).
         self.clock: Callable[[], float] = anyio.current_time
         self.new_event: Callable[[], anyio.Event] = anyio.Event
+        #: A new future of the running asyncio loop (for :meth:`read_through`), made
+        #: without the loop's ``create_future()`` in between once the connection opens.
+        self.loop_future: Callable[[], asyncio.Future[None]] = _running_loop_future
         self.stream: anyio.abc.ByteStream | None = None
         #: The stream being established (made by the lifecycle's ``Open`` step).
         self._pending: anyio.abc.ByteStream | None = None
@@ -541,6 +544,27 @@ class TaskIO(Generic[M]):
         finally:
             deadlines.pop(event, None)
 
+    @property
+    def timing(self) -> bool:
+        """Whether the timer task runs, to end waits at their deadlines (:meth:`time_out`)."""
+        return self._deadlines is not None
+
+    def time_out(self, wake: Wake, deadline: float) -> bool:
+        """Have the timer task set ``wake`` at ``deadline`` (the loop's clock), until
+        :meth:`untime`; whether it will (``False``: no timer runs, between connections).
+        A timer that ends (the connection does) sets every ``wake`` it holds."""
+        deadlines = self._deadlines
+        if deadlines is None:
+            return False
+        self._set_deadline(wake, deadline, deadlines)
+        return True
+
+    def untime(self, wake: Wake) -> None:
+        """The wait ``wake`` ends has ended: the timer forgets it."""
+        deadlines = self._deadlines
+        if deadlines is not None:
+            deadlines.pop(wake, None)
+
     def _set_deadline(self, wake: Wake, deadline: float, deadlines: dict[Wake, float]) -> None:
         """The timer sets ``wake`` at ``deadline`` (re-armed if that is nearer)."""
         deadlines[wake] = deadline
@@ -558,26 +582,39 @@ class TaskIO(Generic[M]):
 
         The reader task stays waiting, unwoken, and reads again once this returns.
         Cancelled, this still feeds what was read for it: no byte is lost. What the
-        reader task must judge (a failure, a full inbox, the end) is handed to it."""
-        turn.caller = future
-        turn.arm()
+        reader task must judge (a failure, a full inbox, the end) is handed to it.
+
+        Written out where a coroutine level counts (a ``get()``): :meth:`read_from`,
+        ``await future``, and :meth:`read_done` in a ``finally``."""
+        self.read_from(turn, future)
         try:
             await future
         finally:
-            if turn.caller is future:
-                turn.caller = None
-            data = turn.take()
-            if data:
-                failure = self._feed(data)
-                proto = self.engine.proto
-                if (
-                    failure is not None
-                    or self.engine.paused
-                    or (proto is not None and proto.state is PROTOCOL_CLOSED)
-                ):
-                    if self._handed is None:
-                        self._handed = failure
-                    turn.poke()
+            self.read_done(turn, future)
+
+    @staticmethod
+    def read_from(turn: ReadTurn, future: asyncio.Future[None]) -> None:
+        """:meth:`read_through`'s start: the socket's bytes set ``future``."""
+        turn.caller = future
+        turn.arm()
+
+    def read_done(self, turn: ReadTurn, future: asyncio.Future[None]) -> None:
+        """:meth:`read_through`'s end, in a ``finally``: feed what was read."""
+        if turn.caller is future:
+            turn.caller = None
+        data = turn.take()
+        if data:
+            failure = self._feed(data)
+            engine = self.engine
+            proto = engine.proto
+            if (
+                failure is not None
+                or engine.paused
+                or (proto is not None and proto.state is PROTOCOL_CLOSED)
+            ):
+                if self._handed is None:
+                    self._handed = failure
+                turn.poke()
 
     async def read_in_turn(self, turn: SocketTurn, wake: TurnWake) -> None:
         """trio: wait until ``wake`` is set, reading the socket the reader task lent
@@ -637,6 +674,7 @@ class TaskIO(Generic[M]):
         backend = running_backend()
         self.clock = loop_clock(backend)
         self.new_event = getattr(backend, "create_event", anyio.Event)
+        self.loop_future = _future_maker(self.loop)
         life = lifecycle.Lifecycle(self.engine)
         await self._run_steps(life)
         task_group = anyio.create_task_group()
@@ -1079,6 +1117,21 @@ class TaskIO(Generic[M]):
             if failure is not None:
                 self._end_epoch(scope, failure)
                 return
+
+
+def _running_loop_future() -> asyncio.Future[None]:
+    return asyncio.get_running_loop().create_future()
+
+
+def _future_maker(loop: object) -> Callable[[], asyncio.Future[None]]:
+    """What makes a future of ``loop`` (the running asyncio loop, ``None`` under trio):
+    ``asyncio.Future(loop=loop)`` where the loop's ``create_future()`` is asyncio's own,
+    which says just that, in a Python call of its own."""
+    if isinstance(loop, asyncio.BaseEventLoop) and (
+        type(loop).create_future is asyncio.BaseEventLoop.create_future
+    ):
+        return functools.partial(asyncio.Future, loop=loop)
+    return _running_loop_future
 
 
 def _read_or_waiting(turn: ReadTurn, waiting: Callable[[], bool | None]) -> bool | None:
