@@ -12,6 +12,7 @@ frames from the server each have their own branch, so that
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Protocol, TypeVar
 
 __all__ = (
@@ -354,6 +355,11 @@ class TooLargeForServer(MessageTooLarge, ServerError):
 
 _E = TypeVar("_E", bound=BaseException)
 
+#: The stored failures some call raised (a copy of): a broker's ERROR that no call
+#: raised is what ``close()`` raises (see :func:`_untold`). Weak: a failure goes with
+#: its connection.
+_RAISED: weakref.WeakSet[BaseException] = weakref.WeakSet()
+
 
 def _again(error: _E) -> _E:
     """A fresh copy of ``error``, the failure a connection stored, to raise once more:
@@ -375,4 +381,11 @@ def _again(error: _E) -> _E:
     # Chained here, as ``from failure`` says: mypyc compiles ``raise ... from ...`` as a
     # plain raise, so in the wheel the engine's raises would chain nothing.
     fresh.__cause__ = error
+    _RAISED.add(error)
     return fresh
+
+
+def _untold(error: _E | None) -> _E | None:
+    """``error``, a stored failure, if no call raised it yet (with :func:`_again`),
+    else ``None``."""
+    return error if error is not None and error not in _RAISED else None

@@ -443,9 +443,11 @@ def said_at_close(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_an_error_during_close_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    """Logged, and raised by the end of the block (the message sent is lost)."""
     with (
         caplog.at_level(logging.DEBUG, logger="stompy"),
         scripted(refuses_late) as url,
+        pytest.raises(stompy.ServerError, match="write access to /queue/locked refused"),
         stompy.Connection(url, receipt_timeout=TIMEOUT) as conn,
     ):
         conn.send("/queue/locked", "x")
@@ -455,7 +457,10 @@ def test_an_error_during_close_is_reported(caplog: pytest.LogCaptureFixture) -> 
 @pytest.mark.anyio
 async def test_an_error_during_close_is_reported_async(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="stompy"), scripted(refuses_late) as url:
-        with anyio.fail_after(TIMEOUT):
+        with (
+            anyio.fail_after(TIMEOUT),
+            pytest.raises(stompy.ServerError, match="write access to /queue/locked refused"),
+        ):
             async with stompy.AsyncConnection(url, receipt_timeout=TIMEOUT) as conn:
                 await conn.send("/queue/locked", "x")
     said_at_close(caplog)

@@ -523,11 +523,13 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
     async def __aexit__(self, *exc_info: object) -> None:
         """Disconnect gracefully (as :meth:`close`), then exit the task group. The
         block's own exception goes on unchanged."""
+        exc = exc_info[1]
         try:
-            await self.close()
+            await self._io.close()
         finally:
-            exc = exc_info[1]
             await self._io.leave(exc if isinstance(exc, BaseException) else None)
+        if exc is None:
+            self._raise_refusal()  # as close() does; never over the block's own
 
     def __enter__(self) -> NoReturn:
         # Only for the message: without it, `with` says the class does not support the
@@ -561,9 +563,12 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
 
         Returns whether the close was clean, as :meth:`stompy.Connection.close` says. Its
         waits are bounded by ``receipt_timeout``; a close while another is under way
-        waits for that one and returns what it does.
+        waits for that one and returns what it does. Raises the broker's ERROR that no
+        call raised, as :meth:`stompy.Connection.close` says.
         """
-        return await self._io.close()
+        clean = await self._io.close()
+        self._raise_refusal()
+        return clean
 
     # -- calls -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from stompy.errors import (
     StompError,
     TransactionLost,
     _again,
+    _untold,
 )
 
 if TYPE_CHECKING:
@@ -146,6 +147,15 @@ class ConnectionBase(Generic[M]):
         engine = self._engine
         where = engine.endpoint or self._options.endpoints[0]
         return f"<{type(self).__name__} {where} {engine.status}>"
+
+    def _raise_refusal(self) -> None:
+        """After the goodbye: raise the broker's ERROR that ended the connection if no
+        call raised it (:attr:`Engine.refusal`), once. It came after the last call
+        returned: a message sent without a receipt that the broker refused (a full
+        queue, a destination not allowed) is lost, and ``close()`` says so."""
+        refusal = _untold(self._engine.refusal)
+        if refusal is not None:
+            raise _again(refusal) from refusal
 
     @property
     def connected(self) -> bool:

@@ -40,7 +40,7 @@ from stompy._engine.engine import MAX_OUTGOING
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
-from stompy._engine.state import CONNECTED, NEW, RECONNECTING
+from stompy._engine.state import CLOSING, CONNECTED, NEW, RECONNECTING
 from stompy._transports.blocking import IOThread
 from stompy.errors import LocalProtocolError, StompError
 
@@ -382,7 +382,10 @@ class Connection(ConnectionBase[Message]):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        if exc_info[1] is None:
+            self.close()
+        else:
+            self._close()  # the block's own exception goes on, not the broker's ERROR
 
     async def __aenter__(self) -> NoReturn:
         # Only for the message (see AsyncConnection.__enter__).
@@ -419,14 +422,32 @@ class Connection(ConnectionBase[Message]):
         processed every frame sent before. ``False`` when it did not (no receipt in
         time, or the connection was lost or never made): what was sent last, without a
         receipt of its own, may not have arrived. Safe to call more than once (it says
-        the same again) and after the connection was lost.
+        the same again) and after the connection was lost; a close while another is
+        under way (in another thread) waits for it and says what it does.
+
+        Raises :class:`ServerError` when the broker's ERROR ended the connection and no
+        call raised it yet (once): it refused something sent without a receipt (a full
+        queue, a destination not allowed), which is lost. The connection is closed all
+        the same. The end of the ``with`` block raises it too, unless the block raised.
         """
+        clean = self._close()
+        self._raise_refusal()
+        return clean
+
+    def _close(self) -> bool:
         io = self._io
         with io.cond:
             # Every get() waiting wakes: it looks again once the goodbye waits for its
             # receipt, which releases the lock, and finds the connection closing.
             io.notify_all()
-            clean = io.run(Call(self._engine, time.monotonic()).goodbye())
+            engine = self._engine
+            # Another thread's goodbye under way: its outcome is this one's too, once
+            # it is known (a goodbye of ours would end it unconfirmed). Bounded by its
+            # own bound, the receipt timeout.
+            until = time.monotonic() + self._options.receipt_timeout + 1.0
+            while engine.status is CLOSING and (left := until - time.monotonic()) > 0:
+                io.cond.wait(left)
+            clean = io.run(Call(engine, time.monotonic()).goodbye())
             subs = list(self._link.subscriptions.values())
             self._link.subscriptions.clear()
         io.stop(self._options.connect_timeout)

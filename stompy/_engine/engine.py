@@ -226,6 +226,10 @@ class Engine(Generic[M]):
         #: Whether the broker confirmed the goodbye (its DISCONNECT receipt came); set
         #: when the engine is closed (see :meth:`Call.goodbye`).
         self.goodbye_confirmed: bool | None = None
+        #: The broker's ERROR that ended the engine (none reconnected after it): the
+        #: clients' ``close()`` raises it if no call did (a message sent without a
+        #: receipt that the broker refused is told so, not only in a WARNING).
+        self.refusal: ServerError | None = None
 
     def __repr__(self) -> str:
         return f"<Engine {self.endpoint} {self.status} epoch={self.epoch}>"
@@ -681,12 +685,14 @@ class Engine(Generic[M]):
         return Pumped(woke or failure is not None, failure, replied)
 
     def _error_while_closing(self, failure: ServerError) -> None:
-        """The broker's ERROR ended the connection while it was closing: no call raises
-        it any more, so it is said here, and the wait for the DISCONNECT's receipt
-        names it rather than a lost connection."""
+        """The broker's ERROR ended the connection while it was closing: said here, the
+        wait for the DISCONNECT's receipt names it rather than a lost connection, and
+        ``close()`` raises it (:attr:`refusal`)."""
         log.warning("the broker sent an ERROR while %s was closing: %s", self.endpoint, failure)
         if self.ending is None:
             self.ending = failure
+        if self.refusal is None:
+            self.refusal = failure
 
     @property
     def paused(self) -> bool:
@@ -804,6 +810,8 @@ class Engine(Generic[M]):
     def fail(self, failure: StompError) -> None:
         self._told_end(failure)
         self.failure = failure
+        if isinstance(failure, ServerError):
+            self.refusal = failure
         self.status = CLOSED
 
     def begin_close(self) -> str | None:
@@ -813,6 +821,9 @@ class Engine(Generic[M]):
         """
         rid = None
         proto = self.proto
+        ending = self.ending
+        if self.status is CONNECTED and isinstance(ending, ServerError):
+            self.refusal = ending  # it ended the connection before the verdict came
         if self.status is CONNECTED and self.failure is None and proto is not None:
             try:
                 rid = proto.disconnect(receipt=True)

@@ -137,8 +137,9 @@ def run_send(args: argparse.Namespace) -> int:
     """Send the body (or each of its lines); the exit status."""
     headers = dict(args.extra_headers)
     # The broker's ERROR frames: one that refused a message sent without a receipt
-    # arrives after the send returned, mostly while the connection closes, which
-    # logs it (a WARNING the command does not show) and raises nothing.
+    # arrives after the send returned. The end of the block raises it, but with
+    # --reconnect one that came before the close was followed by a reconnect, which
+    # no call raises: the command fails all the same.
     refused: list[ServerError] = []
     conn = connection(args, on_error=refused.append)
     stream, literal, size = _open_body(args.body)
