@@ -227,7 +227,12 @@ class Subscription(SubscriptionBase[Message]):
             yield message
 
     def unsubscribe(self, *, receipt: bool = False) -> None:
-        """Stop the subscription; messages already received stay available."""
+        """Stop the subscription; messages already received stay available.
+
+        With ``receipt=True``, returns once the broker confirmed (raises
+        :class:`ReceiptTimeout` if it does not in time). A connection that ends first
+        ended the subscription too, and it is not made again: that returns as well.
+        """
         io = self._io
         with io.cond:
             if not self._inbox.active:

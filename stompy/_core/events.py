@@ -1,6 +1,7 @@
 """What the client state machine reports: small frozen dataclasses, one per event
 (:class:`MessageReceived`, made per message, and :class:`Receipt`, per round trip, plain
-classes that behave as ones)."""
+classes that behave as ones, read-only by agreement as :class:`~stompy.Frame` is: a
+frozen class makes interpreted Python pay a ``__setattr__`` call per field of each)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,12 @@ class Connected:
 class MessageReceived:
     """A MESSAGE frame, routed to one of our subscriptions.
 
-    ``MessageReceived(frame, subscription, ack_mode)``; read-only like the other events,
-    and like them it compares by value. A plain class rather than a dataclass: one is
-    made per message received, and mypyc compiles the ``__init__`` written here, where
-    a dataclass's generated one stays interpreted (docs/performance.md has the cost).
+    ``MessageReceived(frame, subscription, ack_mode)``; treat it as read-only, as the
+    other events are (and :class:`~stompy.Frame`; not enforced: one is made per
+    message), and like them it compares by value. A plain class rather than a
+    dataclass: one is made per message received, and mypyc compiles the ``__init__``
+    written here, where a dataclass's generated one stays interpreted
+    (docs/performance.md has the cost).
 
     It may be subclassed, also when the core is compiled: the clients' messages
     (``stompy.Message``, ``stompy.AsyncMessage``) are subclasses that the core is made
@@ -113,10 +116,11 @@ class MessageReceived:
 class Receipt:
     """The server processed the frame that asked for ``receipt_id``.
 
-    ``Receipt(receipt_id, frame)``; read-only like the other events, and like them it
-    compares by value. A plain class rather than a dataclass, as
-    :class:`MessageReceived`: a round trip makes one, and mypyc compiles this
-    ``__init__`` (a dataclass's generated one stays interpreted).
+    ``Receipt(receipt_id, frame)``; treat it as read-only, as the other events are (not
+    enforced: one is made per round trip), and like them it compares by value. A plain
+    class rather than a dataclass, as :class:`MessageReceived`: a round trip makes one,
+    and mypyc compiles this ``__init__`` (a dataclass's generated one stays
+    interpreted).
     """
 
     __slots__ = ("frame", "receipt_id")

@@ -563,14 +563,19 @@ class Call(Sends[M]):
         return made.inbox
 
     def unsubscribe(self, inbox: Inbox[M], receipt: object) -> Steps[None]:
-        """UNSUBSCRIBE if the connection is up; messages already received stay."""
+        """UNSUBSCRIBE if the connection is up; messages already received stay. A
+        connection that ends before the receipt came ended the subscription with it
+        (it is not made again): that is no failure of the unsubscription."""
         receipt = check_flag("receipt", receipt)
         engine = self.engine
         epoch = engine.epoch
         rid = engine.unsubscribe(inbox, receipt)
         yield from self.flush()
         if rid is not None:
-            yield from self.receipt(rid, epoch)
+            try:
+                yield from self.receipt(rid, epoch)
+            except ConnectionLost:
+                return  # the subscription ended with its connection
 
     def begin(self) -> Steps[str]:
         """BEGIN; the transaction's id (its epoch is :attr:`Engine.epoch` right after)."""

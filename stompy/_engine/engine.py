@@ -437,13 +437,15 @@ class Engine(Generic[M]):
     def unsubscribe(self, inbox: Inbox[M], receipt: bool) -> str | None:
         """End a subscription; UNSUBSCRIBE if its connection is up. The receipt id, if any.
 
-        Messages already received stay in the inbox for the consumer.
+        Messages already received stay in the inbox for the consumer. A connection
+        that ended (its verdict not yet given) is sent nothing: its subscriptions ended
+        with it, and this one is not made again.
         """
         inbox.end()
         if self.delivery.remove(inbox):
             self.acks.forget_subscription(inbox.id)
-        proto = self.proto
-        if self.status is CONNECTED and proto is not None and inbox.id in proto.subscriptions:
+        proto = self.usable()
+        if proto is not None and inbox.id in proto.subscriptions:
             rid = proto.unsubscribe(inbox.id, receipt=receipt)
             if rid is not None:
                 self.receipts.expect(rid)
