@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import ssl as _ssl
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar
@@ -121,23 +120,6 @@ DEFAULT_PARTITIONS: Final = 2
 MAX_PREFETCH: Final = 65_535
 
 
-def telemetry_possible() -> bool:
-    """Whether an OpenTelemetry SDK can be installed in this process: the application
-    imported the API (installing an SDK means calling it), or names a provider for it
-    to load (``OTEL_PYTHON_TRACER_PROVIDER``, ``OTEL_PYTHON_METER_PROVIDER``).
-
-    The connector's connections trace only then. Otherwise a connection's tracing
-    would only find no SDK, after importing the API: 0.04-0.15 s of each Spark
-    Python worker's first connection (most of a cold write task's own work), for
-    nothing.
-    """
-    return (
-        "opentelemetry" in sys.modules
-        or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
-        or "OTEL_PYTHON_METER_PROVIDER" in os.environ
-    )
-
-
 def sixteen_bit_prefetch(server: str | None) -> bool:
     """Whether the broker that sent this CONNECTED ``server`` header takes a prefetch
     of at most :data:`MAX_PREFETCH` (RabbitMQ)."""
@@ -201,7 +183,6 @@ class ConnectionSettings:
             "reconnect": reconnect,
             "headers": {"client-id": self.client_id} if self.client_id else None,
             "max_pending": max_pending,
-            "tracing": telemetry_possible(),
         }
 
     def connection(
