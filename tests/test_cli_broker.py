@@ -145,6 +145,28 @@ def test_invalid_broker_options(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"argument {option}: want a number above 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--dead-letter-queue", "/queue/dead"],
+            "--dead-letter-queue needs --max-redeliveries (the limit)",
+        ),
+        (
+            ["--max-redeliveries", "3", "--dead-letter-queue", "/temp-queue/dead"],
+            "--dead-letter-queue: must be a destination for it, got '/temp-queue/dead'",
+        ),
+    ],
+)
+def test_a_broker_option_is_named_as_typed(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The broker's own errors name its keywords (dead_letter_queue): the command's
+    user typed options, and is told of those."""
+    assert cli.main(["broker", *argv]) == 2
+    assert capsys.readouterr().err == f"stompy broker: {said}\n"
+
+
 def test_the_broker_configuration_shows_no_passcode() -> None:
     from stompy.testing import BrokerConfig
 
@@ -315,8 +337,7 @@ def test_tls_key_in_the_certificate_file(tmp_path: Path) -> None:
     [
         (["--tls-cert", "/no/such/cert.pem"], "cannot load the TLS certificate /no/such/cert.pem"),
         (["--tls-key", "key.pem"], "--tls-key needs --tls-cert"),
-        (["--dead-letter-queue", "/queue/dlq"], "dead_letter_queue needs max_redeliveries"),
-        (["--dead-letter-queue", "/queue/dead"], "dead_letter_queue needs max_redeliveries"),
+        (["--dead-letter-queue", "/queue/dlq"], "--dead-letter-queue needs --max-redeliveries"),
     ],
 )
 def test_bad_tls_and_redelivery_options(

@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import re
 import ssl
 import sys
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from stompy import testing
 from stompy.cli._serving import serve_until_stopped, until_stopped
 from stompy.cli._status import EXIT_USAGE, CommandError
 
 __all__ = ("broker_options", "broker_tls", "run_broker", "run_broker_command")
+
+#: The option of each keyword of :func:`stompy.testing.serve` that the command sets:
+#: the broker's errors name the keyword, the command's user typed the option.
+FLAGS: Final = {
+    "heartbeats": "--heartbeat",
+    "prefetch": "--prefetch",
+    "max_queue": "--max-queue",
+    "max_stored_bytes": "--max-stored-bytes",
+    "max_backlog_bytes": "--max-backlog-bytes",
+    "max_subscriptions": "--max-subscriptions",
+    "max_partial_bytes": "--max-partial-bytes",
+    "frame_timeout": "--frame-timeout",
+    "users": "--users",
+    "virtual_hosts": "--vhost",
+    "max_redeliveries": "--max-redeliveries",
+    "dead_letter_queue": "--dead-letter-queue",
+}
+_KEYWORD: Final = re.compile(r"\b(" + "|".join(FLAGS) + r")\b")
+
+
+def in_flags(error: str) -> str:
+    """``error``, a broker option's, with each keyword named as its option."""
+    return _KEYWORD.sub(lambda found: FLAGS[found.group(1)], error)
 
 
 def broker_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,10 +101,12 @@ async def run_broker_command(args: argparse.Namespace, out: TextIO) -> None:
 def run_broker(args: argparse.Namespace) -> int:
     """Check the options, then serve until stopped; the exit status."""
     try:
+        if args.dead_letter_queue is not None and args.max_redeliveries is None:
+            raise CommandError("--dead-letter-queue needs --max-redeliveries (the limit)")
         testing.BrokerConfig(**broker_options(args))
         broker_tls(args)
     except (ValueError, CommandError) as exc:
-        print(f"stompy broker: {exc}", file=sys.stderr)
+        print(f"stompy broker: {in_flags(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     # An ImportError: --websocket without wsproto.
     return serve_until_stopped("broker", run_broker_command, args, usage=(ImportError,))
