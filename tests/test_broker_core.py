@@ -14,6 +14,7 @@ from stompy._core.frames import V10, V11, V12, VERSIONS, Frame
 from stompy._core.parser import FrameLimits, FrameParser
 from stompy.testing import BrokerConfig
 from stompy.testing._core.connection import ClientConnection
+from stompy.testing._core.destinations import MESSAGE_OVERHEAD
 from stompy.testing._core.records import ConnectionState
 from stompy.testing._core.store import MessageStore
 
@@ -382,7 +383,10 @@ def test_resource_limits() -> None:
 
 
 def test_queue_full_rejects_the_send() -> None:
-    store = make(max_queue=2, max_stored_bytes=10)
+    # Room for the two of /queue/a and the one of /queue/b: each counts its body and
+    # MESSAGE_OVERHEAD.
+    limit = 4 * MESSAGE_OVERHEAD + 12
+    store = make(max_queue=2, max_stored_bytes=limit)
     peer = connected(store)
     peer.send("SEND", {"destination": "/queue/a"}, b"1")
     peer.send("SEND", {"destination": "/queue/a"}, b"2")
@@ -401,7 +405,7 @@ def test_queue_full_rejects_the_send() -> None:
     peer.send("SEND", {"destination": "/queue/c"}, b"x" * 2)
     message = peer.error().get("message") or ""
     assert "broker is full" in message
-    assert "max_stored_bytes limit is 10" in message
+    assert f"max_stored_bytes limit is {limit}" in message
     assert "--max-stored-bytes" in message
 
 

@@ -306,8 +306,9 @@ _BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = 
         "--max-stored-bytes",
         values.positive(int),
         "N",
-        "body bytes the broker holds at most, queues and slow topic subscribers' "
-        "backlogs (default 256 MiB)",
+        "bytes of messages the broker holds at most (bodies, headers, 256 each), in "
+        "queues, slow topic subscribers' backlogs, unacked and in transactions "
+        "(default 256 MiB)",
     ),
     (
         "--max-backlog-bytes",

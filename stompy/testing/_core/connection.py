@@ -85,6 +85,11 @@ class _TxSettle:
     ack_id: str
 
 
+def _sends(ops: list[StoredMessage | _TxSettle]) -> list[StoredMessage]:
+    """The SENDs among a transaction's frames."""
+    return [op for op in ops if isinstance(op, StoredMessage)]
+
+
 class ClientConnection:
     """The broker's side of one client connection, without I/O; made by
     :meth:`MessageStore.open_connection`. See the package's docstring."""
@@ -427,6 +432,8 @@ class ClientConnection:
         # "Any started transactions which have not been committed will be implicitly
         # aborted if the client sends a DISCONNECT frame or if the TCP connection
         # fails for any reason." (1.2, BEGIN)
+        for ops in self._transactions.values():
+            self.store.unhold(_sends(ops))
         self._transactions.clear()
         for sub in list(self._subscriptions.values()):
             self._remove_subscription(sub)
@@ -612,6 +619,7 @@ class ClientConnection:
             headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
         message = StoredMessage(destination, headers, frame.body)
         if ops is not None:
+            self.store.hold(message)  # counted while the transaction holds it
             ops.append(message)
         else:
             self.store.accept(message)
@@ -761,7 +769,7 @@ class ClientConnection:
             del sub.by_message_id[message.message_id]
             messages.append(message)
         if command == "ACK":
-            self.store.acknowledged(sub, len(messages))
+            self.store.acknowledged(sub, messages)
         else:
             self.store.given_back(sub, messages)
 
@@ -783,9 +791,10 @@ class ClientConnection:
         ops = self._transactions.pop(name, None)
         if ops is None:
             raise Reject(f"{frame.command} of transaction {name!r}, which is not open")
+        self.store.unhold(_sends(ops))
         if frame.command == "COMMIT":
             # All or nothing: check room for every SEND before applying any.
-            self.store.check_capacity([op for op in ops if isinstance(op, StoredMessage)])
+            self.store.check_capacity(_sends(ops))
             for op in ops:
                 if isinstance(op, StoredMessage):
                     self.store.publish(op)

@@ -9,7 +9,7 @@ deliveries (``by_message_id``). A topic subscription's backlog is the store's.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from stompy._core.events import AckMode
 from stompy._core.frames import V10, Headers, escape, split_header_lines
@@ -18,7 +18,12 @@ from stompy.testing._core.records import TOPIC_PREFIX
 if TYPE_CHECKING:
     from stompy.testing._core.connection import ClientConnection
 
-__all__ = ("Destination", "StoredMessage", "Subscription")
+#: Bytes counted for each message held besides its body and headers: about what the
+#: objects that hold an empty message in a queue take, so that ``max_stored_bytes``
+#: bounds messages without a body too (a million of them to a queue nobody reads).
+MESSAGE_OVERHEAD: Final = 256
+
+__all__ = ("MESSAGE_OVERHEAD", "Destination", "StoredMessage", "Subscription")
 
 
 class StoredMessage:
@@ -44,6 +49,7 @@ class StoredMessage:
         "lines",
         "message_id",
         "redeliveries",
+        "size",
     )
 
     def __init__(
@@ -66,6 +72,14 @@ class StoredMessage:
         #: How many times it came back so far (see ``BrokerConfig.max_redeliveries``);
         #: above 0 it is delivered with ``redelivered:true``.
         self.redeliveries = 0
+        #: What ``max_stored_bytes`` counts for it: its body, its user headers (a SEND
+        #: without a body may hold 96 KiB of them) and :data:`MESSAGE_OVERHEAD`.
+        self.size = len(body) + MESSAGE_OVERHEAD
+        if lines is not None:
+            self.size += len(lines)
+        elif headers:
+            for key, value in headers:
+                self.size += len(key) + len(value) + 2
 
     @property
     def headers(self) -> Headers:
@@ -101,7 +115,7 @@ class Destination:
         self.name = name
         self.is_topic = name.startswith(TOPIC_PREFIX)
         self.messages: deque[StoredMessage] = deque()
-        #: Body bytes of ``messages``.
+        #: What ``messages`` count against ``max_stored_bytes`` (their sizes).
         self.bytes = 0
         self.subscriptions: list[Subscription] = []
         self.next_index = 0  # round-robin position among the subscriptions
@@ -142,7 +156,7 @@ class Subscription:
         self.temporary = temporary
         #: Topic messages waiting until this subscription can take them.
         self.backlog: deque[StoredMessage] = deque()
-        #: Body bytes of ``backlog``.
+        #: What ``backlog`` counts against ``max_stored_bytes`` (its messages' sizes).
         self.backlog_bytes = 0
         #: message-id -> ack id of the unacknowledged deliveries, in delivery order.
         self.by_message_id: dict[str, str] = {}

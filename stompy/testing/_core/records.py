@@ -97,9 +97,11 @@ class BrokerConfig:
     #: Messages a queue (or a topic subscription's backlog) holds at most: room for
     #: tests of realistic size (``max_stored_bytes`` bounds the memory).
     max_queue: int = 1_000_000
-    #: Body bytes the broker holds at most: the queues' messages, and the topic
-    #: messages waiting for subscribers slower than their topic (counted once for each
-    #: subscription that waits for one).
+    #: Bytes of messages the broker holds at most: bodies, user headers and 256 bytes
+    #: each for the objects that keep them (``MESSAGE_OVERHEAD``), of the queues'
+    #: messages, the topic messages waiting for subscribers slower than their topic, the
+    #: messages delivered and not yet acknowledged, and the SENDs of open transactions
+    #: (a message is counted once for each subscription that waits for it or holds it).
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Unsent output per connection above which deliveries to it pause.
     write_buffer: int = 1024 * 1024
@@ -277,8 +279,9 @@ class BrokerStats:
     internal_errors: int = 0
     """Bugs: exceptions the transport caught while serving a connection."""
     bytes_stored: int = 0
-    """Body bytes held when the snapshot was taken: messages in queues, and topic
-    messages waiting for slow subscribers (see ``max_stored_bytes``)."""
+    """Bytes of messages held when the snapshot was taken, as ``max_stored_bytes``
+    counts them: in queues, waiting for slow topic subscribers, delivered and not yet
+    acknowledged, and in open transactions."""
     bytes_partial: int = 0
     """Bytes of unfinished frames held when the snapshot was taken, all connections
     together (see ``max_partial_bytes``)."""

@@ -192,11 +192,11 @@ class MessageStore:
             return
         if dest is None or dest.is_topic:
             topic = destination.startswith(TOPIC_PREFIX)
-            size = 0 if topic else len(message.body)
+            size = 0 if topic else message.size
             self._check_room(None if topic else destination, 1, size)
             self.publish(message)
             return
-        size = len(message.body)
+        size = message.size
         config = self.config
         stored = self._stored_bytes + size
         if len(dest.messages) >= config.max_queue or stored > config.max_stored_bytes:
@@ -218,7 +218,7 @@ class MessageStore:
         for send in sends:
             if not send.destination.startswith(TOPIC_PREFIX):
                 counts[send.destination] = counts.get(send.destination, 0) + 1
-                size += len(send.body)
+                size += send.size
         for name, count in counts.items():
             self._check_room(name, count, 0)
         self._check_room(None, 0, size)
@@ -279,6 +279,7 @@ class MessageStore:
             self._discard(dest)  # private to its connection: nobody else can read it
         self._counters.messages_dropped += len(sub.backlog)
         self._stored_bytes -= sub.backlog_bytes
+        self._unhold(unacked)  # counted again where they go
         sub.backlog.clear()
         sub.backlog_bytes = 0
         if unacked and not dest.is_topic:
@@ -289,19 +290,38 @@ class MessageStore:
             self._counters.messages_dropped += len(unacked)
         self._forget_if_unused(dest)
 
-    def acknowledged(self, sub: Subscription, count: int) -> None:
-        """``count`` messages delivered to ``sub`` were acknowledged: make room."""
-        self._counters.messages_acked += count
+    def acknowledged(self, sub: Subscription, messages: list[StoredMessage]) -> None:
+        """``messages`` delivered to ``sub`` were acknowledged: make room."""
+        self._counters.messages_acked += len(messages)
+        self._unhold(messages)
         self.deliver_waiting(sub.destination)
+
+    def _unhold(self, unacked: list[StoredMessage]) -> None:
+        """Delivered and no longer held as unacknowledged (acked, or given back to be
+        counted where they go)."""
+        for message in unacked:
+            self._stored_bytes -= message.size
+
+    def hold(self, message: StoredMessage) -> None:
+        """Count a SEND an open transaction holds until its COMMIT or ABORT (see
+        :meth:`unhold`); raises :class:`Reject` naming ``max_stored_bytes`` when it
+        does not fit, as a SEND to a queue would."""
+        self._check_room(None, 0, message.size)
+        self._stored_bytes += message.size
+
+    def unhold(self, held: list[StoredMessage]) -> None:
+        """A transaction's SENDs (see :meth:`hold`) are no longer held by it."""
+        self._unhold(held)
 
     def given_back(self, sub: Subscription, messages: list[StoredMessage]) -> None:
         """``messages`` delivered to ``sub`` were NACKed: redeliver them, a queue's to
         any subscriber, a topic's to the same subscription (those that used up
         ``max_redeliveries`` go to the dead-letter queue)."""
         self._counters.messages_nacked += len(messages)
+        self._unhold(messages)  # counted again where they go
         if sub.destination.is_topic:
             again = self._given_back(messages)
-            size = sum(len(m.body) for m in again)
+            size = sum(m.size for m in again)
             sub.backlog.extendleft(reversed(again))
             sub.backlog_bytes += size
             self._stored_bytes += size
@@ -315,8 +335,8 @@ class MessageStore:
             for sub in dest.subscriptions:
                 while sub.backlog and sub.can_accept():
                     message = sub.backlog.popleft()
-                    sub.backlog_bytes -= len(message.body)
-                    self._stored_bytes -= len(message.body)
+                    sub.backlog_bytes -= message.size
+                    self._stored_bytes -= message.size
                     self._deliver(sub, message)
             return
         subs = dest.subscriptions
@@ -332,8 +352,8 @@ class MessageStore:
             if chosen is None:
                 return
             message = dest.messages.popleft()
-            dest.bytes -= len(message.body)
-            self._stored_bytes -= len(message.body)
+            dest.bytes -= message.size
+            self._stored_bytes -= message.size
             self._deliver(chosen, message)
 
     # -- routing -----------------------------------------------------------------------
@@ -342,6 +362,9 @@ class MessageStore:
         if message.redeliveries:
             self._counters.messages_redelivered += 1
         self._counters.messages_delivered += 1
+        if sub.ack != "auto":
+            # Held until acknowledged (to deliver again): counted until then.
+            self._stored_bytes += message.size
         sub.connection.deliver(sub, message)
 
     def _destination(self, name: str) -> Destination:
@@ -358,7 +381,7 @@ class MessageStore:
 
     def _check_room(self, name: str | None, count: int, size: int) -> None:
         """Raise :class:`Reject` unless queue ``name`` takes ``count`` more messages
-        and the broker ``size`` more bytes of bodies."""
+        and the broker ``size`` more bytes of messages (:attr:`StoredMessage.size`)."""
         config = self.config
         if name is not None:
             dest = self._destinations.get(name)
@@ -371,7 +394,7 @@ class MessageStore:
                 )
         if self._stored_bytes + size > config.max_stored_bytes:
             raise Reject(
-                f"the broker is full: it stores {self._stored_bytes} bytes of bodies, "
+                f"the broker is full: it holds {self._stored_bytes} bytes of messages, "
                 f"its max_stored_bytes limit is {config.max_stored_bytes} (raise it with "
                 "serve(max_stored_bytes=...) or stompy broker --max-stored-bytes)"
             )
@@ -384,21 +407,28 @@ class MessageStore:
                 self._counters.messages_dropped += 1
                 self._forget_if_unused(dest)
                 return
+            limit = self.config.max_stored_bytes - message.size
             for sub in dest.subscriptions:
-                if not sub.backlog and sub.can_accept():
+                # Delivered to a client-ack subscription, it stays held until acked:
+                # not past max_stored_bytes, however large its prefetch.
+                if (
+                    not sub.backlog
+                    and sub.can_accept()
+                    and (sub.ack == "auto" or self._stored_bytes <= limit)
+                ):
                     self._deliver(sub, message)
                 else:
                     self._add_backlog(sub, message)
             return
         dest.messages.append(message)
-        dest.bytes += len(message.body)
-        self._stored_bytes += len(message.body)
+        dest.bytes += message.size
+        self._stored_bytes += message.size
         self.deliver_waiting(dest)
 
     def _add_backlog(self, sub: Subscription, message: StoredMessage) -> None:
         """Keep a topic message for a subscription that cannot take it now; over its
         bounds, drop the oldest (this one, when the broker is full without it)."""
-        size = len(message.body)
+        size = message.size
         sub.backlog.append(message)
         sub.backlog_bytes += size
         self._stored_bytes += size
@@ -415,8 +445,8 @@ class MessageStore:
             else:
                 return
             dropped = sub.backlog.popleft()
-            sub.backlog_bytes -= len(dropped.body)
-            self._stored_bytes -= len(dropped.body)
+            sub.backlog_bytes -= dropped.size
+            self._stored_bytes -= dropped.size
             self._counters.messages_dropped += 1
             if not sub.dropped:
                 sub.dropped = True
@@ -445,7 +475,7 @@ class MessageStore:
         """Put delivered messages back at the front, in their order, for redelivery
         (those over ``max_redeliveries`` go to the dead-letter queue instead)."""
         again = self._given_back(messages)
-        size = sum(len(m.body) for m in again)
+        size = sum(m.size for m in again)
         dest.messages.extendleft(reversed(again))
         dest.bytes += size
         self._stored_bytes += size

@@ -1,0 +1,147 @@
+"""The test broker against hostile clients: what it holds for one stays within
+``max_stored_bytes``, whatever the client keeps the broker holding.
+
+Each test drives the broker's sans-IO core (a :class:`MessageStore` and its
+connections) past the bound on purpose and checks the broker's own accounting
+(``stats.bytes_stored``) and that a further SEND is refused with the limit named.
+docs/performance.md "The test broker's memory under hostile load" has the figures of
+the broker process itself.
+"""
+
+from __future__ import annotations
+
+from stompy.testing._core.destinations import MESSAGE_OVERHEAD
+from tests.test_broker_core import Peer, connected, make
+
+LIMIT = 1_000_000
+KB = b"x" * 1000
+
+
+def refused(peer: Peer) -> str:
+    """The ERROR's message, which must name ``max_stored_bytes``."""
+    message = peer.error().get("message") or ""
+    assert "max_stored_bytes" in message, message
+    return message
+
+
+def test_headers_count_against_max_stored_bytes() -> None:
+    # SENDs without a body, each with 50 KB of headers, to a queue nobody reads: before,
+    # only bodies counted, and the broker held them without end.
+    store = make(max_stored_bytes=LIMIT)
+    peer = connected(store)
+    headers = {f"h{n}": "v" * 1000 for n in range(50)}
+    for _ in range(100):  # bounded: the 20th or so is refused
+        peer.send("SEND", {"destination": "/queue/headers", **headers})
+        if peer.client.finished:
+            break
+    refused(peer)
+    assert store.queue_depth("/queue/headers") < 25
+    assert store.stats.bytes_stored <= LIMIT
+
+
+def test_messages_without_a_body_count_against_max_stored_bytes() -> None:
+    # Empty SENDs, one queue each: each costs the broker its objects, counted.
+    store = make(max_stored_bytes=100 * MESSAGE_OVERHEAD)
+    peer = connected(store)
+    for n in range(1000):  # bounded: the 101st is refused
+        peer.send("SEND", {"destination": f"/queue/empty-{n}"})
+        if peer.client.finished:
+            break
+    refused(peer)
+    assert len(store.destinations()) == 100
+    assert store.stats.bytes_stored <= 100 * MESSAGE_OVERHEAD
+
+
+def test_an_open_transaction_holds_at_most_max_stored_bytes() -> None:
+    # SENDs in a transaction never committed: the broker holds them until COMMIT or
+    # ABORT, so they count; the one that does not fit is refused.
+    store = make(max_stored_bytes=LIMIT)
+    peer = connected(store)
+    peer.send("BEGIN", {"transaction": "t"})
+    for _ in range(2000):  # bounded: about the 1000th is refused
+        peer.send("SEND", {"destination": "/queue/tx", "transaction": "t"}, KB)
+        if peer.client.finished:
+            break
+    refused(peer)
+    assert store.stats.bytes_stored == 0  # the ERROR closed it: the transaction is gone
+
+
+def test_a_transaction_releases_what_it_held_at_commit_abort_and_close() -> None:
+    store = make(max_stored_bytes=LIMIT)
+    peer = connected(store)
+    for name in ("a", "b", "c"):
+        peer.send("BEGIN", {"transaction": name})
+        peer.send("SEND", {"destination": "/queue/tx", "transaction": name}, KB)
+    held = store.stats.bytes_stored
+    assert held == 3 * (len(KB) + MESSAGE_OVERHEAD)
+    peer.send("ABORT", {"transaction": "a"})
+    assert store.stats.bytes_stored == held * 2 // 3
+    peer.send("COMMIT", {"transaction": "b"}, b"")
+    assert store.queue_depth("/queue/tx") == 1  # held by the queue now, counted once
+    assert store.stats.bytes_stored == held * 2 // 3
+    peer.client.close()  # "c" is aborted
+    assert store.stats.bytes_stored == held // 3
+    assert peer.frames() == []
+
+
+def test_unacknowledged_messages_count_against_max_stored_bytes() -> None:
+    # A consumer that reads but never acks, with a prefetch as large as it likes: the
+    # broker keeps each message to deliver it again, so each counts until acked, and
+    # producers are refused once the broker is full.
+    store = make(max_stored_bytes=LIMIT)
+    consumer = connected(store)
+    consumer.subscribe("/queue/kept", ack="client-individual", **{"prefetch-count": "1000000"})
+    producer = connected(store)
+    taken = 0
+    for _ in range(2000):  # bounded: about the 1000th is refused
+        producer.send("SEND", {"destination": "/queue/kept"}, KB)
+        taken += len(consumer.frames())
+        if producer.client.finished:
+            break
+    refused(producer)
+    assert store.unacked_count() == taken < 1000
+    assert store.stats.bytes_stored <= LIMIT
+
+
+def test_acked_nacked_and_abandoned_deliveries_release_what_they_held() -> None:
+    store = make(max_stored_bytes=LIMIT)
+    consumer = connected(store)
+    consumer.subscribe("/queue/q", ack="client-individual")
+    producer = connected(store)
+    for _ in range(3):
+        producer.send("SEND", {"destination": "/queue/q"}, KB)
+    one = len(KB) + MESSAGE_OVERHEAD
+    assert store.stats.bytes_stored == 3 * one
+    acks = [f.get("ack") or "" for f in consumer.frames()]
+    assert len(acks) == 3
+    assert store.stats.bytes_stored == 3 * one  # delivered, held until acked
+    consumer.send("ACK", {"id": acks[0]})
+    assert store.stats.bytes_stored == 2 * one
+    consumer.send("NACK", {"id": acks[1]})  # delivered again: still held once
+    assert store.stats.bytes_stored == 2 * one
+    consumer.client.close()  # both back in the queue
+    assert store.queue_depth("/queue/q") == 2
+    assert store.stats.bytes_stored == 2 * one
+
+
+def test_a_topic_subscriber_that_never_acks_is_held_to_max_stored_bytes() -> None:
+    # Topic SENDs are never refused; a client-ack subscriber with a huge prefetch that
+    # never acks gets messages only while the broker has room, the rest are dropped for
+    # it, and a subscriber that keeps up misses nothing.
+    store = make(max_stored_bytes=LIMIT)
+    stuck = connected(store)
+    stuck.subscribe("/topic/t", id="stuck", ack="client", **{"prefetch-count": "1000000"})
+    reader = connected(store)
+    reader.subscribe("/topic/t", id="reader")
+    producer = connected(store)
+    seen = 0
+    for n in range(3000):
+        producer.send("SEND", {"destination": "/topic/t", "receipt": f"r{n}"}, KB)
+        assert [f.command for f in producer.frames()] == ["RECEIPT"]
+        stuck.frames()
+        seen += len(reader.frames())
+    assert seen == 3000
+    stats = store.stats
+    assert stats.bytes_stored <= LIMIT
+    assert store.unacked_count("/topic/t") < 1000
+    assert stats.messages_dropped > 2000
