@@ -62,6 +62,20 @@ def _thread_cpu() -> dict[int, float]:
     return result
 
 
+def _thread_switches() -> dict[int, int]:
+    """Voluntary context switches (each a wait that slept) of each thread, by native id."""
+    result = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        result[int(tid)] = int(line.split()[1])
+        except OSError:
+            continue
+    return result
+
+
 def drain_stompy(url: str, destination: str, count: int, spark_s: float) -> dict[str, Any]:
     from stompy.spark._options import parse_read_options
     from stompy.spark._stream_read import StreamConsumer
@@ -69,7 +83,7 @@ def drain_stompy(url: str, destination: str, count: int, spark_s: float) -> dict
     settings = parse_read_options({"url": url, "destination": destination}, streaming=True)
     consumer = StreamConsumer(settings)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    threads0 = _thread_cpu()
+    threads0, switches0 = _thread_cpu(), _thread_switches()
     start = consumer.initial()
     got, batches, parts = 0, 0, 0
     while got < count:
@@ -82,18 +96,27 @@ def drain_stompy(url: str, destination: str, count: int, spark_s: float) -> dict
         batches += 1
         start = end
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    threads = _thread_cpu()
+    threads, switches = _thread_cpu(), _thread_switches()
     names = {t.native_id: t.name for t in threading.enumerate()}
     by_thread: dict[str, float] = {}
+    wakes: dict[str, int] = {}
     for tid, seconds in threads.items():
         name = names.get(tid, "")
         name = {"MainThread": "caller", "stompy-spark-intake": "intake"}.get(name, "other")
         if name == "other" and tid in names:
             name = "io"  # the connection's thread
         by_thread[name] = by_thread.get(name, 0.0) + seconds - threads0.get(tid, 0.0)
+        wakes[name] = wakes.get(name, 0) + switches.get(tid, 0) - switches0.get(tid, 0)
     consumer.commit(start)
     consumer.close()
-    return {"cpu": cpu, "wall": wall, "got": got, "batches": batches, "threads": by_thread}
+    return {
+        "cpu": cpu,
+        "wall": wall,
+        "got": got,
+        "batches": batches,
+        "threads": by_thread,
+        "wakes": wakes,
+    }
 
 
 def drain_stomppy(url: str, destination: str, count: int, ack: str) -> dict[str, Any]:
@@ -175,7 +198,14 @@ def main() -> None:
                     f"{name} {seconds / args.count * 1e6:.1f}"
                     for name, seconds in sorted(r["threads"].items())
                 )
-                extra = f"; µs/msg by thread: {shares}; {r['batches']} batches"
+                wakes = ", ".join(
+                    f"{name} {count / args.count * 1000:.0f}"
+                    for name, count in sorted(r["wakes"].items())
+                )
+                extra = (
+                    f"; µs/msg by thread: {shares}; sleeps per 1,000 msgs: {wakes}; "
+                    f"{r['batches']} batches"
+                )
             print(
                 f"round {round_ + 1} {who}: {r['cpu'] / args.count * 1e6:.2f} µs CPU/msg, "
                 f"{args.count / r['wall']:,.0f} msg/s{extra}",

@@ -10,10 +10,8 @@ read (:mod:`stompy.spark._stream_read`) guards it, and tests drive it directly.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any, Generic, TypeVar
 
 __all__ = ("OffsetBook", "Planned", "offset_dict", "offset_value")
@@ -60,8 +58,10 @@ class OffsetBook(Generic[H]):
         self.planned = base
         #: Everything numbered below this is acknowledged or given up.
         self.released = base
-        self._handles: deque[H] = deque()
-        self._received: deque[int] = deque()
+        # Lists, not deques: a release lets a whole batch go in one slice and one
+        # ``del`` at C speed, not a ``popleft()`` per message.
+        self._handles: list[H] = []
+        self._received: list[int] = []
         self._issued: set[int] = {base}
         self._last = base
 
@@ -118,11 +118,7 @@ class OffsetBook(Generic[H]):
             return Planned(numbers.start, [], [])
         first = self.next - len(self._handles)  # the number of the oldest held
         low, high = numbers.start - first, numbers.stop - first
-        return Planned(
-            numbers.start,
-            list(islice(self._handles, low, high)),
-            list(islice(self._received, low, high)),
-        )
+        return Planned(numbers.start, self._handles[low:high], self._received[low:high])
 
     def release(self, upto: int) -> list[H]:
         """Forget messages below ``upto``; return them, oldest first, to acknowledge.
@@ -133,9 +129,9 @@ class OffsetBook(Generic[H]):
             return []
         upto = min(upto, self.planned)
         count = max(0, upto - (self.next - len(self._handles)))
-        released = [self._handles.popleft() for _ in range(count)]
-        for _ in range(count):
-            self._received.popleft()
+        released = self._handles[:count]
+        del self._handles[:count]
+        del self._received[:count]
         if upto > self.released:
             self.released = upto
             self._issued = {o for o in self._issued if o >= upto}

@@ -271,7 +271,10 @@ class StreamConsumer:
                     asked = min(limit - book.unplanned() - len(waiting), CHUNK)
                     self._takes += 1
                     take = self._takes
-                got = inbox.take(asked, POLL) if asked > 0 else []
+                # Without waiting: a take that waits reads the socket itself while it
+                # does (the read-through), a few frames at a time; the I/O thread's
+                # reads gather more (see GATHER).
+                got = inbox.take(asked, 0) if asked > 0 else []
                 if got:
                     stamps += [now_us()] * len(got)
                     waiting += got
@@ -290,7 +293,9 @@ class StreamConsumer:
                     with changed:
                         self._caught_up = take
                         changed.notify_all()
-                elif short and len(got) < NAP_BELOW and not self._hurry:
+                if not got and asked > 0:
+                    time.sleep(NAP)  # nothing came: look again soon
+                elif short and waiting and len(got) < NAP_BELOW and not self._hurry:
                     time.sleep(NAP)
         except BaseException as exc:  # the connection gave up: the query fails on it
             with changed:
@@ -432,7 +437,9 @@ class StreamConsumer:
             # No receipt to wait for: an ACK that never arrives only brings its
             # messages back (at least once), and the DISCONNECT that ends the
             # query is confirmed after every ACK before it.
-            ack_each_subscription(done, receipt=False)
+            inbox = self._inbox
+            among = None if inbox is None else len(inbox.subscriptions)
+            ack_each_subscription(done, receipt=False, among=among)
 
     # -- what the stream reader calls -----------------------------------------------------
 

@@ -14,7 +14,7 @@ import pytest
 import stompy
 from stompy.errors import ConfigurationError
 from stompy.spark._arrow import from_ipc
-from stompy.spark._stream_read import StreamConsumer, TriggerNotSupported
+from stompy.spark._stream_read import GATHER, StreamConsumer, TriggerNotSupported
 from stompy.testing import Broker, run_broker
 from tests.spark._reading import closed_port, fill, planned, read_settings, rows, until
 
@@ -56,6 +56,32 @@ def test_stream_consumer_acks_a_batch_once_the_next_is_planned(broker: Broker) -
         consumer.close()
     assert broker.unacked_count("/queue/in") == 0
     assert broker.queue_depth("/queue/in") == 5  # the unfinished batch went back
+
+
+def test_the_intake_leaves_the_reading_to_the_gathering_io_thread(broker: Broker) -> None:
+    # A take that waits reads the socket itself (a few frames a read); the source's
+    # connections gather their reads in the I/O thread instead (IOThread.gather).
+    fill(broker.url, "/queue/in", 50)
+    consumer = StreamConsumer(read_settings(broker.url, maxMessagesPerBatch="1000"))
+    try:
+        start = consumer.initial()
+        end = consumer.latest(start, None)
+        (conn,) = consumer._conns
+        io = conn._io
+        assert io.gather == GATHER > 0
+        reads = io._reads  # the callers' reads of the socket (the SUBSCRIBE's receipt)
+        got = end - start
+        fill(broker.url, "/queue/in", 250, start=50)
+        for _ in range(100):
+            if got >= 300:
+                break
+            consumer.plan(start, end)
+            start, end = end, consumer.latest(end, None)
+            got += end - start
+        assert got == 300
+        assert io._reads == reads
+    finally:
+        consumer.close()
 
 
 def test_a_restarted_reader_gets_what_was_not_finished(broker: Broker) -> None:
