@@ -449,6 +449,7 @@ class AsyncTransaction(TransactionBase):
         self._conn._io.check_thread()  # before the transaction counts as finished
         self._done = True
         await self._conn._end(self, "COMMIT", receipt)
+        self._committed = True
 
     async def abort(self, *, receipt: bool = False) -> None:
         """Roll back everything sent or acked in the transaction."""

@@ -284,6 +284,8 @@ class TransactionBase:
         self.id = id
         self._epoch = epoch
         self._done = False
+        #: Whether its COMMIT went and did not fail: then there is nothing to abort.
+        self._committed = False
         self._engine = engine
         self._stale = engine.is_stale
 
@@ -300,8 +302,16 @@ class TransactionBase:
 
     def _finish(self) -> bool:
         """Mark the transaction ended for an ABORT; whether one should be sent (not for
-        one already ended, nor one its connection took with it)."""
+        one already ended, nor one its connection took with it). Raises
+        :class:`LocalProtocolError` for one committed: an ABORT cannot undo that, and
+        doing nothing would say it did (after a commit that raised, the broker may or
+        may not have committed, and aborting is the caller's best guess: nothing is
+        sent, nothing raised)."""
         if self._done:
+            if self._committed:
+                raise LocalProtocolError(
+                    f"transaction {self.id!r} is already committed: abort() cannot undo it"
+                )
             return False
         self._done = True
         return not self._stale(self._epoch)

@@ -322,9 +322,14 @@ class Transaction(TransactionBase):
         self._check()
         self._done = True
         self._conn._end(self, "COMMIT", receipt)
+        self._committed = True
 
     def abort(self, *, receipt: bool = False) -> None:
-        """Roll back everything sent or acked in the transaction."""
+        """Roll back everything sent or acked in the transaction.
+
+        Does nothing for a transaction already aborted, lost with its connection, or
+        whose ``commit()`` raised; raises :class:`LocalProtocolError` for one committed.
+        """
         check_flag("receipt", receipt)
         if self._finish():
             self._conn._end(self, "ABORT", receipt)
