@@ -196,3 +196,58 @@ def test_a_clean_close_raises_nothing_and_closing_twice_from_threads_is_safe() -
         said.append(conn.close())
         other.join(TIMEOUT)
         assert said == [True, True]  # the second waited for the first, as in AsyncConnection
+
+
+# -- a close() in a hook -------------------------------------------------------------------
+
+
+def test_a_close_in_the_hook_handed_the_error_does_not_raise_it_blocking() -> None:
+    """``on_error`` was handed the refusal: a close() there returns (a ServerError out
+    of the hook was printed as an error of the hook); the program's own close() after
+    it still raises it, no call having raised it."""
+    dest = queue()
+    in_hook: list[object] = []
+    closed = threading.Event()
+
+    def on_error(error: ServerError) -> None:
+        try:
+            in_hook.append(conn.close())
+        except BaseException as exc:
+            in_hook.append(exc)
+        closed.set()
+
+    with run_broker(max_queue=1) as broker:
+        conn = stompy.Connection(broker.url, receipt_timeout=TIMEOUT, on_error=on_error)
+        conn.connect()
+        conn.send(dest, "kept")
+        conn.send(dest, "refused")
+        assert closed.wait(TIMEOUT)
+        assert in_hook == [False]
+        with pytest.raises(ServerError) as info:
+            conn.close()
+        assert is_full(info.value, dest)
+
+
+@pytest.mark.anyio
+async def test_a_close_in_the_hook_handed_the_error_does_not_raise_it_async() -> None:
+    dest = queue()
+    in_hook: list[object] = []
+    closed = anyio.Event()
+
+    async def on_error(error: ServerError) -> None:
+        try:
+            in_hook.append(await conn.close())
+        except BaseException as exc:
+            in_hook.append(exc)
+        closed.set()
+
+    with run_broker(max_queue=1) as broker, anyio.fail_after(TIMEOUT):
+        with pytest.raises(ServerError) as info:
+            async with stompy.AsyncConnection(
+                broker.url, receipt_timeout=TIMEOUT, on_error=on_error
+            ) as conn:
+                await conn.send(dest, "kept")
+                await conn.send(dest, "refused")
+                await closed.wait()
+                assert in_hook == [False]
+        assert is_full(info.value, dest)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from typing_extensions import Unpack
 
 from stompy._checks import check_integer, check_timeout
+from stompy._engine.callbacks import in_hook
 from stompy._engine.calls import Call
 from stompy._engine.engine import Engine
 from stompy._engine.inbox import Inbox
@@ -154,7 +155,7 @@ class ConnectionBase(Generic[M]):
         returned: a message sent without a receipt that the broker refused (a full
         queue, a destination not allowed) is lost, and ``close()`` says so."""
         refusal = _untold(self._engine.refusal)
-        if refusal is not None:
+        if refusal is not None and not in_hook():  # a hook was handed it
             raise _again(refusal) from refusal
 
     @property

@@ -24,6 +24,7 @@ it raises thrown back in), so the rules of what is reported where cannot drift a
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import logging
 import sys
@@ -44,6 +45,7 @@ __all__ = (
     "call_plainly",
     "handle_message",
     "hooks_over",
+    "in_hook",
     "report_callback_error",
 )
 
@@ -55,6 +57,18 @@ Calling = Generator[Awaitable[object], None, None]
 UNTRACED: Final = contextlib.nullcontext()
 
 log: Final = logging.getLogger("stompy")
+
+#: Whether the current thread or task is in a lifecycle hook's call (see :func:`in_hook`).
+_IN_HOOK: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
+    "stompy_in_hook", default=False
+)
+
+
+def in_hook() -> bool:
+    """Whether the caller runs inside a lifecycle hook (``on_error``,
+    ``on_disconnected``...): a ``close()`` there does not raise the broker's ERROR,
+    which the hook was handed."""
+    return _IN_HOOK.get()
 
 
 class _Unraisable:
@@ -124,7 +138,11 @@ def handle_message(
 
 def call_hook(notice: Notice) -> Calling:
     """The lifecycle hook call ``notice``; what it raises is reported, as an
-    ``on_message`` callback's is (:func:`report_callback_error`)."""
+    ``on_message`` callback's is (:func:`report_callback_error`). It runs
+    :func:`in_hook`: the hooks' own thread or task, which runs nothing else, is marked
+    for good (a reset could come from another context, as a generator closed by the
+    garbage collector)."""
+    _IN_HOOK.set(True)
     try:
         result = notice.hook(notice.argument)
         if inspect.isawaitable(result):
