@@ -535,6 +535,9 @@ def test_reconnect_shows_each_failed_attempt_to_connect() -> None:
     ("command", "header", "hint"),
     [
         ("send", "destination:/queue/elsewhere", "give it as DESTINATION"),
+        # It said "stompy send always waits for the broker's receipt", which
+        # --no-receipt does not.
+        ("send", "receipt:r-1", "stompy send asks for one itself (--receipt, the default; "),
         ("subscribe", "ack:auto", "use --ack"),
         ("subscribe", "id:7", "stompy names its subscription"),
     ],

@@ -181,7 +181,7 @@ def _meant(given: str, options: Collection[str]) -> str:
 _SET_BY_STOMPY: Final[dict[str, dict[str, str]]] = {
     "send": {
         "destination": "give it as DESTINATION",
-        "receipt": "stompy send always waits for the broker's receipt",
+        "receipt": "stompy send asks for one itself (--receipt, the default; --no-receipt: none)",
         "transaction": "stompy send sends outside transactions",
         "content-length": "stompy writes the body's length itself",
     },
