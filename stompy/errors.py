@@ -11,6 +11,7 @@ frames from the server each have their own branch, so that
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import weakref
 from typing import Protocol, TypeVar
@@ -381,7 +382,8 @@ def _again(error: _E) -> _E:
     # Chained here, as ``from failure`` says: mypyc compiles ``raise ... from ...`` as a
     # plain raise, so in the wheel the engine's raises would chain nothing.
     fresh.__cause__ = error
-    _RAISED.add(error)
+    with contextlib.suppress(TypeError):  # a class without weak references: not noted
+        _RAISED.add(error)
     return fresh
 
 
