@@ -145,3 +145,29 @@ def test_a_topic_subscriber_that_never_acks_is_held_to_max_stored_bytes() -> Non
     assert stats.bytes_stored <= LIMIT
     assert store.unacked_count("/topic/t") < 1000
     assert stats.messages_dropped > 2000
+
+
+def test_acks_held_in_open_transactions_count_against_max_stored_bytes() -> None:
+    # One unacknowledged message ACKed again and again inside transactions left open:
+    # before, 100 transactions of 10,000 ACKs held 130 MB per connection, uncounted.
+    store = make(max_stored_bytes=1000 * MESSAGE_OVERHEAD)
+    peer = connected(store)
+    peer.subscribe("/queue/a", ack="client-individual")
+    peer.send("SEND", {"destination": "/queue/a"}, b"m")
+    (message,) = peer.frames()
+    ack = message.get("ack") or ""
+    for t in range(2):
+        peer.send("BEGIN", {"transaction": f"t{t}"})
+        for _ in range(400):
+            peer.send("ACK", {"id": ack, "transaction": f"t{t}"})
+    assert peer.frames() == []
+    assert store.stats.bytes_stored == 801 * MESSAGE_OVERHEAD + 1  # with the message
+    peer.send("ABORT", {"transaction": "t0"})
+    assert store.stats.bytes_stored == 401 * MESSAGE_OVERHEAD + 1
+    peer.send("BEGIN", {"transaction": "t2"})
+    for _ in range(1000):  # bounded: about the 600th is refused
+        peer.send("ACK", {"id": ack, "transaction": "t2"})
+        if peer.client.finished:
+            break
+    refused(peer)
+    assert store.stats.bytes_stored <= 1000 * MESSAGE_OVERHEAD

@@ -33,7 +33,7 @@ from stompy._core.heartbeat import (
 from stompy._core.parser import FrameParser
 from stompy._core.protocol import MAX_BODY_HEADER
 from stompy.errors import FrameTooLarge, ProtocolError
-from stompy.testing._core.destinations import StoredMessage, Subscription
+from stompy.testing._core.destinations import MESSAGE_OVERHEAD, StoredMessage, Subscription
 from stompy.testing._core.records import (
     AWAITING,
     CLOSED,
@@ -78,6 +78,11 @@ def _too_many_subscriptions(limit: int, what: str) -> str:
     )
 
 
+#: What an ACK or NACK held in an open transaction counts against ``max_stored_bytes``
+#: (more than its objects take, as a message's overhead is).
+_SETTLE_SIZE: Final = MESSAGE_OVERHEAD
+
+
 @dataclass(frozen=True, slots=True)
 class _TxSettle:
     command: str  # "ACK" or "NACK"
@@ -88,6 +93,11 @@ class _TxSettle:
 def _sends(ops: list[StoredMessage | _TxSettle]) -> list[StoredMessage]:
     """The SENDs among a transaction's frames."""
     return [op for op in ops if isinstance(op, StoredMessage)]
+
+
+def _held(ops: list[StoredMessage | _TxSettle]) -> int:
+    """What a transaction's frames count against ``max_stored_bytes``."""
+    return sum(op.size if isinstance(op, StoredMessage) else _SETTLE_SIZE for op in ops)
 
 
 class ClientConnection:
@@ -433,7 +443,7 @@ class ClientConnection:
         # aborted if the client sends a DISCONNECT frame or if the TCP connection
         # fails for any reason." (1.2, BEGIN)
         for ops in self._transactions.values():
-            self.store.unhold(_sends(ops))
+            self.store.unhold(_held(ops))
         self._transactions.clear()
         for sub in list(self._subscriptions.values()):
             self._remove_subscription(sub)
@@ -619,7 +629,7 @@ class ClientConnection:
             headers = tuple((k, self._temp_queue(v) if k == "reply-to" else v) for k, v in headers)
         message = StoredMessage(destination, headers, frame.body)
         if ops is not None:
-            self.store.hold(message)  # counted while the transaction holds it
+            self.store.hold(message.size)  # counted while the transaction holds it
             ops.append(message)
         else:
             self.store.accept(message)
@@ -742,6 +752,9 @@ class ClientConnection:
         sub, ack_id = self._find_delivery(frame)
         ops = self._transaction(frame)
         if ops is not None:
+            # Counted: a client may ACK one message ten thousand times in each of its
+            # transactions, and keep them open.
+            self.store.hold(_SETTLE_SIZE)
             ops.append(_TxSettle(frame.command, sub, ack_id))
         else:
             self._settle(frame.command, sub, ack_id)
@@ -791,7 +804,7 @@ class ClientConnection:
         ops = self._transactions.pop(name, None)
         if ops is None:
             raise Reject(f"{frame.command} of transaction {name!r}, which is not open")
-        self.store.unhold(_sends(ops))
+        self.store.unhold(_held(ops))
         if frame.command == "COMMIT":
             # All or nothing: check room for every SEND before applying any.
             self.store.check_capacity(_sends(ops))

@@ -100,8 +100,9 @@ class BrokerConfig:
     #: Bytes of messages the broker holds at most: bodies, user headers and 256 bytes
     #: each for the objects that keep them (``MESSAGE_OVERHEAD``), of the queues'
     #: messages, the topic messages waiting for subscribers slower than their topic, the
-    #: messages delivered and not yet acknowledged, and the SENDs of open transactions
-    #: (a message is counted once for each subscription that waits for it or holds it).
+    #: messages delivered and not yet acknowledged, and the frames of open transactions
+    #: (an ACK or NACK counts 256 bytes; a message is counted once for each
+    #: subscription that waits for it or holds it).
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Unsent output per connection above which deliveries to it pause.
     write_buffer: int = 1024 * 1024

@@ -302,16 +302,17 @@ class MessageStore:
         for message in unacked:
             self._stored_bytes -= message.size
 
-    def hold(self, message: StoredMessage) -> None:
-        """Count a SEND an open transaction holds until its COMMIT or ABORT (see
-        :meth:`unhold`); raises :class:`Reject` naming ``max_stored_bytes`` when it
-        does not fit, as a SEND to a queue would."""
-        self._check_room(None, 0, message.size)
-        self._stored_bytes += message.size
+    def hold(self, size: int) -> None:
+        """Count ``size`` bytes a connection holds outside the store: a frame of an open
+        transaction, until its COMMIT or ABORT (see :meth:`unhold`). Raises
+        :class:`Reject` naming ``max_stored_bytes`` when they do not fit, as a SEND to a
+        queue would."""
+        self._check_room(None, 0, size)
+        self._stored_bytes += size
 
-    def unhold(self, held: list[StoredMessage]) -> None:
-        """A transaction's SENDs (see :meth:`hold`) are no longer held by it."""
-        self._unhold(held)
+    def unhold(self, size: int) -> None:
+        """``size`` bytes counted by :meth:`hold` are no longer held."""
+        self._stored_bytes -= size
 
     def given_back(self, sub: Subscription, messages: list[StoredMessage]) -> None:
         """``messages`` delivered to ``sub`` were NACKed: redeliver them, a queue's to
