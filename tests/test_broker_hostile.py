@@ -10,7 +10,7 @@ the broker process itself.
 
 from __future__ import annotations
 
-from stompy.testing._core.destinations import MESSAGE_OVERHEAD
+from stompy.testing._core.destinations import MESSAGE_OVERHEAD, subscription_size
 from tests.test_broker_core import Peer, connected, make
 
 LIMIT = 1_000_000
@@ -111,14 +111,15 @@ def test_acked_nacked_and_abandoned_deliveries_release_what_they_held() -> None:
     for _ in range(3):
         producer.send("SEND", {"destination": "/queue/q"}, KB)
     one = len(KB) + MESSAGE_OVERHEAD
-    assert store.stats.bytes_stored == 3 * one
+    subscribed = subscription_size("s1", "/queue/q")
+    assert store.stats.bytes_stored == 3 * one + subscribed
     acks = [f.get("ack") or "" for f in consumer.frames()]
     assert len(acks) == 3
-    assert store.stats.bytes_stored == 3 * one  # delivered, held until acked
+    assert store.stats.bytes_stored == 3 * one + subscribed  # delivered, held until acked
     consumer.send("ACK", {"id": acks[0]})
-    assert store.stats.bytes_stored == 2 * one
+    assert store.stats.bytes_stored == 2 * one + subscribed
     consumer.send("NACK", {"id": acks[1]})  # delivered again: still held once
-    assert store.stats.bytes_stored == 2 * one
+    assert store.stats.bytes_stored == 2 * one + subscribed
     consumer.client.close()  # both back in the queue
     assert store.queue_depth("/queue/q") == 2
     assert store.stats.bytes_stored == 2 * one
@@ -150,7 +151,8 @@ def test_a_topic_subscriber_that_never_acks_is_held_to_max_stored_bytes() -> Non
 def test_acks_held_in_open_transactions_count_against_max_stored_bytes() -> None:
     # One unacknowledged message ACKed again and again inside transactions left open:
     # before, 100 transactions of 10,000 ACKs held 130 MB per connection, uncounted.
-    store = make(max_stored_bytes=1000 * MESSAGE_OVERHEAD)
+    subscribed = subscription_size("s1", "/queue/a")
+    store = make(max_stored_bytes=1000 * MESSAGE_OVERHEAD + subscribed)
     peer = connected(store)
     peer.subscribe("/queue/a", ack="client-individual")
     peer.send("SEND", {"destination": "/queue/a"}, b"m")
@@ -161,13 +163,38 @@ def test_acks_held_in_open_transactions_count_against_max_stored_bytes() -> None
         for _ in range(400):
             peer.send("ACK", {"id": ack, "transaction": f"t{t}"})
     assert peer.frames() == []
-    assert store.stats.bytes_stored == 801 * MESSAGE_OVERHEAD + 1  # with the message
+    # With the message and the subscription:
+    assert store.stats.bytes_stored == 801 * MESSAGE_OVERHEAD + 1 + subscribed
     peer.send("ABORT", {"transaction": "t0"})
-    assert store.stats.bytes_stored == 401 * MESSAGE_OVERHEAD + 1
+    assert store.stats.bytes_stored == 401 * MESSAGE_OVERHEAD + 1 + subscribed
     peer.send("BEGIN", {"transaction": "t2"})
     for _ in range(1000):  # bounded: about the 600th is refused
         peer.send("ACK", {"id": ack, "transaction": "t2"})
         if peer.client.finished:
             break
     refused(peer)
-    assert store.stats.bytes_stored <= 1000 * MESSAGE_OVERHEAD
+    assert store.stats.bytes_stored <= 1000 * MESSAGE_OVERHEAD + subscribed
+
+
+def test_subscriptions_count_against_max_stored_bytes() -> None:
+    # A thousand subscriptions (max_subscriptions) with ids and destinations of 40 KB
+    # each held 184 MB per connection before, uncounted, for as many connections as
+    # the process had descriptors; now the broker refuses the one that does not fit.
+    store = make(max_stored_bytes=LIMIT)
+    peer = connected(store)
+    for n in range(1000):  # bounded: about the 6th is refused
+        peer.subscribe(f"/queue/{n}-" + "d" * 40_000, id=f"{n}-" + "i" * 40_000)
+        if peer.client.finished:
+            break
+    refused(peer)
+    assert store.stats.bytes_stored == 0  # the ERROR closed it: its subscriptions went
+    # A temporary queue's implicit subscription too.
+    peer = connected(store)
+    for n in range(1000):
+        peer.send(
+            "SEND", {"destination": "/topic/nobody", "reply-to": f"/temp-queue/{n}" + "t" * 60_000}
+        )
+        if peer.client.finished:
+            break
+    refused(peer)
+    assert store.stats.bytes_stored == 0

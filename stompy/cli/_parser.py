@@ -306,8 +306,8 @@ _BROKER_LIMITS: Final[tuple[tuple[str, Callable[[str], Any], str, str], ...]] = 
         "--max-stored-bytes",
         values.positive(int),
         "N",
-        "bytes of messages the broker holds at most (bodies, headers, 256 each), in "
-        "queues, slow topic subscribers' backlogs, unacked and in transactions "
+        "bytes the broker holds at most: messages (bodies, headers, 256 each) in "
+        "queues, backlogs, unacked and in transactions, and subscriptions "
         "(default 256 MiB)",
     ),
     (

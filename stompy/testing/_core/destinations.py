@@ -22,8 +22,26 @@ if TYPE_CHECKING:
 #: objects that hold an empty message in a queue take, so that ``max_stored_bytes``
 #: bounds messages without a body too (a million of them to a queue nobody reads).
 MESSAGE_OVERHEAD: Final = 256
+#: Bytes counted for each subscription besides its id and destination: about what its
+#: objects take (and its destination's, when it is the only subscriber).
+SUBSCRIPTION_OVERHEAD: Final = 1024
 
-__all__ = ("MESSAGE_OVERHEAD", "Destination", "StoredMessage", "Subscription")
+
+def subscription_size(sub_id: str, destination: str) -> int:
+    """What ``max_stored_bytes`` counts for a subscription: its id and destination
+    name twice (its MESSAGE frames' first lines are kept made) and
+    :data:`SUBSCRIPTION_OVERHEAD`. A client may send names of 64 KiB."""
+    return 2 * (len(sub_id) + len(destination)) + SUBSCRIPTION_OVERHEAD
+
+
+__all__ = (
+    "MESSAGE_OVERHEAD",
+    "SUBSCRIPTION_OVERHEAD",
+    "Destination",
+    "StoredMessage",
+    "Subscription",
+    "subscription_size",
+)
 
 
 class StoredMessage:
@@ -134,6 +152,7 @@ class Subscription:
         "dropped",
         "id",
         "prefetch",
+        "size",
         "splice",
         "temporary",
     )
@@ -152,6 +171,8 @@ class Subscription:
         self.destination = destination
         self.ack: AckMode = ack
         self.prefetch = prefetch
+        #: What it counts against ``max_stored_bytes`` while it lasts.
+        self.size = subscription_size(id, destination.name)
         #: The implicit subscription to a temporary queue, which goes with it.
         self.temporary = temporary
         #: Topic messages waiting until this subscription can take them.

@@ -97,12 +97,13 @@ class BrokerConfig:
     #: Messages a queue (or a topic subscription's backlog) holds at most: room for
     #: tests of realistic size (``max_stored_bytes`` bounds the memory).
     max_queue: int = 1_000_000
-    #: Bytes of messages the broker holds at most: bodies, user headers and 256 bytes
-    #: each for the objects that keep them (``MESSAGE_OVERHEAD``), of the queues'
-    #: messages, the topic messages waiting for subscribers slower than their topic, the
-    #: messages delivered and not yet acknowledged, and the frames of open transactions
-    #: (an ACK or NACK counts 256 bytes; a message is counted once for each
-    #: subscription that waits for it or holds it).
+    #: Bytes the broker holds for its clients at most: messages (their bodies, user
+    #: headers and ``MESSAGE_OVERHEAD``, 256 bytes for the objects that keep them) in
+    #: queues, waiting for topic subscribers slower than their topic, delivered and not
+    #: yet acknowledged, and in open transactions (whose ACK and NACK frames count 256
+    #: bytes each); and the subscriptions (``subscription_size``: a client may name
+    #: them with 64 KiB each). A message counts once for each subscription that waits
+    #: for it or holds it.
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Unsent output per connection above which deliveries to it pause.
     write_buffer: int = 1024 * 1024
@@ -280,9 +281,9 @@ class BrokerStats:
     internal_errors: int = 0
     """Bugs: exceptions the transport caught while serving a connection."""
     bytes_stored: int = 0
-    """Bytes of messages held when the snapshot was taken, as ``max_stored_bytes``
-    counts them: in queues, waiting for slow topic subscribers, delivered and not yet
-    acknowledged, and in open transactions."""
+    """Bytes held for the clients when the snapshot was taken, as ``max_stored_bytes``
+    counts them: messages in queues, waiting for slow topic subscribers, delivered and
+    not yet acknowledged, and in open transactions; and the subscriptions."""
     bytes_partial: int = 0
     """Bytes of unfinished frames held when the snapshot was taken, all connections
     together (see ``max_partial_bytes``)."""

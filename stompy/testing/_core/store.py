@@ -15,7 +15,12 @@ from dataclasses import replace
 from stompy._checks import check_type, refuse_time
 from stompy._core.events import AckMode
 from stompy.testing._core.connection import ClientConnection
-from stompy.testing._core.destinations import Destination, StoredMessage, Subscription
+from stompy.testing._core.destinations import (
+    Destination,
+    StoredMessage,
+    Subscription,
+    subscription_size,
+)
 from stompy.testing._core.records import (
     DLQ_PREFIX,
     QUEUE_PREFIX,
@@ -246,19 +251,25 @@ class MessageStore:
         prefetch: int,
     ) -> Subscription:
         """A new subscription of ``connection`` to ``destination``. Nothing is delivered
-        to it before :meth:`deliver_waiting`."""
+        to it before :meth:`deliver_waiting`. Raises :class:`Reject` naming
+        ``max_stored_bytes`` when the broker is full (see :func:`subscription_size`)."""
+        self._check_room(None, 0, subscription_size(sub_id, destination))
         dest = self._destination(destination)
         sub = Subscription(connection, sub_id, dest, ack, prefetch)
         dest.subscriptions.append(sub)
+        self._stored_bytes += sub.size
         return sub
 
     def open_temp_queue(self, connection: ClientConnection, name: str) -> Subscription:
         """A new temporary queue, private to ``connection``, and its implicit ``auto``
         subscription, whose id is ``name`` (the ``/temp-queue/NAME`` it stands for)."""
+        private = f"{REPLY_QUEUE_PREFIX}amq.gen-{self._token}-{self._next_temp + 1}"
+        self._check_room(None, 0, subscription_size(name, private))
         self._next_temp += 1
-        dest = self._destination(f"{REPLY_QUEUE_PREFIX}amq.gen-{self._token}-{self._next_temp}")
+        dest = self._destination(private)
         sub = Subscription(connection, name, dest, "auto", self.config.prefetch, temporary=True)
         dest.subscriptions.append(sub)
+        self._stored_bytes += sub.size
         return sub
 
     def unsubscribe(self, sub: Subscription, unacked: list[StoredMessage]) -> None:
@@ -278,7 +289,7 @@ class MessageStore:
         if sub.temporary:
             self._discard(dest)  # private to its connection: nobody else can read it
         self._counters.messages_dropped += len(sub.backlog)
-        self._stored_bytes -= sub.backlog_bytes
+        self._stored_bytes -= sub.backlog_bytes + sub.size
         self._unhold(unacked)  # counted again where they go
         sub.backlog.clear()
         sub.backlog_bytes = 0
@@ -395,7 +406,8 @@ class MessageStore:
                 )
         if self._stored_bytes + size > config.max_stored_bytes:
             raise Reject(
-                f"the broker is full: it holds {self._stored_bytes} bytes of messages, "
+                f"the broker is full: it holds {self._stored_bytes} bytes of messages and "
+                "subscriptions, "
                 f"its max_stored_bytes limit is {config.max_stored_bytes} (raise it with "
                 "serve(max_stored_bytes=...) or stompy broker --max-stored-bytes)"
             )
