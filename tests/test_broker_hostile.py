@@ -10,6 +10,10 @@ the broker process itself.
 
 from __future__ import annotations
 
+import pytest
+
+import stompy
+from stompy.testing import run_broker
 from stompy.testing._core.destinations import MESSAGE_OVERHEAD, subscription_size
 from tests.test_broker_core import Peer, connected, make
 
@@ -198,3 +202,22 @@ def test_subscriptions_count_against_max_stored_bytes() -> None:
             break
     refused(peer)
     assert store.stats.bytes_stored == 0
+
+
+def test_over_a_socket_a_consumer_that_never_acks_gets_the_producer_refused() -> None:
+    # The same through the broker's transport and stompy's clients: the producer's
+    # SEND with a receipt raises ServerError naming the limit, and the broker serves on.
+    with run_broker(max_stored_bytes=LIMIT) as broker:
+        with stompy.Connection(broker.url) as consumer:
+            sub = consumer.subscribe(
+                "/queue/kept", ack="client-individual", headers={"prefetch-count": "1000000"}
+            )
+            with pytest.raises(stompy.ServerError, match="max_stored_bytes"):
+                with stompy.Connection(broker.url) as producer:
+                    for _ in range(200):  # bounded: about the 90th is refused
+                        producer.send("/queue/kept", b"x" * 10_000, receipt=True)
+            held = sub.get_batch(200, timeout=1.0)
+            assert 50 < len(held) < 150  # not the 200 sent
+            assert broker.stats.bytes_stored <= LIMIT
+            with stompy.Connection(broker.url) as other:  # served on
+                other.send("/topic/else", "still here", receipt=True)
