@@ -368,7 +368,8 @@ SOAK_BROKERS = ("stompy", "rabbitmq", "activemq")
 def soak(session: nox.Session) -> None:
     """The soak run (tests/soak): blocking, asyncio and trio clients through a fault proxy
     to RabbitMQ, ActiveMQ and the in-process broker; fails on a lost message, a call
-    past its bound or a leak.
+    past its bound or a leak. Under its table it says why each duplicate came and how
+    many sends ran out ``Reconnect.send_timeout`` (docs/reconnect.md).
 
     Starts the brokers like ``interop``; one soak process per broker, side by side
     (each counts its own threads, descriptors and memory). Extra arguments go to each
