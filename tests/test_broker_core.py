@@ -14,7 +14,7 @@ from stompy._core.frames import V10, V11, V12, VERSIONS, Frame
 from stompy._core.parser import FrameLimits, FrameParser
 from stompy.testing import BrokerConfig
 from stompy.testing._core.connection import ClientConnection
-from stompy.testing._core.destinations import MESSAGE_OVERHEAD
+from stompy.testing._core.destinations import DESTINATION_OVERHEAD, MESSAGE_OVERHEAD
 from stompy.testing._core.records import ConnectionState
 from stompy.testing._core.store import MessageStore
 
@@ -384,8 +384,8 @@ def test_resource_limits() -> None:
 
 def test_queue_full_rejects_the_send() -> None:
     # Room for the two of /queue/a and the one of /queue/b: each counts its body and
-    # MESSAGE_OVERHEAD.
-    limit = 4 * MESSAGE_OVERHEAD + 12
+    # MESSAGE_OVERHEAD, each queue DESTINATION_OVERHEAD.
+    limit = 4 * MESSAGE_OVERHEAD + 12 + 2 * DESTINATION_OVERHEAD
     store = make(max_queue=2, max_stored_bytes=limit)
     peer = connected(store)
     peer.send("SEND", {"destination": "/queue/a"}, b"1")

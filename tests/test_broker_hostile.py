@@ -14,7 +14,11 @@ import pytest
 
 import stompy
 from stompy.testing import run_broker
-from stompy.testing._core.destinations import MESSAGE_OVERHEAD, subscription_size
+from stompy.testing._core.destinations import (
+    DESTINATION_OVERHEAD,
+    MESSAGE_OVERHEAD,
+    subscription_size,
+)
 from tests.test_broker_core import Peer, connected, make
 
 LIMIT = 1_000_000
@@ -44,8 +48,10 @@ def test_headers_count_against_max_stored_bytes() -> None:
 
 
 def test_messages_without_a_body_count_against_max_stored_bytes() -> None:
-    # Empty SENDs, one queue each: each costs the broker its objects, counted.
-    store = make(max_stored_bytes=100 * MESSAGE_OVERHEAD)
+    # Empty SENDs, one queue each: each costs the broker its objects and its queue's,
+    # counted (before, 400,000 of them held 449 MB).
+    limit = 100 * (MESSAGE_OVERHEAD + DESTINATION_OVERHEAD)
+    store = make(max_stored_bytes=limit)
     peer = connected(store)
     for n in range(1000):  # bounded: the 101st is refused
         peer.send("SEND", {"destination": f"/queue/empty-{n}"})
@@ -53,7 +59,7 @@ def test_messages_without_a_body_count_against_max_stored_bytes() -> None:
             break
     refused(peer)
     assert len(store.destinations()) == 100
-    assert store.stats.bytes_stored <= 100 * MESSAGE_OVERHEAD
+    assert store.stats.bytes_stored == limit
 
 
 def test_an_open_transaction_holds_at_most_max_stored_bytes() -> None:
@@ -82,9 +88,9 @@ def test_a_transaction_releases_what_it_held_at_commit_abort_and_close() -> None
     assert store.stats.bytes_stored == held * 2 // 3
     peer.send("COMMIT", {"transaction": "b"}, b"")
     assert store.queue_depth("/queue/tx") == 1  # held by the queue now, counted once
-    assert store.stats.bytes_stored == held * 2 // 3
+    assert store.stats.bytes_stored == held * 2 // 3 + DESTINATION_OVERHEAD
     peer.client.close()  # "c" is aborted
-    assert store.stats.bytes_stored == held // 3
+    assert store.stats.bytes_stored == held // 3 + DESTINATION_OVERHEAD
     assert peer.frames() == []
 
 
@@ -115,7 +121,7 @@ def test_acked_nacked_and_abandoned_deliveries_release_what_they_held() -> None:
     for _ in range(3):
         producer.send("SEND", {"destination": "/queue/q"}, KB)
     one = len(KB) + MESSAGE_OVERHEAD
-    subscribed = subscription_size("s1", "/queue/q")
+    subscribed = subscription_size("s1", "/queue/q") + DESTINATION_OVERHEAD
     assert store.stats.bytes_stored == 3 * one + subscribed
     acks = [f.get("ack") or "" for f in consumer.frames()]
     assert len(acks) == 3
@@ -126,7 +132,7 @@ def test_acked_nacked_and_abandoned_deliveries_release_what_they_held() -> None:
     assert store.stats.bytes_stored == 2 * one + subscribed
     consumer.client.close()  # both back in the queue
     assert store.queue_depth("/queue/q") == 2
-    assert store.stats.bytes_stored == 2 * one
+    assert store.stats.bytes_stored == 2 * one + DESTINATION_OVERHEAD  # the queue stays
 
 
 def test_a_topic_subscriber_that_never_acks_is_held_to_max_stored_bytes() -> None:
@@ -155,7 +161,7 @@ def test_a_topic_subscriber_that_never_acks_is_held_to_max_stored_bytes() -> Non
 def test_acks_held_in_open_transactions_count_against_max_stored_bytes() -> None:
     # One unacknowledged message ACKed again and again inside transactions left open:
     # before, 100 transactions of 10,000 ACKs held 130 MB per connection, uncounted.
-    subscribed = subscription_size("s1", "/queue/a")
+    subscribed = subscription_size("s1", "/queue/a") + DESTINATION_OVERHEAD
     store = make(max_stored_bytes=1000 * MESSAGE_OVERHEAD + subscribed)
     peer = connected(store)
     peer.subscribe("/queue/a", ack="client-individual")

@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 #: bounds messages without a body too (a million of them to a queue nobody reads).
 MESSAGE_OVERHEAD: Final = 256
 #: Bytes counted for each subscription besides its id and destination: about what its
-#: objects take (and its destination's, when it is the only subscriber).
+#: objects take.
 SUBSCRIPTION_OVERHEAD: Final = 1024
+#: Bytes counted for each destination while it holds messages or subscriptions: about
+#: what its objects take, so that empty messages spread over new queues (a destination
+#: each) are bounded by ``max_stored_bytes`` as well as those in one queue.
+DESTINATION_OVERHEAD: Final = 1024
 
 
 def subscription_size(sub_id: str, destination: str) -> int:
@@ -35,6 +39,7 @@ def subscription_size(sub_id: str, destination: str) -> int:
 
 
 __all__ = (
+    "DESTINATION_OVERHEAD",
     "MESSAGE_OVERHEAD",
     "SUBSCRIPTION_OVERHEAD",
     "Destination",

@@ -101,9 +101,9 @@ class BrokerConfig:
     #: headers and ``MESSAGE_OVERHEAD``, 256 bytes for the objects that keep them) in
     #: queues, waiting for topic subscribers slower than their topic, delivered and not
     #: yet acknowledged, and in open transactions (whose ACK and NACK frames count 256
-    #: bytes each); and the subscriptions (``subscription_size``: a client may name
-    #: them with 64 KiB each). A message counts once for each subscription that waits
-    #: for it or holds it.
+    #: bytes each); the subscriptions (``subscription_size``: a client may name them
+    #: with 64 KiB each); and ``DESTINATION_OVERHEAD`` for each destination in use. A
+    #: message counts once for each subscription that waits for it or holds it.
     max_stored_bytes: int = 256 * 1024 * 1024
     #: Unsent output per connection above which deliveries to it pause.
     write_buffer: int = 1024 * 1024
@@ -283,7 +283,8 @@ class BrokerStats:
     bytes_stored: int = 0
     """Bytes held for the clients when the snapshot was taken, as ``max_stored_bytes``
     counts them: messages in queues, waiting for slow topic subscribers, delivered and
-    not yet acknowledged, and in open transactions; and the subscriptions."""
+    not yet acknowledged, and in open transactions; the subscriptions and the
+    destinations in use."""
     bytes_partial: int = 0
     """Bytes of unfinished frames held when the snapshot was taken, all connections
     together (see ``max_partial_bytes``)."""

@@ -16,6 +16,7 @@ from stompy._checks import check_type, refuse_time
 from stompy._core.events import AckMode
 from stompy.testing._core.connection import ClientConnection
 from stompy.testing._core.destinations import (
+    DESTINATION_OVERHEAD,
     Destination,
     StoredMessage,
     Subscription,
@@ -197,7 +198,8 @@ class MessageStore:
             return
         if dest is None or dest.is_topic:
             topic = destination.startswith(TOPIC_PREFIX)
-            size = 0 if topic else message.size
+            # A new queue: the message and the destination.
+            size = 0 if topic else message.size + DESTINATION_OVERHEAD
             self._check_room(None if topic else destination, 1, size)
             self.publish(message)
             return
@@ -253,7 +255,10 @@ class MessageStore:
         """A new subscription of ``connection`` to ``destination``. Nothing is delivered
         to it before :meth:`deliver_waiting`. Raises :class:`Reject` naming
         ``max_stored_bytes`` when the broker is full (see :func:`subscription_size`)."""
-        self._check_room(None, 0, subscription_size(sub_id, destination))
+        size = subscription_size(sub_id, destination)
+        if destination not in self._destinations:
+            size += DESTINATION_OVERHEAD
+        self._check_room(None, 0, size)
         dest = self._destination(destination)
         sub = Subscription(connection, sub_id, dest, ack, prefetch)
         dest.subscriptions.append(sub)
@@ -264,7 +269,7 @@ class MessageStore:
         """A new temporary queue, private to ``connection``, and its implicit ``auto``
         subscription, whose id is ``name`` (the ``/temp-queue/NAME`` it stands for)."""
         private = f"{REPLY_QUEUE_PREFIX}amq.gen-{self._token}-{self._next_temp + 1}"
-        self._check_room(None, 0, subscription_size(name, private))
+        self._check_room(None, 0, subscription_size(name, private) + DESTINATION_OVERHEAD)
         self._next_temp += 1
         dest = self._destination(private)
         sub = Subscription(connection, name, dest, "auto", self.config.prefetch, temporary=True)
@@ -383,13 +388,18 @@ class MessageStore:
         dest = self._destinations.get(name)
         if dest is None:
             dest = self._destinations[name] = Destination(name)
+            self._stored_bytes += DESTINATION_OVERHEAD
         return dest
 
     def _forget_if_unused(self, dest: Destination) -> None:
         # Destinations are made on demand; an empty one with no subscriber is garbage,
         # so a client cycling through names cannot grow this dict.
-        if not dest.messages and not dest.subscriptions:
-            self._destinations.pop(dest.name, None)
+        if (
+            not dest.messages
+            and not dest.subscriptions
+            and self._destinations.pop(dest.name, None) is not None
+        ):
+            self._stored_bytes -= DESTINATION_OVERHEAD
 
     def _check_room(self, name: str | None, count: int, size: int) -> None:
         """Raise :class:`Reject` unless queue ``name`` takes ``count`` more messages
