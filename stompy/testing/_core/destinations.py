@@ -18,6 +18,17 @@ from stompy.testing._core.records import TOPIC_PREFIX
 if TYPE_CHECKING:
     from stompy.testing._core.connection import ClientConnection
 
+__all__ = (
+    "DESTINATION_OVERHEAD",
+    "MESSAGE_OVERHEAD",
+    "SUBSCRIPTION_OVERHEAD",
+    "Destination",
+    "StoredMessage",
+    "Subscription",
+    "subscription_size",
+)
+
+
 #: Bytes counted for each message held besides its body and headers: about what the
 #: objects that hold an empty message in a queue take, so that ``max_stored_bytes``
 #: bounds messages without a body too (a million of them to a queue nobody reads).
@@ -36,17 +47,6 @@ def subscription_size(sub_id: str, destination: str) -> int:
     name twice (its MESSAGE frames' first lines are kept made) and
     :data:`SUBSCRIPTION_OVERHEAD`. A client may send names of 64 KiB."""
     return 2 * (len(sub_id) + len(destination)) + SUBSCRIPTION_OVERHEAD
-
-
-__all__ = (
-    "DESTINATION_OVERHEAD",
-    "MESSAGE_OVERHEAD",
-    "SUBSCRIPTION_OVERHEAD",
-    "Destination",
-    "StoredMessage",
-    "Subscription",
-    "subscription_size",
-)
 
 
 class StoredMessage:
