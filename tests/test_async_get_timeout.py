@@ -134,3 +134,34 @@ async def test_a_message_read_as_the_deadline_passes_is_returned(anyio_backend: 
             assert not turn.inbound
             assert conn._io._deadlines == {}
             assert conn.failure is None
+
+
+async def test_a_get_times_out_on_time_across_an_outage(anyio_backend: str) -> None:
+    # The connection is lost while a get() waits: its deadline passes while no timer
+    # task runs (the reconnect waits its delay), and the get() returns None on time all
+    # the same; the next connection's messages come to the next get().
+    dest = queue()
+    policy = stompy.Reconnect(initial_delay=0.6, max_delay=0.6, send_timeout=10.0)
+    with anyio.fail_after(15):
+        async with (
+            serve() as broker,
+            stompy.AsyncConnection(broker.url, reconnect=policy) as conn,
+        ):
+            sub = await conn.subscribe(dest, receipt=True)
+            for timeout in (0.3, 1.0):  # ends while reconnecting; after it
+                started = time.monotonic()
+                async with anyio.create_task_group() as tg:
+                    got: list[object] = []
+
+                    async def get(timeout: float = timeout, got: list[object] = got) -> None:
+                        got.append(await sub.get(timeout=timeout))
+
+                    tg.start_soon(get)
+                    await anyio.wait_all_tasks_blocked()
+                    await broker.drop_all_connections()
+                assert got == [None]
+                assert timeout <= time.monotonic() - started < timeout + 1.5
+            await conn.send(dest, "after", receipt=True)
+            message = await sub.get(timeout=5)
+            assert message is not None
+            assert message.body == b"after"

@@ -232,13 +232,14 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
 
         While the connection's timer task runs, it ends the wait at its deadline (as it
         does a call's wait for a receipt): a cancel scope with a deadline would cost
-        each ``get(timeout=...)`` as much again as the rest of its wait. A timeout of 0,
-        or one while no timer runs (between connections), takes a cancel scope."""
+        each ``get(timeout=...)`` as much again as the rest of its wait. A timeout of 0
+        takes a cancel scope, and so does a wait while no timer runs (between
+        connections, or before the timer task of a new one started)."""
         io = self._io
         io.check_thread()  # before the timeout's cancel scope: of another loop?
         if timeout is None:
             await self._arrival(io, None)
-        elif timeout > 0 and io.timing:
+        elif timeout > 0:
             await self._arrival(io, io.clock() + timeout)
         else:
             with anyio.move_on_after(timeout):
@@ -266,6 +267,10 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
                         getting.discard(self)
                     return
                 idle = self._wakeup is None and self._reading is None and not engine.paused
+                # The socket is read only by a wait that ends without a cancel scope:
+                # one with a deadline waits on the event while no timer runs.
+                if deadline is not None and not io.timing:
+                    idle = False
                 lending = io.lending
                 if lending is not None:
                     if idle and lending.free:
