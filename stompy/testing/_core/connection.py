@@ -63,11 +63,10 @@ _DELIVERY_HEADERS: Final = ("message-id", "subscription", "ack", "redelivered")
 _BROKER_HEADERS: Final = frozenset(_SEND_CONTROL + _DELIVERY_HEADERS)
 #: How a SEND's header block starts when its client writes the destination first.
 _SEND_DESTINATION: Final = "SEND\ndestination:"
-#: A header line that the broker reads or replaces rather than passes through (it
-#: replaces a ``reply-to`` that names a temporary queue).
-_CONTROL_LINE: Final = re.compile(
-    f"\n(?:(?:{'|'.join(sorted(_BROKER_HEADERS))}):|reply-to:{TEMP_QUEUE_PREFIX})"
-)
+#: A header line that the broker reads rather than passes through.
+_CONTROL_LINE: Final = re.compile(f"\n(?:{'|'.join(sorted(_BROKER_HEADERS))}):")
+#: The header line the broker rewrites when it names a temporary queue.
+_REPLY_TO_LINE: Final = "\nreply-to:"
 
 
 def _too_many_subscriptions(limit: int, what: str) -> str:
@@ -597,11 +596,15 @@ class ClientConnection:
                     and (receipt is None or "\\" not in receipt)
                     and _CONTROL_LINE.search(lines) is None  # a second receipt too
                 ):
-                    escaping = received_escaping(frame)
-                    self.store.accept(StoredMessage(target, None, frame.body, lines, escaping))
-                    if receipt is not None:
-                        self._send_receipt(receipt)
-                    return
+                    kept: str | None = lines
+                    if _REPLY_TO_LINE in lines:
+                        kept = self._reply_to_line(lines)  # None: the general path's
+                    if kept is not None:
+                        escaping = received_escaping(frame)
+                        self.store.accept(StoredMessage(target, None, frame.body, kept, escaping))
+                        if receipt is not None:
+                            self._send_receipt(receipt)
+                        return
         # Any other SEND: the header entries are read in one pass.
         destination = transaction = receipt = reply_to = None
         user: list[tuple[str, str]] = []
@@ -635,6 +638,25 @@ class ClientConnection:
             self.store.accept(message)
         if receipt is not None:
             self._send_receipt(receipt)
+
+    def _reply_to_line(self, lines: str) -> str | None:
+        """The user header ``lines`` of a SEND, its first ``reply-to`` line naming the
+        private queue of the temporary queue it names, as the general path rewrites
+        the pair (:meth:`_temp_queue`); ``None`` where that path must judge: a name
+        holding an escape, or a second ``reply-to`` line after one that names a
+        temporary queue."""
+        at = lines.find(_REPLY_TO_LINE) + len(_REPLY_TO_LINE)
+        if not lines.startswith(TEMP_QUEUE_PREFIX, at):
+            return lines  # the first names none: the general path rewrites none either
+        end = lines.find("\n", at)
+        if end < 0:
+            name, rest = lines[at:], ""
+        else:
+            name, rest = lines[at:end], lines[end:]
+        if "\\" in name or _REPLY_TO_LINE in rest:
+            return None
+        # The private queue's name needs no escape in any version.
+        return lines[:at] + self._temp_queue(name) + rest
 
     def _temp_queue(self, name: str) -> str:
         """The private queue that stands for the temporary queue ``name`` (made at its
