@@ -172,7 +172,8 @@ class IOThread(Generic[M]):
         #: a broker's bytes come a few frames at a time (RabbitMQ's about 3 KB), and
         #: each read costs a wake-up and a turn of the lock whatever it brings. No
         #: frame waits longer than this for it (a heart-beat, a receipt, an ERROR
-        #: included), and the first bytes after a pause do not wait at all.
+        #: included), and the first bytes after a pause (longer than the gather and
+        #: :data:`_FLOWING`) do not wait at all.
         self.gather = 0.0
         #: When the I/O thread last read bytes (``time.monotonic()``).
         self._read_at = -math.inf
