@@ -1121,3 +1121,36 @@ def test_another_tools_option_is_told_stompys_and_a_secret_is_not_shown(
     got = stompy(*argv)
     assert got.returncode == 2
     assert said in one_error_line(got, argv[0])
+
+
+@pytest.mark.parametrize("lines", [False, True])
+def test_a_body_typed_as_text_is_sent_in_the_charset_its_content_type_names(
+    url: str, queue: str, lines: bool
+) -> None:
+    """``--content-type 'text/plain;charset=latin-1' café``: the body went as UTF-8
+    under a label that says latin-1 (read back as "cafÃ©"), and the library now refuses
+    that; the command writes the text in the charset named."""
+    latin = "text/plain;charset=latin-1"
+    extra = ["--lines"] if lines else []
+    sent = stompy("send", url, queue, "--content-type", latin, *extra, "café")
+    assert sent.returncode == 0, sent.stderr
+    got = stompy("subscribe", url, queue, "--json", "--count", "1", "--timeout", "10")
+    message = json.loads(got.stdout)
+    assert message["headers"]["content-type"] == latin
+    assert message["headers"]["content-length"] == "4"  # one byte for the é
+    assert message["body"] == "café"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "said"),
+    [
+        ("text/plain;charset=ascii", "the body cannot be written in ascii"),
+        ("text/plain;charset=nope", "names the charset 'nope', which Python does not know"),
+    ],
+)
+def test_a_body_the_named_charset_cannot_hold_is_a_usage_error(
+    url: str, queue: str, content_type: str, said: str
+) -> None:
+    got = stompy("send", url, queue, "-H", f"content-type:{content_type}", "café")
+    assert got.returncode == 2
+    assert said in one_error_line(got, "send")

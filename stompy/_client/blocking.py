@@ -480,11 +480,12 @@ class Connection(ConnectionBase[Message]):
         """Send a message to ``destination``.
 
         A ``str`` body is sent as UTF-8 with ``content-type: text/plain;charset=utf-8``
-        unless told otherwise; a body that is neither ``bytes`` nor ``str`` (a
-        ``bytearray``: pass ``bytes(b)``), or a destination that is not a ``str``, is a
-        :class:`TypeError` and nothing is sent. With ``receipt=True`` this returns only
-        once the broker confirmed, and raises :class:`ReceiptTimeout` if it does not in
-        time.
+        unless told otherwise (a content type naming another charset is a
+        :class:`ConfigurationError`: pass bytes in it); a body that is neither ``bytes``
+        nor ``str`` (a ``bytearray``: pass ``bytes(b)``), or a destination that is not a
+        ``str``, is a :class:`TypeError` and nothing is sent. With ``receipt=True`` this
+        returns only once the broker confirmed, and raises :class:`ReceiptTimeout` if it
+        does not in time.
 
         With ``reconnect`` on, a send with a receipt whose connection is lost before
         the receipt came is sent again on the next connection (until

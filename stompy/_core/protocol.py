@@ -40,6 +40,7 @@ heart-beat deadlines. Transports only move bytes and keep time.
 
 from __future__ import annotations
 
+import codecs
 import enum
 import logging
 from collections.abc import Iterable, Mapping
@@ -171,6 +172,31 @@ def _two_content_types() -> ConfigurationError:
         "content_type: the headers give a 'content-type' header too, with another value; "
         "give the content type once, as content_type= or as the header"
     )
+
+
+def _not_utf8_label(content_type: str) -> ConfigurationError | None:
+    """The error for a ``str`` body, which is sent as UTF-8, labelled with a content
+    type that names another charset: every receiver would decode it wrongly (a
+    ``text/plain;charset=latin-1`` "é" read as "Ã©"). ``None`` when it names UTF-8 or
+    no charset."""
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() != "charset":
+            continue
+        charset = value.strip().strip('"')
+        try:
+            if codecs.lookup(charset).name == "utf-8":
+                return None
+        except LookupError:
+            pass
+        # A header value is not shown: only a charset that looks like one.
+        token = charset.replace("-", "").replace("_", "")
+        named = f" {charset!r}" if token.isascii() and token.isalnum() and len(token) < 40 else ""
+        return ConfigurationError(
+            f"content_type: a str body is sent as UTF-8, but the content type names the "
+            f"charset{named}: pass the body as bytes in that charset, or name utf-8"
+        )
+    return None
 
 
 def _content_type_in_another_case(names: Iterable[object]) -> ConfigurationError | None:
@@ -321,6 +347,11 @@ def check_send(destination: object, body: object, headers: object, content_type:
         other = _content_type_in_another_case(names)
         if other is not None:
             raise other
+    label = content_type if content_type is not None else given
+    if isinstance(body, str) and isinstance(label, str):
+        mislabelled = _not_utf8_label(label)
+        if mislabelled is not None:
+            raise mislabelled
 
 
 class State(enum.Enum):
@@ -724,6 +755,12 @@ class ClientProtocol:
                 raise LocalProtocolError(f"the body is not valid text: {exc.reason}") from None
             if content_type is None and "content-type" not in names:
                 content_type = _TEXT_TYPE
+            else:
+                label = content_type if content_type is not None else names["content-type"]
+                if isinstance(label, str):
+                    mislabelled = _not_utf8_label(label)
+                    if mislabelled is not None:
+                        raise mislabelled
         elif type(body) is not bytes:
             body = _body_bytes(body)  # before any id is taken
         if len(body) > self._max_body:

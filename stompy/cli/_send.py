@@ -18,7 +18,7 @@ from typing import BinaryIO, Final, TextIO
 from stompy import FrameLimits
 from stompy.cli._connecting import connection
 from stompy.cli._output import binary, isatty
-from stompy.cli._status import EXIT_OK, CommandError
+from stompy.cli._status import EXIT_OK, EXIT_USAGE, CommandError
 from stompy.errors import ServerError
 
 __all__ = ("DEFAULT_MAX_BODY", "Progress", "run_send")
@@ -99,6 +99,38 @@ def _open_body(body: str) -> tuple[BinaryIO | None, bytes | str, int | None]:
     return None, body, None
 
 
+def _charset(content_type: str) -> str | None:
+    """The charset a content type names, if it names one."""
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip():
+            return value.strip().strip('"')
+    return None
+
+
+def _in_charset(literal: bytes | str, content_type: str | None) -> bytes | str:
+    """The BODY argument as sent: typed as text, it is written in the charset the
+    content type names (a str is sent as UTF-8, which the library refuses to label
+    otherwise); without one, as it is (a str then goes as UTF-8, labelled so)."""
+    charset = _charset(content_type) if content_type and isinstance(literal, str) else None
+    if charset is None:
+        return literal
+    assert isinstance(literal, str)
+    try:
+        return literal.encode(charset)
+    except LookupError:
+        raise CommandError(
+            f"the content type names the charset {charset!r}, which Python does not know",
+            EXIT_USAGE,
+        ) from None
+    except UnicodeEncodeError as exc:
+        raise CommandError(
+            f"the body cannot be written in {charset} ({exc.reason}): give its bytes with "
+            "- (standard input) or @FILE, or name another charset",
+            EXIT_USAGE,
+        ) from None
+
+
 def _too_large(what: str, limit: int) -> CommandError:
     """The error for a body over ``--max-body``, read no further than the limit."""
     return CommandError(
@@ -143,6 +175,7 @@ def run_send(args: argparse.Namespace) -> int:
     refused: list[ServerError] = []
     conn = connection(args, on_error=refused.append)
     stream, literal, size = _open_body(args.body)
+    literal = _in_charset(literal, args.content_type or headers.get("content-type"))
     send = functools.partial(
         conn.send,
         args.destination,
@@ -160,7 +193,7 @@ def run_send(args: argparse.Namespace) -> int:
         if not args.lines:
             if stream is None:
                 body = literal
-                if len(literal) > limit:
+                if len(literal.encode() if isinstance(literal, str) else literal) > limit:
                     raise _too_large("the body", limit)
             else:
                 body = _read_body(stream, size, limit)
