@@ -142,7 +142,30 @@ def test_invalid_broker_options(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as info:
             cli.main(["broker", option, "0"])
         assert info.value.code == 2
-        assert f"argument {option}: want a number above 0" in capsys.readouterr().err
+        assert f"argument {option}: want a whole number above 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["broker", "--max-queue", "2.5"], "argument --max-queue: want a whole number, got '2.5'"),
+        (["broker", "--prefetch", "1e3"], "argument --prefetch: want a whole number, got '1e3'"),
+        (
+            ["proxy", "--target", "stomp://h", "--throttle", "1.5"],
+            "argument --throttle: want a whole number, got '1.5'",
+        ),
+        (["subscribe", "stomp://h", "/q", "--count", "2.0"], "--count: want a whole number"),
+        (["broker", "--frame-timeout", "soon"], "argument --frame-timeout: want a number, got"),
+    ],
+)
+def test_a_count_that_is_not_whole_is_told_so(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "want a number, got '1.5'", which is one."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -104,13 +104,16 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
     """A whole number (``int``) or a number of seconds (``float``, finite and at most
     :data:`MAX_SECONDS`) above 0."""
 
+    # "want a number" of 1.5 where a whole one is wanted would say 1.5 is none.
+    what = "a whole number" if kind is int else "a number"
+
     def convert(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"want a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"want {what}, got {text!r}") from None
         if not value > 0:  # also NaN
-            raise argparse.ArgumentTypeError(f"want a number above 0, got {text!r}")
+            raise argparse.ArgumentTypeError(f"want {what} above 0, got {text!r}")
         if kind is float and not value <= MAX_SECONDS:
             raise argparse.ArgumentTypeError(
                 f"want a number of seconds up to {MAX_SECONDS:g}, got {text!r}"
