@@ -375,3 +375,23 @@ def test_redelivery_options_reach_the_broker() -> None:
         args("--max-redeliveries", "3", "--dead-letter-queue", "/q/d")
     )
     assert (options["max_redeliveries"], options["dead_letter_queue"]) == (3, "/q/d")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["subscribe", "stomp://h", "/q", "--timeout", "2e6"],
+        ["send", "stomp://h", "/q", "x", "--connect-timeout", "2e6"],
+        ["broker", "--frame-timeout", "2e6"],
+    ],
+)
+def test_a_number_of_seconds_is_bounded_as_the_library_bounds_it(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command took up to 1e9 seconds, the library up to 1,000,000: a --timeout
+    between was refused only once connected, in the library's words ("timeout: must
+    be ... got 2000000.0", exit status 1)."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert "want a number of seconds up to 1,000,000, got '2e6'" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from stompy import VERSIONS
+from stompy._checks import MAX_SECONDS as _MAX_SECONDS
 
 __all__ = (
     "MAX_HEARTBEAT",
@@ -33,8 +34,9 @@ __all__ = (
 
 #: The longest heart-beat interval, in ms: what a poll() timeout can hold (2**31 - 1).
 MAX_HEARTBEAT: Final = 2**31 - 1
-#: The most seconds a timeout may be (about 31 years): longer ones overflow a wait.
-MAX_SECONDS: Final = 1e9
+#: The most seconds a timeout may be: the library's bound (about 11.5 days), which a
+#: larger --timeout or --connect-timeout met only once connected, in its own words.
+MAX_SECONDS: Final = _MAX_SECONDS
 
 
 def user(text: str) -> tuple[str, str]:
@@ -116,7 +118,7 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"want {what} above 0, got {text!r}")
         if kind is float and not value <= MAX_SECONDS:
             raise argparse.ArgumentTypeError(
-                f"want a number of seconds up to {MAX_SECONDS:g}, got {text!r}"
+                f"want a number of seconds up to {MAX_SECONDS:,.0f}, got {text!r}"
             )
         return value
 
