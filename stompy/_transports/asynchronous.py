@@ -409,27 +409,22 @@ class TaskIO(Generic[M]):
         if stream is None or scope is None or self.write_due or self._write_lock.locked():
             self.kick()
             return True
-        if isinstance(stream, RawSocketStream):
-            self._write_now(stream, scope)
-            return True
-        return False
-
-    def _write_now(self, stream: RawSocketStream, scope: anyio.CancelScope) -> None:
-        """:meth:`push` on a plain TCP socket: what the socket takes at once, without
-        waiting (no other task runs meanwhile, so neither a cancellation nor another
-        write can come between); the writer gets the rest, first in the buffer."""
-        engine = self.engine
-        out = engine.outgoing
+        if not isinstance(stream, RawSocketStream):
+            return False
+        # A plain TCP socket: what it takes at once, without waiting (no other task runs
+        # meanwhile, so neither a cancellation nor another write can come between); the
+        # writer gets the rest, first in the buffer.
         try:
             sent = stream.send_now(out)
         except NETWORK_ERRORS as exc:
             self._end_epoch(scope, self._failed(exc))  # all of it unsent
-            return
+            return True
         if sent:
-            engine.wrote(self.clock())
+            self.engine.wrote(self.clock())
             del out[:sent]
         if out:
             self.kick()
+        return True
 
     # -- running calls ---------------------------------------------------------------------
 
@@ -586,7 +581,8 @@ class TaskIO(Generic[M]):
 
         Written out where a coroutine level counts (a ``get()``): :meth:`read_from`,
         ``await future``, and :meth:`read_done` in a ``finally``."""
-        self.read_from(turn, future)
+        turn.caller = future  # read_from(), without its call
+        turn.arm()
         try:
             await future
         finally:
@@ -936,16 +932,22 @@ class TaskIO(Generic[M]):
     def _pumped(self, woke: bool, replied: Sequence[str] = ()) -> bool:
         """After a pump: start the writer, wake whom the routed events concern (of the
         requests, only those whose reply came); whether it woke a call's wait for a
-        receipt or a reply, or a ``get()``."""
-        self.kick()
-        if self.engine.notices:
+        receipt or a reply, or a ``get()``. (Once per answer: the calls it would make
+        are written out.)"""
+        engine = self.engine
+        if engine.outgoing and not self.write_due:  # kick()
+            self.write_due = True
+            self._out_ready.set()
+        if engine.notices:
             self.noticed.set()
         answered = False
         if woke:
             if self.getting:
                 answered = self._wake_getters()
-            if self._receipts:
-                self._wake_receipts()
+            receipts = self._receipts
+            if receipts:
+                for wake in receipts.values():  # _wake_receipts()
+                    wake.set()
                 answered = True
         replies = self._replies
         for cid in replied:
