@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import tracemalloc
 
 import anyio
 import pytest
@@ -60,3 +61,35 @@ async def test_a_connection_is_one_task_waiting_for_its_end() -> None:
             for sock in socks:
                 sock.close()
         await broker.wait_until(lambda: not broker.connections)
+
+
+async def test_a_read_allocates_what_came_not_a_read_of_256_kib() -> None:
+    """The loop reads into a buffer the loop connections share: a 60-byte SEND costs
+    the broker a copy of 60 bytes, not asyncio's read of 256 KiB into a new bytes
+    object each time (which glibc may map and unmap: three system calls a frame)."""
+    async with serve() as broker:
+        sock = socket.create_connection((broker.host, broker.port))
+        try:
+            sock.setblocking(False)
+            await _exchange(sock, _CONNECT, b"\x00")
+            loop = asyncio.get_running_loop()
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                for index in range(20):
+                    receipt = b"receipt-id:r%d\n" % index
+                    await loop.sock_sendall(
+                        sock, b"SEND\ndestination:/topic/t\nreceipt:r%d\n\nhi\x00" % index
+                    )
+                    received = b""
+                    with anyio.fail_after(5):
+                        while receipt not in received:
+                            chunk = await loop.sock_recv(sock, 1024)  # small reads here too
+                            assert chunk, f"the broker closed the connection after {received!r}"
+                            received += chunk
+                peak = tracemalloc.get_traced_memory()[1] - base
+            finally:
+                tracemalloc.stop()
+        finally:
+            sock.close()
+    assert peak < 64 * 1024, f"{peak} bytes at the peak of 20 receipt round trips"
