@@ -650,7 +650,6 @@ class Engine(Generic[M]):
         failure: StompError | None = None
         delivery = self.delivery
         woke = delivery.drain(self._now, self.endpoint) if delivery.backlog else False
-        route = delivery.route
         message_class = self.message_class
         epoch = self.epoch
         owner = self.owner
@@ -661,7 +660,10 @@ class Engine(Generic[M]):
                 if debug:
                     log.debug("received %r", event)
                 if isinstance(event, message_class):
-                    route(event, epoch, owner)
+                    # Called on the object, not through a bound method in a local:
+                    # compiled, that is a direct call (the bound method's is a Python
+                    # call, its arguments parsed from a vector for each message).
+                    delivery.route(event, epoch, owner)
                     woke = True
                 elif isinstance(event, Receipt):
                     self.receipts.came(event.receipt_id)

@@ -676,8 +676,8 @@ class IOThread(Generic[M]):
                 assert proto is not None
                 # Room a consumer made since the last pump: its wake-up may have been
                 # folded into one that was already read, so look now, under the lock.
-                if engine.drain_backlog(time.monotonic()):
-                    self.notify_all()
+                if engine.delivery.backlog and engine.drain_backlog(time.monotonic()):
+                    self.notify_all()  # (looked at first: a flowing stream has none)
                 paused = engine.paused
                 deadline = engine.next_deadline(time.monotonic())
                 self.wake_sent = False
