@@ -44,7 +44,7 @@ from typing import Final, Generic, TypeVar
 
 from stompy._engine import lifecycle
 from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
-from stompy._engine.calls import Call, Steps, Waiting
+from stompy._engine.calls import Call, Running, Steps, Waiting
 from stompy._engine.engine import MAX_OUTGOING, Engine, log
 from stompy._engine.failures import transport_failed
 from stompy._engine.message import MessageBase
@@ -182,12 +182,11 @@ class IOThread(Generic[M]):
 
     def run(self, steps: Steps[T]) -> T:
         """Run a call's steps under the lock, waiting as they ask."""
-        # Running's work, written out: a round trip resumes the steps twice.
-        send = steps.send
+        running = Running(steps)
         with self.lock:  # the condition's lock, entered at C speed
             try:
-                wait = next(steps)
-                while True:
+                wait = running.resume()
+                while wait is not None:
                     self.push(waiting=True)
                     timeout = wait.deadline - time.monotonic()
                     what = wait.what
@@ -195,17 +194,15 @@ class IOThread(Generic[M]):
                         self.wait(timeout if timeout > 0.0 else 0.0)
                     else:  # room, a change: the I/O thread's doing, not the socket's
                         self.cond.wait(timeout if timeout > 0.0 else 0.0)
-                    wait = send(time.monotonic())
-            except StopIteration as done:  # the call returned
-                result: T = done.value
+                    wait = running.resume(time.monotonic())
             except BaseException:
                 # An interrupted wait: the call forgets its receipt. Only then: closing
                 # steps that ended costs a compiled generator a GeneratorExit thrown in.
-                steps.close()
+                running.close()
                 raise
             finally:
                 self.push()  # what was queued before an error goes out too
-        return result
+        return running.result
 
     def wait(self, timeout: float | None) -> None:
         """Under the lock, as ``cond.wait(timeout)``: wait until notified or ``timeout``
