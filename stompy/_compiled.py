@@ -4,7 +4,7 @@ A wheel built where a C compiler was found holds the core compiled beside its ``
 files: every module of :data:`FOLDERS`, ``stompy/_core/`` (:data:`CORE_MODULES`) and the
 test broker's sans-IO core, ``stompy/testing/_core/`` (:data:`TESTING_MODULES`), and the
 engine's modules on a round trip's path (:data:`ENGINE`: the calls that wait, the
-engine's pump, delivery, inboxes, what goes out, receipts and requests) and the blocking transport's
+engine's pump, delivery, inboxes, receipts and requests) and the blocking transport's
 (:data:`TRANSPORT`: the I/O thread, the caller's write and read, the watch); the import
 system loads the compiled ones. A pure-Python wheel (no compiler, ``STOMPY_NO_EXTENSIONS=1``, not
 CPython) and an editable install hold only the ``.py``. The build hook is
@@ -37,7 +37,6 @@ ENGINE: Final = (
     "stompy._engine.delivery",
     "stompy._engine.engine",
     "stompy._engine.inbox",
-    "stompy._engine.outgoing",
     "stompy._engine.receipts",
     "stompy._engine.requests",
     "stompy._engine.state",

@@ -79,28 +79,6 @@ def test_a_call_takes_subclasses_that_are_not_compiled() -> None:
     assert sent == [("/queue/a", True)]
 
 
-def test_outgoing_is_compiled_and_still_checks_and_subclasses_as_python_does() -> None:
-    """``stompy.Outgoing`` is made at every send, so the wheel compiles it; it is public,
-    so compiled it still refuses a wrong type in its own words (not mypyc's "str object
-    expected"), and a user's class may still subclass it."""
-    outgoing = importlib.import_module("stompy._engine.outgoing")
-    assert _compiled.is_compiled(outgoing) is stompy.COMPILED
-    loose: Any = 5
-    with pytest.raises(TypeError, match="destination"):
-        stompy.Outgoing(loose, "x")
-    with pytest.raises(TypeError, match="body"):
-        stompy.Outgoing("/queue/a", loose)
-
-    class Tagged(stompy.Outgoing):
-        def tag(self) -> str:
-            return f"{self.destination}!"
-
-    made = Tagged("/queue/a", "x", {"k": "v"}, "text/plain")
-    assert made.tag() == "/queue/a!"
-    assert made == Tagged("/queue/a", "x", {"k": "v"}, "text/plain")
-    assert [made] == list(outgoing.split_for_sending([made]))
-
-
 def test_the_test_broker_core_is_compiled_with_the_core() -> None:
     modules = [importlib.import_module(name) for name in _compiled.TESTING_MODULES]
     assert {_compiled.is_compiled(module) for module in modules} == {stompy.COMPILED}

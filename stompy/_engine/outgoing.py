@@ -9,10 +9,9 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from stompy._core.protocol import ClientProtocol, check_send
-from stompy._mypyc import mypyc_attr
 from stompy.errors import LocalProtocolError
 
 if TYPE_CHECKING:
@@ -78,7 +77,6 @@ def take_output(
     return ws.send_frames(frames)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # a public class: a user's may subclass it
 @dataclass(slots=True, init=False)
 class Outgoing:
     """One message for :meth:`~stompy.Connection.send_many`: what :meth:`~stompy.Connection.send`
@@ -99,12 +97,10 @@ class Outgoing:
 
     def __init__(
         self,
-        # Any, as the fields above say: compiled (mypyc), a narrower type would be
-        # asserted as the call is made, and refused in mypyc's words, naming nothing.
-        destination: Any,
-        body: Any = b"",
-        headers: Any = None,
-        content_type: Any = None,
+        destination: str,
+        body: bytes | str = b"",
+        headers: Mapping[str, str] | None = None,
+        content_type: str | None = None,
     ) -> None:
         # Refused here as send() refuses them, rather than in send_many(), after the
         # messages before this one went out. Written out (not __post_init__): one call
@@ -150,8 +146,7 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
             "pass [message], or use send()"
         )
     try:
-        # Items as objects: compiled, an Outgoing would be asserted as each is taken.
-        each: Iterator[object] = iter(messages)
+        each = iter(messages)
     except TypeError:
         raise TypeError(
             f"send_many() takes an iterable of stompy.Outgoing, got {type(messages).__name__}"
@@ -173,7 +168,7 @@ def split_for_sending(messages: Iterable[Outgoing]) -> Iterator[list[Outgoing] |
         yield held
 
 
-def note_sent(error: BaseException, sent: int, receipt: object, last: bool = False) -> None:
+def note_sent(error: BaseException, sent: int, receipt: bool, last: bool = False) -> None:
     """Say on ``error``, which stopped a ``send_many()`` after the first ``sent`` of its
     messages went out, how many did: a note under its traceback (PEP 678), once.
 
