@@ -67,6 +67,7 @@ _SEND_DESTINATION: Final = "SEND\ndestination:"
 _CONTROL_LINE: Final = re.compile(f"\n(?:{'|'.join(sorted(_BROKER_HEADERS))}):")
 #: The header line the broker rewrites when it names a temporary queue.
 _REPLY_TO_LINE: Final = "\nreply-to:"
+_TEMP_REPLY_TO_LINE: Final = _REPLY_TO_LINE + TEMP_QUEUE_PREFIX
 
 
 def _too_many_subscriptions(limit: int, what: str) -> str:
@@ -240,11 +241,14 @@ class ClientConnection:
         if not self._out:
             return []
         pieces = self._out
+        # Deliveries wait for this connection only while its output is over
+        # write_buffer (see takes_deliveries): taking it makes room for them then.
+        was_full = self._out_bytes >= self._config.write_buffer
         self._out = []
         self._out_bytes = 0
         if now is not None and self._heartbeat is not None:
             self._heartbeat.sent(now)
-        if self.state is CONNECTED:
+        if was_full and self.state is CONNECTED:
             for sub in list(self._subscriptions.values()):
                 self.store.deliver_waiting(sub.destination)
         return pieces
@@ -597,7 +601,7 @@ class ClientConnection:
                     and _CONTROL_LINE.search(lines) is None  # a second receipt too
                 ):
                     kept: str | None = lines
-                    if _REPLY_TO_LINE in lines:
+                    if _TEMP_REPLY_TO_LINE in lines:
                         kept = self._reply_to_line(lines)  # None: the general path's
                     if kept is not None:
                         escaping = received_escaping(frame)
