@@ -41,7 +41,9 @@ class Inbox(Generic[M]):
     """
 
     __slots__ = (
+        "_append",
         "_items",
+        "_popleft",
         "ack",
         "active",
         "destination",
@@ -69,6 +71,10 @@ class Inbox(Generic[M]):
         self.max_pending = max_pending
         self.overflow: Overflow = overflow
         self._items: deque[M] = deque()
+        # Its two steps of every message, bound once: compiled, a method called by
+        # name on a deque is looked up in its type at each call (mypyc has no deque).
+        self._append = self._items.append
+        self._popleft = self._items.popleft
         #: Whether the subscription goes on; read it, and end it with :meth:`end`
         #: (a plain attribute: a consumer that waits reads it at each wake-up).
         self.active = True
@@ -90,10 +96,9 @@ class Inbox(Generic[M]):
 
     def offer(self, message: M) -> bool:
         """Keep ``message`` if there is room for it; whether there was."""
-        items = self._items
-        if len(items) >= self.max_pending:
+        if len(self._items) >= self.max_pending:
             return False
-        items.append(message)
+        self._append(message)
         return True
 
     def keep(self, message: M) -> None:
@@ -103,17 +108,16 @@ class Inbox(Generic[M]):
 
     def take(self) -> M | None:
         """The oldest message, taken out (``None``: none waits)."""
-        items = self._items
-        if not items:  # looked at first: a consumer that waits finds it empty often,
-            return None  # and an IndexError raised and caught costs more than the look
+        if not self._items:  # looked at first: a consumer that waits finds it empty
+            return None  # often, and an IndexError raised and caught costs more
         try:
-            return items.popleft()
+            return self._popleft()
         except IndexError:  # another thread took the last one since the look
             return None
 
     def take_many(self, batch: list[M], limit: int) -> None:
         """Add the oldest messages to ``batch``, until it holds ``limit`` or none waits."""
-        popleft = self._items.popleft
+        popleft = self._popleft
         try:
             for _ in range(min(limit - len(batch), len(self._items))):
                 batch.append(popleft())
