@@ -158,8 +158,19 @@ def test_a_repeated_send_gives_up_at_send_timeout() -> None:
             return T0 + 1
         return wait.deadline  # never reconnected
 
-    with pytest.raises(ConnectionLost, match=r"not reconnected within 5\.0 s"):
+    with pytest.raises(ConnectionLost, match=r"not reconnected within 5\.0 s") as lost:
         drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), cut)
+    # Its SEND went out before the cut: only its receipt is known lost.
+    assert "may have reached the broker" in str(lost.value)
+
+
+def test_a_send_that_never_went_out_does_not_say_it_may_have_arrived() -> None:
+    session = make_session(reconnect=stompy.Reconnect(send_timeout=5.0), receipt_timeout=3.0)
+    establish(session)
+    session.lost(ConnectionLost("cut"))  # before the call: nothing of it went out
+    with pytest.raises(ConnectionLost, match=r"not reconnected within 5\.0 s") as lost:
+        drive(Call(session, T0).send("/queue/a", b"x", None, None, None, True), time_passes)
+    assert "may have reached" not in str(lost.value)
 
 
 def test_a_send_in_a_transaction_is_not_repeated() -> None:

@@ -250,9 +250,10 @@ class Call(Sends[M]):
 
     # -- the steps every call is made of ---------------------------------------------
 
-    def ready(self, give_up: float | None = None) -> Steps[ClientProtocol]:
+    def ready(self, give_up: float | None = None, sent: bool = False) -> Steps[ClientProtocol]:
         """The core, once connected: waits out a reconnect until ``send_timeout`` has
-        passed, or until ``give_up`` (a repeated send's time left)."""
+        passed, or until ``give_up`` (a repeated send's time left; ``sent`` when an
+        earlier attempt of it went out, which the error then says may have arrived)."""
         engine = self.engine
         proto = engine.usable()
         if proto is not None:
@@ -273,7 +274,10 @@ class Call(Sends[M]):
             deadline = self.now + timeout if give_up is None else give_up
             while engine.status is RECONNECTING:
                 if self.now >= deadline:
-                    raise ConnectionLost(f"not reconnected within {timeout} s")
+                    why = f"not reconnected within {timeout} s"
+                    if sent:  # its receipt was lost with the connection, not the SEND
+                        why += ": the message may have reached the broker before it was lost"
+                    raise ConnectionLost(why)
                 yield from self._wait(Waiting.CHANGE, deadline)
         return engine.ready()
 
@@ -397,7 +401,7 @@ class Call(Sends[M]):
         while True:
             proto = engine.usable()  # connected, mostly: no generator for a wait then
             if proto is None:
-                proto = yield from self.ready(give_up)
+                proto = yield from self.ready(give_up, repeat > 0)
             if transaction is not None and engine.transaction_lost(transaction):
                 # Also when it was begun on the connection this call waited out the end of.
                 raise _lost_transaction(transaction, "SEND")
