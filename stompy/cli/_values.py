@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from stompy import VERSIONS
+
+# The library's own bound on seconds, so that the command line refuses what it would.
 from stompy._checks import MAX_SECONDS as _MAX_SECONDS
 
 __all__ = (
