@@ -162,7 +162,7 @@ class Wake(Protocol):
 
 
 class FutureWake:
-    """The wake-up of a call that reads through (:meth:`TaskIO.read_through`): an
+    """The wake-up of a call that reads through (:meth:`TaskIO.read_from`): an
     asyncio future, which the socket's bytes set too (:class:`ReadTurn`)."""
 
     __slots__ = ("future",)
@@ -211,7 +211,7 @@ class TaskIO(Generic[M]):
         #: :func:`running_backend`).
         self.clock: Callable[[], float] = anyio.current_time
         self.new_event: Callable[[], anyio.Event] = anyio.Event
-        #: A new future of the running asyncio loop (for :meth:`read_through`), made
+        #: A new future of the running asyncio loop (for :meth:`read_from`), made
         #: without the loop's ``create_future()`` in between once the connection opens.
         self.loop_future: Callable[[], asyncio.Future[None]] = _running_loop_future
         self.stream: anyio.abc.ByteStream | None = None
@@ -229,7 +229,7 @@ class TaskIO(Generic[M]):
         self._receipts: dict[str, Wake] = {}  # receipt id -> its waiter's wake-up
         self._replies: dict[str, Wake] = {}  # correlation-id -> its waiter's wake-up
         #: On asyncio, the current plain TCP stream's socket reader (``None``: none), which
-        #: a call waiting for an answer may take (:meth:`read_through`).
+        #: a call waiting for an answer may take (:meth:`read_from`).
         self.turn: ReadTurn | None = None
         #: On trio, the current plain TCP stream's socket wait, which the reader task
         #: lends to the calls it answered (:meth:`read_in_turn`).
@@ -284,11 +284,16 @@ class TaskIO(Generic[M]):
         The connection's tasks, events and stream belong to that loop. A call from
         another loop would wait on an event that the connection's tasks set without
         waking it (a receipt waited out ``receipt_timeout``, a ``get()`` with no
-        timeout waited forever), and its writes would race theirs."""
+        timeout waited forever), and its writes would race theirs.
+
+        A running asyncio loop runs in one thread, so on asyncio the loop found running
+        says the thread as well; only under trio (no asyncio loop) is the thread's id
+        asked for. sniffio's name tells a trio run inside an asyncio task."""
+        loop = running_loop()
         if (
-            thread_id() != self.thread
-            or running_loop() is not self.loop
+            loop is not self.loop
             or sniffed.name != self.library
+            or (loop is None and thread_id() != self.thread)
         ):
             self.elsewhere()
 
@@ -428,20 +433,30 @@ class TaskIO(Generic[M]):
 
     # -- running calls ---------------------------------------------------------------------
 
-    async def run(self, steps: Steps[T]) -> T:
-        """Run a call's steps, waiting as they ask; raises :class:`LocalProtocolError`
-        from another thread or event loop than the connection's (:meth:`check_thread`)."""
+    def run(self, steps: Steps[T]) -> Coroutine[Any, Any, T]:
+        """Run a call's steps, waiting as they ask (``await io.run(steps)``); raises
+        :class:`LocalProtocolError` from another thread or event loop than the
+        connection's (:meth:`check_thread`).
+
+        Not a coroutine itself: it checks (:meth:`check_thread` written out), starts
+        the steps and gives :meth:`_drive`'s coroutine to await, one coroutine level per
+        call fewer."""
+        loop = running_loop()
         if (
-            thread_id() != self.thread
-            or running_loop() is not self.loop
+            loop is not self.loop
             or sniffed.name != self.library
+            or (loop is None and thread_id() != self.thread)
         ):
             self.elsewhere()
         running = Running(steps)
-        await self._drive(running, running.resume())
-        return running.result
+        return self._drive(running, running.resume())
 
-    async def _drive(self, running: Running[T], wait: Wait | None) -> None:
+    async def _drive(self, running: Running[T], wait: Wait | None) -> T:
+        """Drive ``running`` from ``wait`` (``None``: it ended) and return its result.
+
+        Its steps are closed only if they did not end (a wait was interrupted, or they
+        raised): the call forgets its receipt or request. Once per call, the asyncio
+        read-through is written out here (no coroutine of its own)."""
         receipts, replies = self._receipts, self._replies
         try:
             while wait is not None:
@@ -484,17 +499,24 @@ class TaskIO(Generic[M]):
                     and turn.free
                     and not self.engine.paused
                 ):
-                    # Read through: the answer's bytes wake this task, not the reader.
-                    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    # Read through: the answer's bytes wake this task, not the reader
+                    # (read_from() written out, await, read_done()).
+                    future = self.loop_future()
                     wake = FutureWake(future)
                     if rid is not None:
                         receipts[rid] = wake
                     elif cid is not None:
                         replies[cid] = wake
-                    self._set_deadline(wake, wait.deadline, deadlines)
+                    deadline = deadlines[wake] = wait.deadline  # _set_deadline()
+                    if deadline < self._timer_at:
+                        self._timer_at = deadline
+                        self._rearm.set()
+                    turn.caller = future
+                    turn.arm()
                     try:
-                        await self.read_through(turn, future)
+                        await future
                     finally:
+                        self.read_done(turn, future)
                         deadlines.pop(wake, None)
                     self._unwait(wait)
                     wait = running.resume(self.clock())
@@ -525,6 +547,7 @@ class TaskIO(Generic[M]):
             lending = self.lending
             if lending is not None:
                 lending.hand_back()
+        return running.result
 
     async def _await_answer(
         self, event: anyio.Event, deadline: float, deadlines: dict[Wake, float]
@@ -567,35 +590,26 @@ class TaskIO(Generic[M]):
             self._timer_at = deadline
             self._rearm.set()
 
-    async def read_through(self, turn: ReadTurn, future: asyncio.Future[None]) -> None:
-        """Wait until ``future`` is set, reading the socket meanwhile: the bytes that come
-        set it (:class:`ReadTurn`), and are fed to the engine here, which routes them as
-        the reader task would (and wakes the wait they answer: this one or another).
-        ``future`` is set by the wait's own wake-up too (its answer, read by another,
-        the timer at its deadline, a change of the connection). The turn must be free
-        (:attr:`ReadTurn.free`).
-
-        The reader task stays waiting, unwoken, and reads again once this returns.
-        Cancelled, this still feeds what was read for it: no byte is lost. What the
-        reader task must judge (a failure, a full inbox, the end) is handed to it.
-
-        Written out where a coroutine level counts (a ``get()``): :meth:`read_from`,
-        ``await future``, and :meth:`read_done` in a ``finally``."""
-        turn.caller = future  # read_from(), without its call
-        turn.arm()
-        try:
-            await future
-        finally:
-            self.read_done(turn, future)
-
     @staticmethod
     def read_from(turn: ReadTurn, future: asyncio.Future[None]) -> None:
-        """:meth:`read_through`'s start: the socket's bytes set ``future``."""
+        """Start a read-through on asyncio: until ``future`` is set, the socket's bytes
+        are read for it and set it (:class:`ReadTurn`); ``await future``, then
+        :meth:`read_done` in a ``finally``. ``future`` is set by the wait's own wake-up
+        too (its answer, read by another, the timer at its deadline, a change of the
+        connection). The turn must be free (:attr:`ReadTurn.free`).
+
+        The reader task stays waiting, unwoken, and reads again once it is done.
+        Written out, with no coroutine of its own, where a coroutine level counts (a
+        call's wait in :meth:`_drive`, a ``get()``'s)."""
         turn.caller = future
         turn.arm()
 
     def read_done(self, turn: ReadTurn, future: asyncio.Future[None]) -> None:
-        """:meth:`read_through`'s end, in a ``finally``: feed what was read."""
+        """A read-through's end, in a ``finally``: feed what was read for it to the
+        engine, which routes it as the reader task would (and wakes the wait it answers:
+        this one or another). Cancelled, the wait still feeds what was read for it: no
+        byte is lost. What the reader task must judge (a failure, a full inbox, the end)
+        is handed to it."""
         if turn.caller is future:
             turn.caller = None
         data = turn.take()
@@ -725,6 +739,7 @@ class TaskIO(Generic[M]):
     async def _goodbye(self) -> None:
         engine = self.engine
         running = Running(Call(engine, self.clock()).goodbye())
+        driven = False  # _drive() closes the steps if they did not end
         with (
             anyio.CancelScope(shield=True),
             anyio.move_on_after(engine.options.receipt_timeout),
@@ -743,8 +758,10 @@ class TaskIO(Generic[M]):
                         await stream.send(data)
                 # Look again before waiting: the write let the tasks run.
                 wait = running.resume(self.clock())
+            driven = True
             await self._drive(running, wait)
-        running.close()
+        if not driven:  # the write failed, or the steps raised (closing those is nothing)
+            running.close()
         engine.closed()
         self.status_changed()
         if self.hooks_done is not None and anyio.get_current_task().id != self.hooks_task:
