@@ -638,18 +638,34 @@ class TaskIO(Generic[M]):
         the reader task must judge (the end of the stream, a failure, a full inbox, the
         broker's goodbye) is handed to it."""
         engine = self.engine
+        sock = turn.sock
+        wait_readable = turn.wait_readable
         turn.lent = turn.reading = True
         failure: StompError | None = None
         handing = False
         try:
             while not wake.woken:
+                # turn.read() written out: one coroutine level less for each wait.
+                if turn.end is not None:
+                    handing = True  # the reader task judges the end
+                    break
+                turn.waiting = True
                 try:
-                    data = await turn.read()
+                    await wait_readable(sock)
+                except turn.closed_error:
+                    if turn.interrupted and turn.end is None:
+                        continue  # interrupted: woken, or the stream closes
+                    handing = True  # closed: the reader task judges it
+                    break
+                finally:
+                    turn.waiting = turn.interrupted = False
+                try:
+                    data = turn.read_now()
                 except NETWORK_ERRORS:
                     handing = True  # the reader task judges the end (turn.end)
                     break
                 if data is None:
-                    continue  # interrupted: woken, or the stream closes
+                    continue  # woken for nothing: wait again
                 failure = self._feed(data)
                 proto = engine.proto
                 if (

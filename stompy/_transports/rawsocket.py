@@ -275,14 +275,19 @@ class SocketTurn:
     def __init__(self, sock: socket.socket) -> None:
         import trio.lowlevel
 
-        self._sock = sock.dup()  # read waits only: interrupt() wakes no write
+        #: The socket that reads wait on: a duplicate, so that :meth:`interrupt` wakes no
+        #: write (:meth:`read`'s parts: ``await turn.wait_readable(turn.sock)`` with
+        #: :attr:`waiting` set, then :meth:`read_now`).
+        self.sock = sock.dup()
+        #: trio's wait for a readable socket; it raises :attr:`closed_error` when the
+        #: wait was interrupted or the socket closed.
+        self.wait_readable = trio.lowlevel.wait_readable
+        self.closed_error = trio.ClosedResourceError
         self._reschedule = trio.lowlevel.reschedule
-        self._wait_readable = trio.lowlevel.wait_readable
         self._notify_closing = trio.lowlevel.notify_closing
         self._park = trio.lowlevel.wait_task_rescheduled
         self._current_task = trio.lowlevel.current_task
         self._succeeded = trio.lowlevel.Abort.SUCCEEDED
-        self._closed_error = trio.ClosedResourceError
         #: The socket is the calls' (the reader task parks off it until handed back).
         self.lent = False
         #: A call waits on the socket (or reads it) now.
@@ -292,8 +297,11 @@ class SocketTurn:
         self.end: BaseException | None = None
         self._parked: Any = None  # the reader task, parked off the socket
         self._waking = False  # it was rescheduled and has not run yet
-        self._waiting = False  # a task waits on the socket
-        self._interrupted = False
+        #: A task waits on the socket (set around ``wait_readable``, with
+        #: :attr:`interrupted` cleared after it).
+        self.waiting = False
+        #: :meth:`interrupt` ended the wait under way.
+        self.interrupted = False
         self._poked = False
 
     @property
@@ -330,39 +338,49 @@ class SocketTurn:
 
     def interrupt(self) -> None:
         """End the wait of the task waiting on the socket (:meth:`read` returns ``None``)."""
-        if self._waiting and not self._interrupted:
-            self._interrupted = True
-            self._notify_closing(self._sock)
+        if self.waiting and not self.interrupted:
+            self.interrupted = True
+            self._notify_closing(self.sock)
 
     async def read(self) -> bytes | None:
         """Wait until the socket is readable, then read it: the bytes, ``None`` when
         :meth:`interrupt` ended the wait. Raises :attr:`end` (:class:`anyio.EndOfStream`
-        at the end of the stream, the read's ``OSError``), which it keeps."""
-        sock = self._sock
+        at the end of the stream, the read's ``OSError``), which it keeps.
+        (:meth:`stompy._transports.asynchronous.TaskIO.read_in_turn` has it written
+        out, one coroutine level less for each wait of a call.)"""
+        sock = self.sock
         while True:
             if self.end is not None:
                 raise self.end
-            self._waiting = True
+            self.waiting = True
             try:
-                await self._wait_readable(sock)
-            except self._closed_error:
-                if self._interrupted and self.end is None:
+                await self.wait_readable(sock)
+            except self.closed_error:
+                if self.interrupted and self.end is None:
                     return None
                 raise anyio.ClosedResourceError from None
             finally:
-                self._waiting = False
-                self._interrupted = False
-            try:
-                data = sock.recv(RECV_SIZE)
-            except (BlockingIOError, InterruptedError):
-                continue  # woken for nothing: wait again
-            except OSError as exc:
-                self.end = exc
-                raise
-            if not data:
-                self.end = anyio.EndOfStream()
-                raise self.end
-            return data
+                self.waiting = self.interrupted = False
+            data = self.read_now()
+            if data is not None:
+                return data
+            # woken for nothing: wait again
+
+    def read_now(self) -> bytes | None:
+        """Read the socket, found readable: the bytes, ``None`` if there were none after
+        all. Raises, and keeps in :attr:`end`, :class:`anyio.EndOfStream` at the end of
+        the stream and the read's ``OSError``."""
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as exc:
+            self.end = exc
+            raise
+        if not data:
+            self.end = anyio.EndOfStream()
+            raise self.end
+        return data
 
     async def receive(self) -> bytes | None:
         """The reader task's wait: off the socket while it is lent, then the next bytes
@@ -392,9 +410,9 @@ class SocketTurn:
         :class:`anyio.ClosedResourceError`, the reader task too."""
         if self.end is None:
             self.end = anyio.ClosedResourceError()
-        self._notify_closing(self._sock)
+        self._notify_closing(self.sock)
         self._wake_reader()
-        self._sock.close()
+        self.sock.close()
 
 
 class RawSocketStream(anyio.abc.ByteStream):
