@@ -10,6 +10,10 @@ the broker process itself.
 
 from __future__ import annotations
 
+import socket
+import time
+import tracemalloc
+
 import pytest
 
 import stompy
@@ -227,3 +231,83 @@ def test_over_a_socket_a_consumer_that_never_acks_gets_the_producer_refused() ->
             assert broker.stats.bytes_stored <= LIMIT
             with stompy.Connection(broker.url) as other:  # served on
                 other.send("/topic/else", "still here", receipt=True)
+
+
+# -- what a connection's unsent output holds ------------------------------------------
+
+
+def test_subscribers_output_shares_a_long_body_rather_than_copying_it() -> None:
+    # Each subscriber's unsent output held a copy of every MESSAGE it was given, body
+    # and all: ten topic subscribers that never read, four 30 MB messages, 941 MB.
+    store = make()
+    subscribers = [connected(store) for _ in range(3)]
+    for peer in subscribers:
+        peer.subscribe("/topic/long")
+        peer.frames()
+    producer = connected(store)
+    body = bytes(range(256)) * 100  # 25,600 bytes: over SHARED_BODY
+    producer.send("SEND", {"destination": "/topic/long"}, body)
+    outputs = [peer.client.buffers_to_send(0.0) for peer in subscribers]
+    shared = [next(piece for piece in pieces if len(piece) == len(body)) for pieces in outputs]
+    assert all(piece is shared[0] for piece in shared)  # one body, not three
+    assert bytes(shared[0]) == body
+    # Written as it was queued, the frame is what it always was: one MESSAGE.
+    producer.send("SEND", {"destination": "/topic/long"}, body)
+    for peer in subscribers:
+        frames = peer.client.frames_to_send(0.0)
+        assert len(frames) == 1
+        assert frames[0].startswith(b"MESSAGE\n")
+        assert frames[0].endswith(body + b"\x00")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_subscribers_that_never_read_hold_no_copy_of_each_body(backend: str) -> None:
+    # Ten topic subscribers that never read their sockets, 2 MB messages to their topic:
+    # the broker's output held each body three times over for each of them (its own
+    # output, what the loop connection held while the transport was full, and the
+    # transport's buffer); now their bodies, shared.
+    body = b"m" * 2_000_000
+    subscribers: list[socket.socket] = []
+    with run_broker(backend=backend) as broker:
+        tracemalloc.start()
+        try:
+            for _ in range(10):
+                sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+                sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/topic/stuck\n\n\x00")
+                subscribers.append(sock)
+            deadline = time.monotonic() + 10
+            while sum(bool(c.subscriptions) for c in broker.connections) < 10:
+                assert time.monotonic() < deadline, broker.connections
+                time.sleep(0.02)
+            with stompy.Connection(broker.url) as producer:
+                for _ in range(4):
+                    producer.send("/topic/stuck", body, receipt=True)
+                held = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+            for sock in subscribers:
+                sock.close()
+    # The four bodies (the backlogs keep two), the parser's and the chunks the
+    # transports hold: about 7 MB, where copies took 41 MB.
+    assert held < 20_000_000, held
+
+
+@pytest.mark.parametrize(
+    ("backend", "websocket"), [("asyncio", False), ("trio", False), ("asyncio", True)]
+)
+def test_long_messages_arrive_whole_in_slices_to_a_reading_subscriber(
+    backend: str, websocket: bool
+) -> None:
+    # Long bodies go out a slice at a time (a frame a message over WebSocket), between
+    # short frames: each arrives whole and in order.
+    bodies = [bytes([n]) * size for n, size in enumerate((700_000, 20, 300_000, 16_384))]
+    with run_broker(backend=backend, websocket=websocket) as broker:
+        url = broker.ws_url if websocket else broker.url
+        assert url is not None
+        with stompy.Connection(url) as conn, conn.subscribe("/topic/slices") as sub:
+            for body in bodies:
+                conn.send("/topic/slices", body)
+            got = [sub.get(timeout=10) for _ in bodies]
+    assert [m.body if m else None for m in got] == bodies

@@ -37,6 +37,7 @@ import socket
 import ssl as _ssl
 import sys
 import warnings
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -64,11 +65,13 @@ from stompy.testing._core.store import MessageStore
 from stompy.testing._shared import (
     CHUNK,
     STREAM_ERRORS,
+    WRITE_CHUNK,
     check_listener,
     listen,
     peer_name,
     serving_task_group,
     wait_until,
+    write_chunks,
 )
 
 if TYPE_CHECKING:
@@ -193,15 +196,24 @@ class _Connection:
         ws = self.broker._websocket_stream(self.stream)
         while True:
             if not client.paused:
-                # Over WebSocket each frame is a message of its own.
-                frames = client.frames_to_send(anyio.current_time())
+                size = client.buffered
+                if ws is not None:
+                    # Over WebSocket each frame is a message of its own.
+                    frames = client.frames_to_send(anyio.current_time())
+                else:
+                    frames = client.buffers_to_send(anyio.current_time())
                 self.broker._wake()
                 if frames:
                     try:
                         if ws is not None:
                             await ws.send_frames(frames)
-                        else:
+                        elif size <= WRITE_CHUNK:
                             await self.stream.send(b"".join(frames))
+                        else:
+                            # A slice at a time: the stream's transport copies what
+                            # the socket does not take, shared bodies included.
+                            for chunk in write_chunks(frames):
+                                await self.stream.send(cast(bytes, chunk))
                     except STREAM_ERRORS:
                         self.eof = True
                         client.close("connection lost")
@@ -268,10 +280,12 @@ class _LoopConnection(asyncio.BufferedProtocol):
         self._reading = True
         #: The transport's buffer is over its high-water mark.
         self._blocked = False
-        #: Output taken while blocked, written once the transport has room; the
+        #: Output taken and not yet handed to the transport, written a chunk at a
+        #: time while it has room (it copies what the socket does not take: a
+        #: client that never reads costs a chunk, not a copy of each body); the
         #: connection reads nothing meanwhile (as the tasks' writer holds what it
         #: sends, and its reader waits).
-        self._held: bytes | None = None
+        self._held: deque[bytes | memoryview] = deque()
         #: Inside :meth:`_settle` (a write can wake this connection again).
         self._settling = False
         self._half_closed = False
@@ -319,10 +333,6 @@ class _LoopConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._blocked = False
-        held = self._held
-        if held is not None and self._transport is not None:
-            self._held = None
-            self._transport.write(held)
         self.notify()
 
     # -- what the broker calls ---------------------------------------------------------
@@ -358,21 +368,26 @@ class _LoopConnection(asyncio.BufferedProtocol):
         try:
             client = self.client
             broker = self.broker
+            held = self._held
             while True:
-                while client.buffered and not client.paused and self._held is None:
-                    frames = client.frames_to_send(self._loop.time())
+                while held and not self._blocked:
+                    transport.write(held.popleft())
+                while client.buffered and not client.paused and not held:
+                    size = client.buffered
+                    frames = client.buffers_to_send(self._loop.time())
                     broker._wake()
                     if not frames:
                         break
-                    data = frames[0] if len(frames) == 1 else b"".join(frames)
-                    if self._blocked:
-                        self._held = data
-                        break
-                    transport.write(data)
-                if not self._pending or not client.wants_data or self._held is not None:
+                    if size > WRITE_CHUNK or self._blocked:
+                        held.extend(write_chunks(frames))
+                        while held and not self._blocked:
+                            transport.write(held.popleft())
+                        continue
+                    transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+                if not self._pending or not client.wants_data or held:
                     break
                 self._receive()
-            wants = client.wants_data and not self._pending and self._held is None
+            wants = client.wants_data and not self._pending and not held
             if wants != self._reading:
                 self._reading = wants
                 if wants:
@@ -413,7 +428,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
         if self._linger is None:
             self._linger = self._loop.call_later(LINGER, self._end)
         client = self.client
-        if client.paused or self._held is not None or client.buffered:
+        if client.paused or self._held or client.buffered:
             return
         if self._eof:
             self._end()

@@ -29,6 +29,7 @@ from stompy.errors import ConfigurationError, ListenFailed
 
 __all__ = (
     "CHUNK",
+    "WRITE_CHUNK",
     "STREAM_ERRORS",
     "Counters",
     "InThread",
@@ -40,6 +41,7 @@ __all__ = (
     "peer_name",
     "serving_task_group",
     "wait_until",
+    "write_chunks",
 )
 
 T = TypeVar("T")
@@ -51,6 +53,37 @@ C = TypeVar("C", covariant=True)
 #: Bytes read from a socket at once, by the broker and by the fault proxy (for the
 #: proxy, a chunk is also the unit every fault applies to).
 CHUNK: Final = 65536
+
+#: Bytes the broker hands a stream or transport at once when its output is longer: a
+#: transport copies what the socket does not take into a buffer of its own, so a
+#: subscriber that never reads holds a copy of this much at most, not of each body
+#: (see ClientConnection.buffers_to_send).
+WRITE_CHUNK: Final = 262144
+
+
+def write_chunks(pieces: list[bytes], limit: int = WRITE_CHUNK) -> list[bytes | memoryview]:
+    """``pieces`` as writes of about ``limit`` bytes at most: runs of short pieces
+    joined, a long piece in slices of it that copy nothing."""
+    chunks: list[bytes | memoryview] = []
+    run: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        if len(piece) <= limit:
+            if size + len(piece) > limit:
+                chunks.append(b"".join(run))
+                run, size = [], 0
+            run.append(piece)
+            size += len(piece)
+            continue
+        if run:
+            chunks.append(b"".join(run))
+            run, size = [], 0
+        view = memoryview(piece)
+        chunks.extend(view[at : at + limit] for at in range(0, len(piece), limit))
+    if run:
+        chunks.append(b"".join(run))
+    return chunks
+
 
 #: What a broken, reset or closed stream raises: the end of that connection, no bug.
 STREAM_ERRORS: Final = (
