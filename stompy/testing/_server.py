@@ -333,6 +333,10 @@ class _LoopConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._blocked = False
+        held = self._held
+        transport = self._transport
+        while held and not self._blocked and transport is not None:
+            transport.write(held.popleft())
         self.notify()
 
     # -- what the broker calls ---------------------------------------------------------
@@ -368,22 +372,24 @@ class _LoopConnection(asyncio.BufferedProtocol):
         try:
             client = self.client
             broker = self.broker
-            held = self._held
+            held = self._held  # drained here and as the transport has room again
             while True:
-                while held and not self._blocked:
-                    transport.write(held.popleft())
                 while client.buffered and not client.paused and not held:
-                    size = client.buffered
                     frames = client.buffers_to_send(self._loop.time())
                     broker._wake()
                     if not frames:
                         break
-                    if size > WRITE_CHUNK or self._blocked:
-                        held.extend(write_chunks(frames))
-                        while held and not self._blocked:
-                            transport.write(held.popleft())
-                        continue
-                    transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+                    if not self._blocked:
+                        if len(frames) == 1:
+                            if len(frames[0]) <= WRITE_CHUNK:
+                                transport.write(frames[0])
+                                continue
+                        elif sum(map(len, frames)) <= WRITE_CHUNK:
+                            transport.write(b"".join(frames))
+                            continue
+                    held.extend(write_chunks(frames))
+                    while held and not self._blocked:
+                        transport.write(held.popleft())
                 if not self._pending or not client.wants_data or held:
                     break
                 self._receive()
