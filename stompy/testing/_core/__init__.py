@@ -17,6 +17,9 @@ and drives it like the client core is driven:
 
 * ``receive_data(data, now)`` parses and acts on what the client sent;
 * ``data_to_send(now)`` drains the bytes to write (heart-beat EOLs included);
+  ``buffers_to_send(now)`` the same as the buffers queued, a long MESSAGE body the
+  stored message's own (shared by its subscribers), and ``frames_to_send(now)`` one
+  item a frame (a WebSocket message each);
 * ``next_deadline()`` / ``handle_timer(now)`` run the CONNECT timeout and heart-beats;
 * ``receive_eof()`` / ``close()`` end it: its unacknowledged messages go back to their
   queues marked ``redelivered:true`` and its open transactions are aborted.
