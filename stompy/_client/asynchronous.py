@@ -41,9 +41,6 @@ from stompy._transports.asynchronous import (
     FutureWake,
     TaskIO,
     TurnWake,
-    running_loop,
-    sniffed,
-    thread_id,
 )
 from stompy.errors import LocalProtocolError, StompError
 
@@ -599,14 +596,7 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
             # From another thread or event loop, the long way raises (TaskIO.run).
             # Looked at when this send would start the writer, not all through a burst,
             # which started it already: a cost a send feels.
-            and (
-                io.write_due
-                or (
-                    thread_id() == io.thread
-                    and running_loop() is io.loop
-                    and sniffed.name == io.library
-                )
-            )
+            and (io.write_due or io.at_home())
             and engine.send_now(destination, body, headers, content_type, io.clock)
         ):
             # The common case, kept short: the clock is read only if heart-beats need it,

@@ -276,6 +276,12 @@ class TaskIO(Generic[M]):
         self._thread_name = ""
         self.loop: object = None
         self.library: str | None = None
+        #: asyncio (``None`` under trio): what says, as ``_thread_id``, the thread that
+        #: runs the connection's loop now (``None`` while it does not run): asyncio's own
+        #: loop itself (``BaseEventLoop``), else a :class:`_AskedLoop`. Asking for the
+        #: running loop costs a ``getpid()`` system call on CPython 3.11 and later, once
+        #: per call's check.
+        self.host: Any = None
 
     def check_thread(self) -> None:
         """Raise :class:`LocalProtocolError` when called from another thread than the
@@ -286,16 +292,32 @@ class TaskIO(Generic[M]):
         waking it (a receipt waited out ``receipt_timeout``, a ``get()`` with no
         timeout waited forever), and its writes would race theirs.
 
-        A running asyncio loop runs in one thread, so on asyncio the loop found running
-        says the thread as well; only under trio (no asyncio loop) is the thread's id
-        asked for. sniffio's name tells a trio run inside an asyncio task."""
-        loop = running_loop()
-        if (
-            loop is not self.loop
-            or sniffed.name != self.library
-            or (loop is None and thread_id() != self.thread)
-        ):
+        On asyncio a loop runs in one thread at a time, and a thread runs one loop at a
+        time: the loop running in this thread (:attr:`host`) is the connection's. Under
+        trio, no asyncio loop may run (one started inside a trio task is another event
+        loop). sniffio's name tells a trio run inside an asyncio task."""
+        host = self.host
+        if host is None:
+            if (
+                thread_id() != self.thread
+                or sniffed.name != self.library
+                or running_loop() is not None
+            ):
+                self.elsewhere()
+        elif host._thread_id != thread_id() or sniffed.name is not None:
             self.elsewhere()
+
+    def at_home(self) -> bool:
+        """Whether this is the thread and event loop that opened the connection (see
+        :meth:`check_thread`, which raises where this says ``False``)."""
+        host = self.host
+        if host is None:
+            return (
+                thread_id() == self.thread
+                and sniffed.name == self.library
+                and running_loop() is None
+            )
+        return host._thread_id == thread_id() and sniffed.name is None
 
     def elsewhere(self) -> None:
         """:meth:`check_thread` after it found another thread or event loop: raise,
@@ -344,10 +366,14 @@ class TaskIO(Generic[M]):
     def _wake_getters(self, *, ended: bool = False) -> bool:
         """Wake the ``get()`` calls with a message (or all, ``ended``); whether any."""
         getting = self.getting
-        woken = [sub for sub in getting if sub.wake(ended=ended)]
-        for sub in woken:
-            getting.discard(sub)
-        return bool(woken)
+        woken: list[Getter] = []
+        for sub in getting:  # (no list comprehension: its own frame, once per answer)
+            if sub.wake(ended=ended):
+                woken.append(sub)
+        if not woken:
+            return False
+        getting.difference_update(woken)
+        return True
 
     def make_room(self) -> None:
         """A consumer took messages: let a paused reader move the backlog (now, or as
@@ -441,12 +467,15 @@ class TaskIO(Generic[M]):
         Not a coroutine itself: it checks (:meth:`check_thread` written out), starts
         the steps and gives :meth:`_drive`'s coroutine to await, one coroutine level per
         call fewer."""
-        loop = running_loop()
-        if (
-            loop is not self.loop
-            or sniffed.name != self.library
-            or (loop is None and thread_id() != self.thread)
-        ):
+        host = self.host
+        if host is None:
+            if (
+                thread_id() != self.thread
+                or sniffed.name != self.library
+                or running_loop() is not None
+            ):
+                self.elsewhere()
+        elif host._thread_id != thread_id() or sniffed.name is not None:
             self.elsewhere()
         running = Running(steps)
         return self._drive(running, running.resume())
@@ -695,8 +724,12 @@ class TaskIO(Generic[M]):
         start the tasks. Only for ``__aenter__``: :meth:`leave` exits the group."""
         self.thread = thread_id()
         self._thread_name = threading.current_thread().name
-        self.loop = running_loop()
+        self.loop = loop = running_loop()
         self.library = sniffed.name
+        if isinstance(loop, asyncio.BaseEventLoop):
+            self.host = loop
+        elif loop is not None:
+            self.host = _AskedLoop(loop)
         backend = running_backend()
         self.clock = loop_clock(backend)
         self.new_event = getattr(backend, "create_event", anyio.Event)
@@ -1152,6 +1185,21 @@ class TaskIO(Generic[M]):
             if failure is not None:
                 self._end_epoch(scope, failure)
                 return
+
+
+class _AskedLoop:
+    """:attr:`TaskIO.host` for an asyncio loop that does not say which thread runs it
+    (not asyncio's own; uvloop's, say): the calling thread, while the loop is the one
+    running there."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: object) -> None:
+        self._loop = loop
+
+    @property
+    def _thread_id(self) -> int | None:
+        return thread_id() if running_loop() is self._loop else None
 
 
 def _running_loop_future() -> asyncio.Future[None]:

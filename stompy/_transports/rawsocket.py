@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -75,12 +76,17 @@ def running_backend() -> Any:
 
 def loop_clock(backend: Any) -> Callable[[], float]:
     """The running event loop's own clock, what ``anyio.current_time()`` reads through
-    its backend: ``loop.time`` on asyncio, the trio clock's ``current_time`` (a test's
+    its backend: ``loop.time`` on asyncio (``time.monotonic`` itself where that is
+    asyncio's own, which returns just that), the trio clock's ``current_time`` (a test's
     ``MockClock`` too); the backend's lookup for another. Read a few times per round
     trip, it saves the lookups' calls."""
     name = getattr(backend, "__name__", "")
     if name == "AsyncIOBackend":
-        return asyncio.get_running_loop().time
+        loop = asyncio.get_running_loop()
+        if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time:
+            # What asyncio's own loop.time() returns, without its Python call.
+            return time.monotonic
+        return loop.time
     if name == "TrioBackend":
         import trio.lowlevel
 
