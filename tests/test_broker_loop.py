@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import tracemalloc
+from typing import Any
 
 import anyio
 import pytest
@@ -93,3 +94,38 @@ async def test_a_read_allocates_what_came_not_a_read_of_256_kib() -> None:
         finally:
             sock.close()
     assert peak < 64 * 1024, f"{peak} bytes at the peak of 20 receipt round trips"
+
+
+async def test_a_connection_with_nothing_to_time_leaves_no_timer_in_the_loop() -> None:
+    """The CONNECT's deadline is timed until CONNECT comes; after it, with heart-beats
+    off and no frame half read, the connection's timer is cancelled rather than left
+    in the loop's heap (where each turn of the loop reads the clock twice for it)."""
+    loop = asyncio.get_running_loop()
+    timers: list[asyncio.TimerHandle] = []
+    call_at = loop.call_at
+
+    def recording_call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        handle = call_at(when, callback, *args, **kwargs)
+        if getattr(callback, "__name__", "") == "_on_timer":
+            timers.append(handle)
+        return handle
+
+    async with serve(heartbeats=(0, 0)) as broker:
+        loop.call_at = recording_call_at  # type: ignore[method-assign,assignment]
+        sock = socket.create_connection((broker.host, broker.port))
+        try:
+            sock.setblocking(False)
+            await broker.wait_until(lambda: bool(timers))
+            assert timers, "no timer for the CONNECT's deadline"
+            assert not any(timer.cancelled() for timer in timers)
+            await _exchange(sock, _CONNECT, b"\x00")
+            assert all(timer.cancelled() for timer in timers)
+            # A frame half read is timed again (frame_timeout), and only while it is.
+            await _exchange(sock, b"SEND\ndestination:/topic/t\n", b"")
+            await broker.wait_until(lambda: len(timers) == 2)
+            assert not timers[1].cancelled()
+            await _exchange(sock, b"receipt:r\n\nhi\x00", b"receipt-id:r")
+            assert all(timer.cancelled() for timer in timers)
+        finally:
+            del loop.call_at
+            sock.close()

@@ -36,6 +36,7 @@ import logging
 import socket
 import ssl as _ssl
 import sys
+import time
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -272,6 +273,11 @@ class _LoopConnection(asyncio.BufferedProtocol):
         #: Done when the connection is over (an exception: a bug ended it).
         self.ended: asyncio.Future[None] = loop.create_future()
         self._loop = loop
+        #: The loop's clock: asyncio's own loops read ``time.monotonic`` in their
+        #: ``time()``, read here without that method's call (twice a frame).
+        self._time: Callable[[], float] = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        )
         self._transport: asyncio.Transport | None = None
         #: Bytes received and not yet fed to the client connection (it wants none now).
         self._pending = b""
@@ -375,7 +381,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
             held = self._held  # drained here and as the transport has room again
             while True:
                 while client.buffered and not client.paused and not held:
-                    frames = client.buffers_to_send(self._loop.time())
+                    frames = client.buffers_to_send(self._time())
                     broker._wake()
                     if not frames:
                         break
@@ -404,7 +410,14 @@ class _LoopConnection(asyncio.BufferedProtocol):
                 self._finish(transport)
                 return
             deadline = client.next_deadline()
-            if deadline is not None and (self._deadline is None or deadline < self._deadline):
+            if deadline is None:
+                if self._timer is not None:
+                    # Nothing to time (CONNECT came, no heart-beats, no frame half
+                    # read): a timer left in the loop's heap until it fires (the
+                    # CONNECT's deadline) costs each turn of the loop two clock reads.
+                    self._timer.cancel()
+                    self._timer = self._deadline = None
+            elif self._deadline is None or deadline < self._deadline:
                 # Only ever earlier: a timer that finds its deadline moved on re-arms.
                 if self._timer is not None:
                     self._timer.cancel()
@@ -423,7 +436,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
         else:
             data, self._pending = pending, b""
         was_waiting = client.state is AWAITING
-        client.receive_data(data, self._loop.time())
+        client.receive_data(data, self._time())
         if was_waiting and client.state is CONNECTED:
             _log_connected(client)
         self.broker._wake()
@@ -447,7 +460,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
         self._deadline = None
         client = self.client
         try:
-            now = self._loop.time()
+            now = self._time()
             deadline = client.next_deadline()
             if deadline is not None and deadline <= now and not client.finished:
                 client.handle_timer(now)
