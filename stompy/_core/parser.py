@@ -121,6 +121,10 @@ class FrameParser:
         self.strict = strict
         #: EOLs seen between frames: heart-beats, or padding after a NUL.
         self.heartbeats = 0
+        #: True when every byte fed is part of a frame returned: :meth:`next_frame`
+        #: would return ``None`` until :meth:`feed` (it may be False then too), so a
+        #: reader can skip the call that finds nothing.
+        self.drained = False
         self._buf = bytearray()
         self._pos = 0  # start of the unconsumed bytes in _buf
         self._offset = 0  # stream offset of _buf[0], for error messages
@@ -169,17 +173,27 @@ class FrameParser:
 
     def feed(self, data: bytes) -> None:
         """Buffer ``data``; call :meth:`next_frame` until it returns ``None``."""
-        if self._pos:
+        buf = self._buf
+        pos = self._pos
+        if pos:
             # Compact: drop what was consumed and rebase every saved index.
-            pos = self._pos
-            del self._buf[:pos]
+            if pos == len(buf):
+                # Every byte was consumed, as mostly (a frame whose body is still
+                # arriving starts at _pos, so none is): every index goes back to 0.
+                del buf[:]
+                self._scan = self._line_start = 0
+            else:
+                del buf[:pos]
+                scan = self._scan - pos
+                self._scan = scan if scan > 0 else 0
+                line_start = self._line_start - pos
+                self._line_start = line_start if line_start > 0 else 0
+                if self._body_start >= 0:
+                    self._body_start -= pos
             self._offset += pos
             self._pos = 0
-            self._scan = max(0, self._scan - pos)
-            self._line_start = max(0, self._line_start - pos)
-            if self._body_start >= 0:
-                self._body_start -= pos
-        self._buf += data
+        buf += data
+        self.drained = False
 
     def parse(self, data: bytes) -> list[Frame]:
         """Feed ``data`` and return every frame it completes."""
@@ -219,7 +233,8 @@ class FrameParser:
             stop = buf.find(b"\n\n", scan) if blank_line is None else blank_line(buf, scan)
             block = buf[pos:stop] if stop >= 0 else _NO_BLOCK
             skip = 2  # the blank line: "\n\n" or "\n\r\n"
-            if stop < 0 or 13 in block:
+            has_cr = stop < 0 or 13 in block
+            if has_cr:
                 # A block ended by "\n\r\n" may end sooner. Most peers send no CR at all,
                 # and looking for one byte (memchr) is much cheaper than for three.
                 if buf.find(b"\r", scan, end if stop < 0 else stop) >= 0:
@@ -228,6 +243,7 @@ class FrameParser:
                         stop = crlf
                         skip = 3
                         block = buf[pos:stop]
+                        has_cr = 13 in block
                 if stop < 0:
                     if fresh:
                         self._line_start = pos
@@ -235,7 +251,7 @@ class FrameParser:
                     self._check_partial_header(scan, end)
                     return None
             body_start = stop + skip
-            if len(block) > self._small_block:
+            if stop - pos > self._small_block:
                 if fresh:
                     self._line_start = pos
                     self._lines = 0
@@ -250,7 +266,13 @@ class FrameParser:
             # that the version defines. It is checked here in a few C-level passes (in
             # one, by the accelerator), and its pairs are made only if somebody reads
             # them (see ReceivedFrame).
-            command = "MESSAGE" if text[:8] == "MESSAGE\n" else text.partition("\n")[0]
+            head = text[:8]  # the two commands a client receives most, compared whole
+            if head == "MESSAGE\n":
+                command = "MESSAGE"
+            elif head == "RECEIPT\n":
+                command = "RECEIPT"
+            else:
+                command = text.partition("\n")[0]
             escaping = ""  # stays "" for a block that takes the line-by-line path
             if command in COMMANDS:
                 block_escaping = self._block_escaping
@@ -258,7 +280,7 @@ class FrameParser:
                     # The same checks in one pass in C (stompy/_core/cscan.pyx), when built.
                     raw = command in UNESCAPED_COMMANDS
                     escaping = block_escaping(block, self._version, raw)
-                elif "\r" not in text:
+                elif not has_cr:
                     # What separates names from values and lines, alone, must alternate.
                     separators = block.translate(None, _NOT_SEPARATORS)
                     size = len(separators)
@@ -306,11 +328,13 @@ class FrameParser:
                 ):
                     # The whole frame is here, as it mostly is: done in one go.
                     self._pos = self._scan = nul + 1
+                    self.drained = nul + 1 == end
                     return ReceivedFrame(command, text, escaping, bytes(buf[body_start:nul]))
             elif body_start < end and not buf[body_start]:
                 # No body and no content-length, as a RECEIPT mostly comes: done in one
                 # go too (what _read_body would find: an empty body, its NUL).
                 self._pos = self._scan = body_start + 1
+                self.drained = body_start + 1 == end
                 return ReceivedFrame(command, text, escaping, b"")
             self._frame = ReceivedFrame(command, text, escaping, b"")
             self._length = length
@@ -573,4 +597,5 @@ class FrameParser:
         self._frame = _NO_FRAME
         self._pos = self._scan = nul + 1
         self._body_start = -1
+        self.drained = nul + 1 == len(buf)
         return frame

@@ -451,6 +451,10 @@ class ClientProtocol:
         self._disconnect_receipt: str | None = None
         self._error_seen = False
         self._eof = False  # the peer closed; reported once the buffered frames are out
+        #: True when :meth:`next_event` is known to return ``None`` until more bytes,
+        #: a timer or the end come (it may be False then too): a reader that just got
+        #: an event can stop there rather than ask again for nothing.
+        self.exhausted = False
         # Leniencies said once per connection at WARNING, not once per MESSAGE.
         self._warned_no_message_id = False
         self._warned_ambiguous = False
@@ -1027,6 +1031,7 @@ class ClientProtocol:
         if now is not None and type(now) is not float:  # once a read, not a frame
             refuse_time("now", now)
         if data:
+            self.exhausted = False
             try:
                 self._parser.feed(data)
             except TypeError:  # costs nothing until raised
@@ -1046,6 +1051,7 @@ class ClientProtocol:
         receipt, a dead peer or a protocol error: the transport knows already.
         """
         self._eof = True
+        self.exhausted = False
 
     def next_event(self) -> Event | None:
         """Return the next event, or ``None`` until more data arrives.
@@ -1063,15 +1069,24 @@ class ClientProtocol:
             return None
         # Frames are parsed in IDLE too: a peer that talks first is still bounded by
         # the limits (and anything it can send there is a protocol error or ERROR).
+        parser = self._parser
         try:
-            frame = self._parser.next_frame()
+            frame = parser.next_frame()
             while frame is not None:
-                if frame.command == "MESSAGE":  # the one that matters for speed
+                # The parser says whether a frame may follow (and the end is reported
+                # after the frames): the reader's next call is spared when none can.
+                self.exhausted = parser.drained and not self._eof
+                command = frame.command
+                if command == "MESSAGE":  # the ones that matter for speed, called here
                     return self._handle_message(frame)
-                event = self._handle_frame(frame)
+                event = (
+                    self._handle_receipt(frame)
+                    if command == "RECEIPT"
+                    else self._handle_frame(frame)
+                )
                 if event is not None:
                     return event
-                frame = self._parser.next_frame()  # a frame to ignore: the next one
+                frame = parser.next_frame()  # a frame to ignore: the next one
         except ProtocolError:
             self._close()
             raise
@@ -1083,7 +1098,7 @@ class ClientProtocol:
 
     def _handle_frame(self, frame: Frame) -> Event | None:
         """The event for a frame other than MESSAGE; None for one that is ignored."""
-        command = frame.command  # not MESSAGE: next_event() takes those
+        command = frame.command  # not MESSAGE: next_event() takes those (and RECEIPT)
         if command == "RECEIPT":
             return self._handle_receipt(frame)
         if command == "ERROR":
@@ -1142,7 +1157,7 @@ class ClientProtocol:
             # Searched as Frame.get() searches a received block, for the two names every
             # MESSAGE is routed by (no version escapes them), here rather than in a
             # function: a call per name would cost a consumer more than the search.
-            if block.find("\nmessage-id:") < 0:
+            if "\nmessage-id:" not in block:
                 return self._without_message_id(frame)
             at = block.find("\nsubscription:")
             if at < 0:
@@ -1263,9 +1278,27 @@ class ClientProtocol:
         )
 
     def _handle_receipt(self, frame: Frame) -> Receipt | None:
-        if self.state not in (_CONNECTED, _DISCONNECTING):
-            raise RemoteProtocolError(f"RECEIPT frame in state {self.state.name}")
-        receipt_id = frame.get("receipt-id")
+        state = self.state
+        if state is not _CONNECTED and state is not _DISCONNECTING:
+            raise RemoteProtocolError(f"RECEIPT frame in state {state.name}")
+        receipt_id: str | None
+        block = received_block(frame)
+        if block:
+            # Frame.get()'s search of a received block, as _handle_message's (the name
+            # is escaped by no version).
+            at = block.find("\nreceipt-id:")
+            if at < 0:
+                receipt_id = None
+            else:
+                at += 12
+                end = block.find("\n", at)
+                receipt_id = block[at:end] if end >= 0 else block[at:]
+                if "\\" in receipt_id:
+                    escaping = received_escaping(frame)
+                    if escaping != V10:
+                        receipt_id = unescape(receipt_id, escaping, strict=False)
+        else:
+            receipt_id = frame.get("receipt-id")
         if receipt_id is None:
             raise RemoteProtocolError("RECEIPT frame without a receipt-id header")
         if self._receipts.pop(receipt_id, None) is None:
@@ -1326,6 +1359,7 @@ class ClientProtocol:
         if beat.peer_dead(now):
             self._close()
             self._events.append(HeartbeatTimedOut(beat.silence(now)))
+            self.exhausted = False
             return
         if beat.beat_due(now):
             if not self._out:

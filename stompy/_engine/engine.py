@@ -677,6 +677,8 @@ class Engine(Generic[M]):
                             if self.status is CLOSING:
                                 self._error_while_closing(failure)
                         break
+                if proto.exhausted:  # the core knows it has nothing more: not asked
+                    break
                 event = proto.next_event()
         except ProtocolError as exc:
             failure = exc
