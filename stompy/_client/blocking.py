@@ -23,7 +23,7 @@ from typing import Final, NoReturn
 
 from typing_extensions import Unpack
 
-from stompy._checks import check_flag, check_timeout, wrong_type
+from stompy._checks import MAX_SECONDS, check_flag, check_timeout, wrong_type
 from stompy._client.base import (
     ConnectionBase,
     LinkBase,
@@ -138,8 +138,8 @@ class Subscription(SubscriptionBase[Message]):
         message received before is handed out; :class:`~stompy.errors.ConfigurationError`
         for a ``timeout`` below 0, NaN or too long (:class:`TypeError`: not a number).
         """
-        if timeout is not None:
-            timeout = check_timeout(timeout)
+        if timeout is not None and not (type(timeout) is float and 0.0 <= timeout <= MAX_SECONDS):
+            timeout = check_timeout(timeout)  # (its usual case above, without the call)
         if self._telemetry is not None:
             started = time.time_ns()
             return self._received(self._take(timeout), started)
@@ -168,19 +168,25 @@ class Subscription(SubscriptionBase[Message]):
         """:meth:`_take` with the inbox empty: wait for a message, under the lock."""
         io = self._io
         inbox = self._inbox
+        engine = self._engine
         with io.lock:  # the condition's lock, entered at C speed
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                message = inbox.take()  # (another thread's get() may take it first)
-                if message is not None:
-                    break
-                if self._ended():
-                    return None
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                io.push(waiting=True)  # what this thread sent goes out before it sleeps
-                io.wait(remaining)
+            message = inbox.take()  # (another thread's get() may take it first)
+            if message is None:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                remaining = timeout  # the first wait's: the clock was just read
+                while message is None:
+                    if self._ended():
+                        return None
+                    if remaining is not None and remaining <= 0.0:
+                        return None
+                    if engine.outgoing:  # what this thread sent goes out before it sleeps
+                        io.push(waiting=True)
+                    else:
+                        io.at_rest = True  # push(waiting=True)'s work, without the call
+                    io.wait(remaining)
+                    message = inbox.take()
+                    if message is None and deadline is not None:
+                        remaining = deadline - time.monotonic()
         if self._delivery.backlog:
             self._made_room()
         return message
@@ -507,9 +513,12 @@ class Connection(ConnectionBase[Message]):
                 io = self._io
                 with io.lock:
                     if engine.send_now(destination, body, headers, content_type, time.monotonic):
-                        # In a burst the I/O thread was woken already and the buffer has
-                        # room: nothing to do (queue_output's checks, without the call).
-                        if not io.wake_sent or len(engine.outgoing) > MAX_OUTGOING:
+                        # IOThread.queue_output's work, without its call: written now,
+                        # unless the I/O thread was woken already (in a burst) and
+                        # writes it; past the bound, wait for room.
+                        if not io.wake_sent:
+                            io.push()
+                        if len(engine.outgoing) > MAX_OUTGOING:
                             io.queue_output()
                         return
             # Untraced, in no transaction: the call as it is (traced() and

@@ -135,6 +135,11 @@ class IOThread(Generic[M]):
         #: one when it is plain TCP; ``None`` for TLS, whose object must not be read
         #: and written by two threads at once, and between connections.
         self._direct: socket.socket | None = None
+        #: The socket a caller may read itself while it waits (see :meth:`wait`): the
+        #: current one when it is plain TCP carrying no WebSocket, where ``poll`` is;
+        #: else ``None``. Set with :attr:`_direct`, as what it depends on changes
+        #: only with the connection.
+        self._through: socket.socket | None = None
         #: The I/O thread holds bytes taken from the outgoing buffer and not yet written.
         self._writing = False
         #: Nothing was written through since a caller last waited or bytes last came:
@@ -150,6 +155,7 @@ class IOThread(Generic[M]):
         self._poke_w: socket.socket | None = None
         self._poller: select.poll | None = None
         self._polled: socket.socket | None = None  # the socket :attr:`_poller` watches
+        self._polled_fd = -1  # its descriptor
         #: What a caller read and leaves to the I/O thread to judge: the end of the
         #: stream (``b""``) or the socket's error.
         self._handed: bytes | OSError | None = None
@@ -201,7 +207,8 @@ class IOThread(Generic[M]):
                 running.close()
                 raise
             finally:
-                self.push()  # what was queued before an error goes out too
+                if self.engine.outgoing:  # push()'s first look, without the call
+                    self.push()  # what was queued before an error goes out too
         return running.result
 
     def wait(self, timeout: float | None) -> None:
@@ -230,47 +237,32 @@ class IOThread(Generic[M]):
         a failed socket: an end of stream or an error read here is handed to it
         (:attr:`_handed`), and a failure the routing found ends the connection
         through it."""
-        sock = self._direct
+        sock = self._through
         engine = self.engine
         if (
             sock is None
-            or not _READ_THROUGH
             or self.reading
             or self._handed is not None
             or engine.status is not CONNECTED
             or engine.ending is not None
-            or engine.ws is not None
             or engine.delivery.backlog  # (Engine.paused, without the call)
             or threading.get_ident() == self._ident
         ):
             self.cond.wait(timeout)
             return
+        if self._polled is not sock:
+            self._poll_on(sock)
         poller = self._poller
-        if self._polled is not sock or poller is None:
-            poller = self._poller = select.poll()
-            assert self._poke_r is not None
-            poller.register(sock, select.POLLIN)
-            poller.register(self._poke_r, select.POLLIN)
-            self._polled = sock
-        ms = -1 if timeout is None else math.ceil(timeout * 1000)
+        assert poller is not None
         lock = self.lock
         self.reading = True
         self._reads += 1
-        watch = self._watch
-        if not self._aside and watch is not None and watch.shared:
-            self._aside = True
-            try:
-                watch.stand_aside(True)
-            except (OSError, ValueError):
-                self._aside = False
-                self.wake()
-            else:
-                if self._unbounded:
-                    self.wake()  # to look again in time: this caller may leave it aside
+        if not self._aside:
+            self._stand_aside()
         try:
             saved = lock._release_save()  # type: ignore[attr-defined]  # as Condition.wait
             try:
-                ready = poller.poll(ms)
+                ready = poller.poll(-1 if timeout is None else math.ceil(timeout * 1000))
             finally:
                 lock._acquire_restore(saved)  # type: ignore[attr-defined]
                 self.reading = False
@@ -278,8 +270,8 @@ class IOThread(Generic[M]):
                 self.poked = False
                 with contextlib.suppress(OSError):
                     self._poke_r.recv(4096)  # type: ignore[union-attr]
-            if ready and self._direct is sock:
-                fd = sock.fileno()
+            if ready and self._through is sock:
+                fd = self._polled_fd
                 for each, _ in ready:
                     if each == fd:
                         self._read_here(sock)
@@ -296,20 +288,45 @@ class IOThread(Generic[M]):
                     except (OSError, ValueError):
                         self.wake()  # to make its own change, or judge the socket
 
+    def _poll_on(self, sock: socket.socket) -> None:
+        """Make the poller a reading caller waits in: for ``sock`` and the poke."""
+        assert self._poke_r is not None
+        poller = self._poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        poller.register(self._poke_r, select.POLLIN)
+        self._polled = sock
+        self._polled_fd = sock.fileno()
+
+    def _stand_aside(self) -> None:
+        """A caller begins to read through (under the lock): the I/O thread stops
+        watching for reading, where its watch can be changed from here (see :meth:`wait`)."""
+        watch = self._watch
+        if watch is None or not watch.shared:
+            return
+        self._aside = True
+        try:
+            watch.stand_aside(True)
+        except (OSError, ValueError):
+            self._aside = False
+            self.wake()
+        else:
+            if self._unbounded:
+                self.wake()  # to look again in time: this caller may leave it aside
+
     def _read_here(self, sock: socket.socket) -> None:
         """The read-through, under the lock: read what came and route it."""
         engine = self.engine
         if engine.status is not CONNECTED or engine.ending is not None or engine.delivery.backlog:
             return  # changed while the lock was released: the I/O thread's to read
         try:
-            data: bytes | OSError = sock.recv(_RECV_SIZE)
+            data = sock.recv(_RECV_SIZE)
         except BlockingIOError:
             return
         except OSError as exc:
-            data = exc
-        if isinstance(data, OSError) or not data:
-            self._handed = data  # the I/O thread judges the end, as it always did
-            self.wake()
+            self._hand_over(exc)
+            return
+        if not data:
+            self._hand_over(data)
             return
         now = time.monotonic()
         proto = engine.proto
@@ -328,6 +345,12 @@ class IOThread(Generic[M]):
             self.wake()
         elif engine.outgoing and not self.wake_sent:
             self.wake()  # for an answer the pump queued (a heart-beat's, say)
+
+    def _hand_over(self, ended: bytes | OSError) -> None:
+        """What :meth:`_read_here` read ends the connection: the I/O thread judges it,
+        as it always did."""
+        self._handed = ended
+        self.wake()
 
     def notify_all(self) -> None:
         """Under the lock: wake every thread waiting on :attr:`cond`, and the caller
@@ -603,6 +626,9 @@ class IOThread(Generic[M]):
             sock.setblocking(False)
             self._sock = sock
             self._direct = None if isinstance(sock, _ssl.SSLSocket) else sock
+            # (The engine installed this connection, its WebSocket included, before.)
+            plain = _READ_THROUGH and self.engine.ws is None
+            self._through = self._direct if plain else None
             self.kick()
             self.notify_all()
 
@@ -610,7 +636,7 @@ class IOThread(Generic[M]):
         """Close the current socket, saying the engine's farewell first (under the lock)."""
         sock = self._sock
         self._sock = None
-        self._direct = None
+        self._direct = self._through = None
         if sock is not None:
             bye = lifecycle.farewell(self.engine)
             if bye:
