@@ -224,36 +224,51 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             io.make_room()
         return message
 
-    async def _wait(self, timeout: float | None) -> AsyncMessage | None:
-        """:meth:`_take` with the inbox empty: wait up to ``timeout`` for a message.
+    def _wait(self, timeout: float | None) -> Coroutine[Any, Any, AsyncMessage | None]:
+        """:meth:`_take` with the inbox empty: wait up to ``timeout`` for a message
+        (``await self._wait(timeout)``).
 
         While the connection's timer task runs, it ends the wait at its deadline (as it
         does a call's wait for a receipt): a cancel scope with a deadline would cost
         each ``get(timeout=...)`` as much again as the rest of its wait. A timeout of 0
         takes a cancel scope, and so does a wait while no timer runs (between
-        connections, or before the timer task of a new one started)."""
+        connections, or before the timer task of a new one started).
+
+        Not a coroutine itself (as :meth:`TaskIO.run`): it checks the thread and gives
+        the wait's coroutine to await, one coroutine level per wait fewer."""
         io = self._io
         io.check_thread()  # before the timeout's cancel scope: of another loop?
         if timeout is None:
-            await self._arrival(io, None)
-        elif timeout > 0:
-            await self._arrival(io, io.clock() + timeout)
-        else:
-            with anyio.move_on_after(timeout):
-                await self._arrival(io, None)
+            return self._arrival(io, None)
+        if timeout > 0:
+            return self._arrival(io, io.clock() + timeout)
+        return self._briefly(io)
+
+    async def _briefly(self, io: TaskIO[AsyncMessage]) -> AsyncMessage | None:
+        """:meth:`_wait` with a timeout of 0: in a cancel scope, which ends it at its
+        first wait."""
+        with anyio.move_on_after(0):
+            return await self._arrival(io, None)
+        return self._taken()
+
+    def _taken(self) -> AsyncMessage | None:
+        """After a wait: the message it waited for, ``None`` if none came (raises the
+        subscription's or the connection's failure, as :meth:`_ended` says)."""
         inbox = self._inbox
         message = inbox.take()
         if message is None:
             self._ended()
             return None
         if self._delivery.wants_resume(inbox):
-            io.make_room()
+            self._io.make_room()
         return message
 
-    async def _arrival(self, io: TaskIO[AsyncMessage], deadline: float | None) -> None:
+    async def _arrival(
+        self, io: TaskIO[AsyncMessage], deadline: float | None
+    ) -> AsyncMessage | None:
         """Wait until a message is in the inbox, the subscription ended or ``deadline``
-        (the loop's clock; ``None``: none) came; the caller checked the thread
-        (:meth:`TaskIO.check_thread`)."""
+        (the loop's clock; ``None``: none) came, then take it (:meth:`_taken`); the
+        caller checked the thread (:meth:`TaskIO.check_thread`)."""
         inbox = self._inbox
         getting = io.getting
         engine = self._engine
@@ -262,7 +277,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
                 if deadline is not None and io.clock() >= deadline:
                     if self._wakeup is None and self._reading is None:
                         getting.discard(self)
-                    return
+                    break
                 idle = self._wakeup is None and self._reading is None and not engine.paused
                 # The socket is read only by a wait that ends without a cancel scope:
                 # one with a deadline waits on the event while no timer runs.
@@ -295,7 +310,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
                     getting.add(self)
                     io.at_rest = True
                     timed = deadline is not None and io.time_out(reading, deadline)
-                    io.read_from(turn, future)
+                    turn.caller = future  # io.read_from() written out
+                    turn.arm()
                     try:
                         await future
                     finally:
@@ -335,6 +351,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             lending = io.lending
             if lending is not None:
                 lending.hand_back()  # trio: the socket goes back to the reader task
+        return self._taken()
 
     def wake(self, *, ended: bool) -> bool:
         """Wake the waiting ``get()`` calls if a message came (or ``ended``)."""
