@@ -6,6 +6,8 @@ and what the core finds in a received block itself (a RECEIPT's id) is what
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stompy._core.encoder import encode
@@ -162,3 +164,42 @@ def test_receipt_id_read_as_frame_get_reads_it(version: str, asked: str) -> None
     assert isinstance(got, Receipt)
     assert got.receipt_id == asked
     assert proto.pending_receipts == frozenset()
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_a_body_is_its_own_whatever_was_fed(kind: type) -> None:
+    """A whole frame's body may be sliced from the bytes fed (bytes only: what the
+    caller can change later is copied), and is the same after the caller's buffer
+    changes."""
+    parser = FrameParser("1.2")
+    fed = bytearray(MESSAGE)
+    data: Any = bytes(fed) if kind is bytes else fed if kind is bytearray else memoryview(fed)
+    parser.feed(data)
+    frame = parser.next_frame()
+    assert frame is not None
+    fed[-5:-1] = b"ZZZZ"  # the caller reuses its buffer
+    assert frame.body == b"body\x00with a NUL"
+    assert type(frame.body) is bytes
+    parser.feed(data)  # the same bytes again: the second frame is its own too
+    again = parser.next_frame()
+    assert again is not None
+    assert again.body == (b"body\x00with a NUL" if kind is bytes else b"body\x00with aZZZZ")
+
+
+def test_plain_names_found_as_escaped_ones_are() -> None:
+    """A name of letters and dashes (found in a received block as it is) and one that
+    is escaped (found escaped) each give the first entry's value, unescaped."""
+    headers = (
+        ("correlation-id", "c:1"),
+        ("reply-to", "/queue/r"),
+        ("a:b", "x"),
+        ("correlation-id", "second"),
+    )
+    for version in ("1.0", "1.1", "1.2"):
+        sent = headers[:2] if version == "1.0" else headers  # (1.0 cannot send "a:b")
+        frame = FrameParser(version).parse(encode(Frame("MESSAGE", sent), version))[0]
+        assert frame.get("correlation-id") == "c:1"
+        assert frame.get("reply-to") == "/queue/r"
+        assert "correlation-id" in frame
+        if version != "1.0":
+            assert frame.get("a:b") == "x"

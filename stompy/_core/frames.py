@@ -217,19 +217,32 @@ class ReceivedFrame(Frame):
         self._escaping = escaping
 
 
-#: Header names that no version escapes, looked up often: :meth:`Frame.get` searches
-#: for them as they are.
+#: Header names that no version escapes (letters and dashes), looked up often:
+#: :meth:`Frame.get` searches for them as they are, without escaping them first.
 _PLAIN_NAMES: Final = frozenset(
     {
         "ack",
         "content-length",
         "content-type",
+        "correlation-id",
         "destination",
+        "expires",
+        "heart-beat",
+        "id",
         "message",
         "message-id",
+        "persistent",
+        "priority",
+        "receipt",
         "receipt-id",
         "redelivered",
+        "reply-to",
+        "server",
+        "session",
         "subscription",
+        "timestamp",
+        "transaction",
+        "version",
     }
 )
 

@@ -126,6 +126,9 @@ class FrameParser:
         #: reader can skip the call that finds nothing.
         self.drained = False
         self._buf = bytearray()
+        #: What was fed last, while it is the whole buffer and bytes (else b""): a
+        #: whole frame's body is sliced from it, one copy rather than two.
+        self._chunk = b""
         self._pos = 0  # start of the unconsumed bytes in _buf
         self._offset = 0  # stream offset of _buf[0], for error messages
         self._error: ProtocolError | None = None
@@ -192,6 +195,9 @@ class FrameParser:
                     self._body_start -= pos
             self._offset += pos
             self._pos = 0
+        # Bytes fed into an empty buffer are kept too, for a whole frame's body to be
+        # sliced from (a bytes object at once, where the buffer's slice is copied again).
+        self._chunk = b"" if buf or type(data) is not bytes else data
         buf += data
         self.drained = False
 
@@ -329,7 +335,9 @@ class FrameParser:
                     # The whole frame is here, as it mostly is: done in one go.
                     self._pos = self._scan = nul + 1
                     self.drained = nul + 1 == end
-                    return ReceivedFrame(command, text, escaping, bytes(buf[body_start:nul]))
+                    chunk = self._chunk  # the buffer's bytes, or b""
+                    body = chunk[body_start:nul] if chunk else bytes(buf[body_start:nul])
+                    return ReceivedFrame(command, text, escaping, body)
             elif body_start < end and not buf[body_start]:
                 # No body and no content-length, as a RECEIPT mostly comes: done in one
                 # go too (what _read_body would find: an empty body, its NUL).

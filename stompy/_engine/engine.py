@@ -653,7 +653,8 @@ class Engine(Generic[M]):
         message_class = self.message_class
         epoch = self.epoch
         owner = self.owner
-        self.debug = debug = _debug_on()
+        # _debug_on()'s first look, made here: mostly no DEBUG, and no call needed.
+        self.debug = debug = False if _LEVELS.get(_DEBUG) is False else _debug_on()
         try:
             event = proto.next_event()
             while event is not None:
@@ -685,7 +686,8 @@ class Engine(Generic[M]):
         if delivery.backlog or delivery.paused_since is not None:  # else it has nothing to do
             delivery.watch(self._now, self.endpoint)
         self.flush(now)
-        replied = self.requests.take_replied()
+        requests = self.requests
+        replied = requests.take_replied() if requests.replied else ()
         if failure is None and not replied:
             return _WOKE if woke else _QUIET  # the common results, made once
         return Pumped(woke or failure is not None, failure, replied)

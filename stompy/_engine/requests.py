@@ -95,12 +95,14 @@ class Requests(Generic[M]):
     """The requests waiting for their reply, by ``correlation-id``, and those that got
     it since the engine's last pump (:meth:`take_replied`)."""
 
-    __slots__ = ("_made", "_replied", "_waiting")
+    __slots__ = ("_made", "_waiting", "replied")
 
     def __init__(self) -> None:
         self._waiting: dict[str, Request[M]] = {}
         self._made = 0
-        self._replied: list[str] = []
+        #: The ``correlation-id`` of each request replied to since the last
+        #: :meth:`take_replied` (read it; the engine's pump looks before it takes).
+        self.replied: list[str] = []
 
     def __contains__(self, correlation_id: object) -> bool:
         return correlation_id in self._waiting
@@ -130,15 +132,15 @@ class Requests(Generic[M]):
             )
             return
         request.reply = message
-        self._replied.append(request.correlation_id)
+        self.replied.append(request.correlation_id)
 
     def take_replied(self) -> Sequence[str]:
         """The ``correlation-id`` of each request that got its reply since the last
         call, in order."""
-        replied = self._replied
+        replied = self.replied
         if not replied:
             return ()
-        self._replied = []
+        self.replied = []
         return replied
 
     def forget(self, request: Request[M]) -> None:
