@@ -259,7 +259,8 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         if message is None:
             self._ended()
             return None
-        if self._delivery.wants_resume(inbox):
+        delivery = self._delivery
+        if delivery.backlog and delivery.wants_resume(inbox):  # (mostly no backlog)
             self._io.make_room()
         return message
 
@@ -663,8 +664,12 @@ class AsyncConnection(ConnectionBase[AsyncMessage]):
         forgets its request (a later reply is dropped).
         """
         kw.check(options, kw.REQUEST, "AsyncConnection.request")
-        call = traced(Call(self._engine, self._io.clock()), self._link.telemetry)
-        return await self._io.run(call.request(destination, body, options))
+        io = self._io
+        call = Call(self._engine, io.clock())
+        telemetry = self._link.telemetry
+        if telemetry is None:  # (traced()'s own test, written out: the common case)
+            return await io.run(call.request(destination, body, options))
+        return await io.run(traced(call, telemetry).request(destination, body, options))
 
     def subscribe(
         self,

@@ -190,8 +190,11 @@ class TurnWake:
     def set(self) -> None:
         if not self.woken:
             self.woken = True
-            if self._turn.reading:
-                self._turn.interrupt()
+            turn = self._turn
+            # A call waits on the socket: end that wait (mostly none does: the answer
+            # was read by the call this wakes, which goes on from there).
+            if turn.reading and turn.waiting:
+                turn.interrupt()
 
 
 class Getter(Protocol):
@@ -516,7 +519,10 @@ class TaskIO(Generic[M]):
                             await self.read_in_turn(lending, turn_wake)
                         finally:
                             deadlines.pop(turn_wake, None)
-                        self._unwait(wait)
+                        if rid is not None:  # _unwait() written out
+                            receipts.pop(rid, None)
+                        elif cid is not None:
+                            replies.pop(cid, None)
                         wait = running.resume(self.clock())
                         continue
                     lending.hand_back()  # someone must read while this waits
@@ -547,7 +553,10 @@ class TaskIO(Generic[M]):
                     finally:
                         self.read_done(turn, future)
                         deadlines.pop(wake, None)
-                    self._unwait(wait)
+                    if rid is not None:  # _unwait() written out
+                        receipts.pop(rid, None)
+                    elif cid is not None:
+                        replies.pop(cid, None)
                     wait = running.resume(self.clock())
                     continue
                 event: anyio.Event | Signal
@@ -572,7 +581,8 @@ class TaskIO(Generic[M]):
                 # The call forgets its receipt or request. Not once it returned: closing
                 # steps that ended costs a compiled generator a GeneratorExit thrown in.
                 running.close()
-            self.kick()  # what was queued before an error goes out too
+            if self.engine.outgoing and not self.write_due:
+                self.kick()  # what was queued before an error goes out too
             lending = self.lending
             if lending is not None:
                 lending.hand_back()

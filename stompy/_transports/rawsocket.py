@@ -326,7 +326,11 @@ class SocketTurn:
         is rescheduled) unless another call reads it."""
         if self.lent and not self.reading:
             self.lent = False
-            self._wake_reader()
+            parked = self._parked  # _wake_reader() written out: once per answer
+            if parked is not None:
+                self._parked = None
+                self._waking = True
+                self._reschedule(parked)
 
     def poke(self) -> None:
         """Wake the reader task: :meth:`receive` returns ``None`` (a call that read hands
