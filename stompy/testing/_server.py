@@ -310,7 +310,10 @@ class _LoopConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._pending += self._read_buffer[:nbytes]  # a copy: the buffer is read again
-        self.notify()
+        try:  # notify()'s, without its call: the loop calls here for every read
+            self._settle()
+        except Exception as exc:
+            self._fail(exc)
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -378,11 +381,13 @@ class _LoopConnection(asyncio.BufferedProtocol):
         try:
             client = self.client
             broker = self.broker
+            store = broker._store  # whose ``ready`` most wake-ups find empty: looked at first
             held = self._held  # drained here and as the transport has room again
             while True:
                 while client.buffered and not client.paused and not held:
                     frames = client.buffers_to_send(self._time())
-                    broker._wake()
+                    if store.ready:
+                        broker._wake()
                     if not frames:
                         break
                     if not self._blocked:
@@ -396,9 +401,23 @@ class _LoopConnection(asyncio.BufferedProtocol):
                     held.extend(write_chunks(frames))
                     while held and not self._blocked:
                         transport.write(held.popleft())
-                if not self._pending or not client.wants_data or held:
+                pending = self._pending
+                if not pending or not client.wants_data or held:
                     break
-                self._receive()
+                # Feed the client connection the next chunk of the bytes received (what
+                # the tasks' reader reads at once: the output it makes is bounded alike).
+                if len(pending) > CHUNK:
+                    data, self._pending = pending[:CHUNK], pending[CHUNK:]
+                else:
+                    data, self._pending = pending, b""
+                if client.state is AWAITING:
+                    client.receive_data(data, self._time())
+                    if client.state is CONNECTED:
+                        _log_connected(client)
+                else:
+                    client.receive_data(data, self._time())
+                if store.ready:
+                    broker._wake()
             wants = client.wants_data and not self._pending and not held
             if wants != self._reading:
                 self._reading = wants
@@ -425,21 +444,6 @@ class _LoopConnection(asyncio.BufferedProtocol):
                 self._deadline = deadline
         finally:
             self._settling = False
-
-    def _receive(self) -> None:
-        """Feed the client connection the next chunk of the bytes received (what the
-        tasks' reader reads at once: the output it makes is bounded alike)."""
-        client = self.client
-        pending = self._pending
-        if len(pending) > CHUNK:
-            data, self._pending = pending[:CHUNK], pending[CHUNK:]
-        else:
-            data, self._pending = pending, b""
-        was_waiting = client.state is AWAITING
-        client.receive_data(data, self._time())
-        if was_waiting and client.state is CONNECTED:
-            _log_connected(client)
-        self.broker._wake()
 
     def _finish(self, transport: asyncio.Transport) -> None:
         """The client connection is closing: half-close once its output is written,
@@ -629,7 +633,10 @@ class AsyncBroker:
     # -- serving -----------------------------------------------------------------------
 
     def _wake(self) -> None:
-        for client in self._store.pop_ready():
+        store = self._store
+        if not store.ready:
+            return  # as most calls find it: one look, not a call
+        for client in store.pop_ready():
             connection = self._connections.get(client.id)
             if connection is not None:
                 connection.notify()

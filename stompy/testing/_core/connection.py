@@ -132,7 +132,9 @@ class ClientConnection:
         #: Indexes in ``_out`` of the pieces that continue the frame of the piece
         #: before them (a shared body and its NUL; see :data:`SHARED_BODY`).
         self._continued: list[int] = []
-        self._out_bytes = 0
+        #: Bytes queued for the client and not yet taken by :meth:`data_to_send` (read
+        #: by the transport a few times a frame: an attribute, not a property).
+        self.buffered = 0
         self._opened = now
         self._heartbeat: Heartbeat | None = None
         self._subscriptions: dict[str, Subscription] = {}
@@ -150,11 +152,6 @@ class ClientConnection:
     # -- views -------------------------------------------------------------------------
 
     @property
-    def buffered(self) -> int:
-        """Bytes queued for the client and not yet taken by :meth:`data_to_send`."""
-        return self._out_bytes
-
-    @property
     def wants_data(self) -> bool:
         """Whether the transport should read more from the client now.
 
@@ -164,7 +161,7 @@ class ClientConnection:
         """
         if self.paused or self.state is CLOSED:
             return False
-        return self.state is CLOSING or self._out_bytes < self._config.write_buffer
+        return self.state is CLOSING or self.buffered < self._config.write_buffer
 
     @property
     def finished(self) -> bool:
@@ -192,7 +189,7 @@ class ClientConnection:
             host=self.host,
             heartbeats=self.heartbeats,
             paused=self.paused,
-            buffered=self._out_bytes,
+            buffered=self.buffered,
             subscriptions=subs,
             transactions=tuple(self._transactions),
         )
@@ -201,7 +198,7 @@ class ClientConnection:
 
     def _queue(self, data: bytes) -> None:
         self._out.append(data)
-        self._out_bytes += len(data)
+        self.buffered += len(data)
         self.store.output_queued(self)
 
     def _queue_shared(self, head: bytes, body: bytes) -> None:
@@ -213,7 +210,7 @@ class ClientConnection:
         out.append(b"\x00")
         self._continued.append(start)
         self._continued.append(start + 1)
-        self._out_bytes += len(head) + len(body) + 1
+        self.buffered += len(head) + len(body) + 1
         self.store.output_queued(self)
 
     def _encode(self, frame: Frame) -> bytes:
@@ -283,11 +280,11 @@ class ClientConnection:
         pieces = self._out
         # Deliveries wait for this connection only while its output is over
         # write_buffer (see takes_deliveries): taking it makes room for them then.
-        was_full = self._out_bytes >= self._config.write_buffer
+        was_full = self.buffered >= self._config.write_buffer
         self._out = []
         if self._continued:
             self._continued = []
-        self._out_bytes = 0
+        self.buffered = 0
         if now is not None and self._heartbeat is not None:
             self._heartbeat.sent(now)
         if was_full and self.state is CONNECTED:
@@ -308,7 +305,7 @@ class ClientConnection:
         return (
             self.state is CONNECTED
             and not self.paused
-            and self._out_bytes < self._config.write_buffer
+            and self.buffered < self._config.write_buffer
         )
 
     def deliver(self, sub: Subscription, message: StoredMessage) -> None:
@@ -333,7 +330,7 @@ class ClientConnection:
             # The bytes encode() writes for these headers, spliced: the user header
             # lines as received need no escaping again in the connection's version (the
             # escaping they arrived in, or none at all); ack ids are digits.
-            text = splice[0] + message.message_id + splice[1]
+            text = f"{splice[0]}{message.message_id}{splice[1]}"
             if ack:
                 text += "\nack:" + ack
             if message.redeliveries:
@@ -423,8 +420,8 @@ class ClientConnection:
                 self._handle(frame, now)
             except Reject as reject:
                 self._error(reject, frame)
-        if self.state in READING:
-            self._hold_partial(now)
+        if self.state in READING and (parser.buffered or self._partial):
+            self._hold_partial(now)  # (neither: nothing to count, no frame started)
 
     def _hold_partial(self, now: float) -> None:
         """Count what the parser holds of an unfinished frame in the store, and since

@@ -48,7 +48,9 @@ class MessageStore:
         #: Open connections by id, CLOSING ones included.
         self.connections: dict[str, ClientConnection] = {}
         self._destinations: dict[str, Destination] = {}
-        self._ready: dict[str, ClientConnection] = {}
+        #: Connections that got output since the last :meth:`pop_ready`, by id (a
+        #: transport looks before it pops: most wake-ups find none).
+        self.ready: dict[str, ClientConnection] = {}
         #: Counted as they happen; ``connections_open`` is filled in by :attr:`stats`.
         self._counters = BrokerStats()
         #: Body bytes of the queues' messages and of the topic subscriptions' backlogs.
@@ -79,19 +81,19 @@ class MessageStore:
 
     def pop_ready(self) -> list[ClientConnection]:
         """Connections that got output since the last call (their writers need waking)."""
-        if not self._ready:
+        if not self.ready:
             return []
-        ready = list(self._ready.values())
-        self._ready.clear()
+        ready = list(self.ready.values())
+        self.ready.clear()
         return ready
 
     def output_queued(self, connection: ClientConnection) -> None:
         """``connection`` has new output: :meth:`pop_ready` names it next."""
-        self._ready[connection.id] = connection
+        self.ready[connection.id] = connection
 
     def output_taken(self, connection: ClientConnection) -> None:
         """``connection``'s output was taken: its writer needs no waking."""
-        self._ready.pop(connection.id, None)
+        self.ready.pop(connection.id, None)
 
     def forget(self, connection: ClientConnection) -> None:
         """``connection`` closed and released what it held."""
@@ -357,6 +359,17 @@ class MessageStore:
                     self._deliver(sub, message)
             return
         subs = dest.subscriptions
+        if len(subs) == 1:
+            # One consumer, as a request queue or a reply queue mostly has: no turns.
+            sub = subs[0]
+            messages = dest.messages
+            while messages and sub.can_accept():
+                message = messages.popleft()
+                dest.bytes -= message.size
+                self._stored_bytes -= message.size
+                dest.next_index = 0
+                self._deliver(sub, message)
+            return
         while dest.messages and subs:
             count = len(subs)
             chosen: Subscription | None = None
