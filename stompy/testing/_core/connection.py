@@ -199,7 +199,7 @@ class ClientConnection:
     def _queue(self, data: bytes) -> None:
         self._out.append(data)
         self.buffered += len(data)
-        self.store.output_queued(self)
+        self.store.ready[self.id] = self  # output_queued(), without its call (a frame each)
 
     def _queue_shared(self, head: bytes, body: bytes) -> None:
         """Queue a frame as ``head``, ``body`` (not copied) and its NUL."""
@@ -274,7 +274,7 @@ class ClientConnection:
         output (see :data:`SHARED_BODY`)."""
         if now is not None and type(now) is not float:  # once a write, not a frame
             refuse_time("now", now)
-        self.store.output_taken(self)
+        self.store.ready.pop(self.id, None)  # output_taken(), without its call
         if not self._out:
             return []
         pieces = self._out
@@ -417,7 +417,10 @@ class ClientConnection:
                 break
             self._frame_started = None
             try:
-                self._handle(frame, now)
+                if frame.command == "SEND" and self.state is CONNECTED:
+                    self._on_send(frame)  # by far the most frequent: without _handle's call
+                else:
+                    self._handle(frame, now)
             except Reject as reject:
                 self._error(reject, frame)
         if self.state in READING and (parser.buffered or self._partial):
@@ -496,10 +499,8 @@ class ClientConnection:
     # -- frames ------------------------------------------------------------------------
 
     def _handle(self, frame: Frame, now: float) -> None:
+        """Act on a frame other than a SEND while connected (receive_data's own)."""
         command = frame.command
-        if command == "SEND" and self.state is CONNECTED:
-            self._on_send(frame)  # by far the most frequent: tested first
-            return
         if command in ("CONNECT", "STOMP"):
             self._on_connect(frame, now)
             return

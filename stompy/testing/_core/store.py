@@ -213,10 +213,16 @@ class MessageStore:
         self._counters.messages_received += 1
         self._next_message += 1
         message.message_id = f"{self._message_prefix}{self._next_message}"
+        subs = dest.subscriptions
+        if len(subs) == 1 and not dest.messages and subs[0].can_accept():
+            # Straight to the one consumer, where deliver_waiting would hand it at once.
+            dest.next_index = 0
+            self._deliver(subs[0], message)
+            return
         dest.messages.append(message)
         dest.bytes += size
         self._stored_bytes = stored
-        if dest.subscriptions:
+        if subs:
             self.deliver_waiting(dest)
 
     def check_capacity(self, sends: list[StoredMessage]) -> None:
