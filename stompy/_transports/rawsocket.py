@@ -189,7 +189,9 @@ class ReadTurn:
             self._ended(anyio.EndOfStream())
             return
         self.inbound.append(data)
-        _wake(caller if caller is not None else reader)
+        waiter = caller if caller is not None else reader  # _wake() written out: per read
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _ended(self, end: BaseException) -> None:
         if self.end is None:
