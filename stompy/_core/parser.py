@@ -273,14 +273,16 @@ class FrameParser:
             # one, by the accelerator), and its pairs are made only if somebody reads
             # them (see ReceivedFrame).
             head = text[:8]  # the two commands a client receives most, compared whole
+            known = True
             if head == "MESSAGE\n":
                 command = "MESSAGE"
             elif head == "RECEIPT\n":
                 command = "RECEIPT"
             else:
                 command = text.partition("\n")[0]
+                known = command in COMMANDS
             escaping = ""  # stays "" for a block that takes the line-by-line path
-            if command in COMMANDS:
+            if known:
                 block_escaping = self._block_escaping
                 if block_escaping is not None:
                     # The same checks in one pass in C (stompy/_core/cscan.pyx), when built.
@@ -333,10 +335,11 @@ class FrameParser:
                     and (command in BODY_COMMANDS or not length or not self.strict)
                 ):
                     # The whole frame is here, as it mostly is: done in one go.
-                    self._pos = self._scan = nul + 1
-                    self.drained = nul + 1 == end
                     chunk = self._chunk  # the buffer's bytes, or b""
                     body = chunk[body_start:nul] if chunk else bytes(buf[body_start:nul])
+                    nul += 1
+                    self._pos = self._scan = nul
+                    self.drained = nul == end
                     return ReceivedFrame(command, text, escaping, body)
             elif body_start < end and not buf[body_start]:
                 # No body and no content-length, as a RECEIPT mostly comes: done in one
