@@ -36,7 +36,6 @@ from stompy._client.base import (
 from stompy._engine import keywords as kw
 from stompy._engine.callbacks import UNTRACED, call_plainly, handle_message
 from stompy._engine.calls import Call
-from stompy._engine.engine import MAX_OUTGOING
 from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
@@ -147,7 +146,9 @@ class Subscription(SubscriptionBase[Message]):
         inbox = self._inbox
         message = inbox.take()
         if message is None:
-            return self._wait(timeout)
+            message = self._io.take(inbox, timeout, self._ended)
+            if message is None:
+                return None
         delivery = self._delivery
         if delivery.backlog and delivery.wants_resume(inbox):
             self._made_room()
@@ -157,36 +158,12 @@ class Subscription(SubscriptionBase[Message]):
         """:meth:`get`, untraced."""
         # A message already here is taken without the lock: the I/O thread only adds
         # (see Inbox).
-        message = self._inbox.take()
-        if message is None:
-            return self._wait(timeout)
-        if self._delivery.backlog:
-            self._made_room()
-        return message
-
-    def _wait(self, timeout: float | None) -> Message | None:
-        """:meth:`_take` with the inbox empty: wait for a message, under the lock."""
-        io = self._io
         inbox = self._inbox
-        engine = self._engine
-        with io.lock:  # the condition's lock, entered at C speed
-            message = inbox.take()  # (another thread's get() may take it first)
+        message = inbox.take()
+        if message is None:
+            message = self._io.take(inbox, timeout, self._ended)  # waits, under the lock
             if message is None:
-                deadline = None if timeout is None else time.monotonic() + timeout
-                remaining = timeout  # the first wait's: the clock was just read
-                while message is None:
-                    if self._ended():
-                        return None
-                    if remaining is not None and remaining <= 0.0:
-                        return None
-                    if engine.outgoing:  # what this thread sent goes out before it sleeps
-                        io.push(waiting=True)
-                    else:
-                        io.at_rest = True  # push(waiting=True)'s work, without the call
-                    io.wait(remaining)
-                    message = inbox.take()
-                    if message is None and deadline is not None:
-                        remaining = deadline - time.monotonic()
+                return None
         if self._delivery.backlog:
             self._made_room()
         return message
@@ -507,20 +484,9 @@ class Connection(ConnectionBase[Message]):
         telemetry = self._link.telemetry
         engine = self._engine
         if transaction is None and telemetry is None:
-            if receipt is False:
-                # The common case, kept short: nothing to wait for on a connection that
-                # is up.
-                io = self._io
-                with io.lock:
-                    if engine.send_now(destination, body, headers, content_type, time.monotonic):
-                        # IOThread.queue_output's work, without its call: written now,
-                        # unless the I/O thread was woken already (in a burst) and
-                        # writes it; past the bound, wait for room.
-                        if not io.wake_sent:
-                            io.push()
-                        if len(engine.outgoing) > MAX_OUTGOING:
-                            io.queue_output()
-                        return
+            # The common case, kept short: nothing to wait for on a connection that is up.
+            if receipt is False and self._io.send_now(destination, body, headers, content_type):
+                return
             # Untraced, in no transaction: the call as it is (traced() and
             # transaction_id() would return what they are given).
             plain = Call(engine, time.monotonic())

@@ -5,7 +5,7 @@ One I/O thread per connection serves the socket. It waits in its watch
 on descriptor numbers) for bytes from the broker, for bytes to write, for a wake-up
 from a user thread, or for the core's next heart-beat deadline, whichever comes first.
 A call runs its steps on the engine under the lock (:meth:`IOThread.run`; a send that
-waits for nothing, :meth:`IOThread.queue_output`), which appends the encoded bytes to
+waits for nothing, :meth:`IOThread.send_now`), which appends the encoded bytes to
 the outgoing buffer. Before the caller waits, or when the connection is at rest, the caller's
 thread writes that buffer to a plain socket itself, under the lock, if nobody is
 writing (:meth:`IOThread.push`: a round trip then costs no hand-off); otherwise, and
@@ -40,6 +40,7 @@ import socket
 import ssl as _ssl
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Final, Generic, TypeVar
 
 from stompy._engine import lifecycle
@@ -47,6 +48,7 @@ from stompy._engine.callbacks import call_hook, call_plainly, hooks_over
 from stompy._engine.calls import Call, Running, Steps, Waiting
 from stompy._engine.engine import MAX_OUTGOING, Engine, log
 from stompy._engine.failures import transport_failed
+from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.state import CLOSED, CLOSING, CONNECTED, PROTOCOL_CLOSED, Status
 from stompy._transports.watch import READ, WRITE, Watch, watch_for
@@ -374,15 +376,59 @@ class IOThread(Generic[M]):
             with contextlib.suppress(OSError):
                 self._poke_w.send(b"\0")
 
-    def queue_output(self) -> None:
-        """After a send queued under the lock (a client's fast path,
-        :meth:`Engine.send_now`): written now (:meth:`push`); past
-        :data:`MAX_OUTGOING`, wait for room as a call's steps do."""
-        if not self.wake_sent:
-            self.push()
-        engine = self.engine
-        if len(engine.outgoing) > MAX_OUTGOING and threading.current_thread() is not self.thread:
-            self.run(Call(engine, time.monotonic()).flush())
+    def send_now(
+        self,
+        destination: object,
+        body: object,
+        headers: Mapping[str, str] | None,
+        content_type: object,
+    ) -> bool:
+        """A client's send that waits for nothing, if the engine takes it at once
+        (:meth:`Engine.send_now`, under the lock): queued, then written now
+        (:meth:`push`) unless the I/O thread was woken already (in a burst) and
+        writes it; past :data:`MAX_OUTGOING`, wait for room as a call's steps do.
+        ``False``: nothing was queued, the client takes the long way (a call). Here,
+        not in the client, so that it is compiled with the rest of this module."""
+        with self.lock:  # the condition's lock, entered at C speed
+            engine = self.engine
+            if not engine.send_now(destination, body, headers, content_type, time.monotonic):
+                return False
+            if not self.wake_sent:
+                self.push()
+            if (
+                len(engine.outgoing) > MAX_OUTGOING
+                and threading.current_thread() is not self.thread
+            ):
+                self.run(Call(engine, time.monotonic()).flush())
+            return True
+
+    def take(self, inbox: Inbox[M], timeout: float | None, ended: Callable[[], bool]) -> M | None:
+        """The next message of ``inbox``, waiting up to ``timeout`` seconds (``None``:
+        no limit) under the lock (:meth:`wait`: the caller reads the socket itself
+        meanwhile); ``None`` on timeout, or once ``ended()`` (asked under the lock,
+        the inbox empty, before each wait; it may raise) says no more will come. A
+        subscription's ``get()``; here, not in the client, so that it is compiled with
+        the rest of this module."""
+        with self.lock:
+            message = inbox.take()  # (another thread's get() may take it first)
+            if message is None:
+                engine = self.engine
+                deadline = None if timeout is None else time.monotonic() + timeout
+                remaining = timeout  # the first wait's: the clock was just read
+                while message is None:
+                    if ended():
+                        return None
+                    if remaining is not None and remaining <= 0.0:
+                        return None
+                    if engine.outgoing:  # what this thread sent goes out before it sleeps
+                        self.push(waiting=True)
+                    else:
+                        self.at_rest = True  # push(waiting=True)'s work, without the call
+                    self.wait(remaining)
+                    message = inbox.take()
+                    if message is None and deadline is not None:
+                        remaining = deadline - time.monotonic()
+            return message
 
     def push(self, *, waiting: bool = False) -> None:
         """Under the lock, after something was queued: write the outgoing buffer from
