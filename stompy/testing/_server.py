@@ -275,9 +275,8 @@ class _LoopConnection(asyncio.BufferedProtocol):
         self._loop = loop
         #: The loop's clock: asyncio's own loops read ``time.monotonic`` in their
         #: ``time()``, read here without that method's call (twice a frame).
-        self._time: Callable[[], float] = (
-            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
-        )
+        own_time = getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time
+        self._time: Callable[[], float] = time.monotonic if own_time else loop.time
         self._transport: asyncio.Transport | None = None
         #: Bytes received and not yet fed to the client connection (it wants none now).
         self._pending = b""
@@ -425,7 +424,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
                     transport.resume_reading()
                 else:
                     transport.pause_reading()
-            if client.finished:
+            if client.state is not CONNECTED and client.finished:  # (connected: not)
                 self._finish(transport)
                 return
             deadline = client.next_deadline()

@@ -274,7 +274,7 @@ class ClientConnection:
         output (see :data:`SHARED_BODY`)."""
         if now is not None and type(now) is not float:  # once a write, not a frame
             refuse_time("now", now)
-        self.store.ready.pop(self.id, None)  # output_taken(), without its call
+        self.store.ready.pop(self.id, None)  # taken: nothing to wake the transport for
         if not self._out:
             return []
         pieces = self._out

@@ -49,7 +49,8 @@ class MessageStore:
         self.connections: dict[str, ClientConnection] = {}
         self._destinations: dict[str, Destination] = {}
         #: Connections that got output since the last :meth:`pop_ready`, by id (a
-        #: transport looks before it pops: most wake-ups find none).
+        #: transport looks before it pops: most wake-ups find none); a connection
+        #: whose output is taken leaves it.
         self.ready: dict[str, ClientConnection] = {}
         #: Counted as they happen; ``connections_open`` is filled in by :attr:`stats`.
         self._counters = BrokerStats()
@@ -90,10 +91,6 @@ class MessageStore:
     def output_queued(self, connection: ClientConnection) -> None:
         """``connection`` has new output: :meth:`pop_ready` names it next."""
         self.ready[connection.id] = connection
-
-    def output_taken(self, connection: ClientConnection) -> None:
-        """``connection``'s output was taken: its writer needs no waking."""
-        self.ready.pop(connection.id, None)
 
     def forget(self, connection: ClientConnection) -> None:
         """``connection`` closed and released what it held."""
