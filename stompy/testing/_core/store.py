@@ -190,7 +190,8 @@ class MessageStore:
         if dest is None and destination.startswith(TOPIC_PREFIX):
             # A topic nobody subscribes to: numbered and dropped, as publish() does,
             # without making its destination to forget it at once.
-            self._check_room(None, 1, 0)
+            if self._stored_bytes > self.config.max_stored_bytes:
+                self._check_room(None, 1, 0)  # raises, naming the limit
             self._counters.messages_received += 1
             self._counters.messages_dropped += 1
             self._next_message += 1
