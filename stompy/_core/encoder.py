@@ -121,23 +121,53 @@ def encode_send(
         return _encode_frame("SEND", pairs, body, version == V10, version == V12, more)
     if type(more) is not dict or version == V10:
         return None
+    # What :func:`_head_in_layout` does, for the SEND alone: its pairs' names are in
+    # the layout (keyed by which of them there are), so only the values fill slots.
+    # Any: the caller's values, checked here (see _head_in_layout).
+    values: list[Any]
     if content_type is None:
-        values = ["destination", destination]
-        count = 1  # the pairs before the dict
+        if receipt is None:
+            values = [destination]
+            shape = 0
+        else:
+            values = [destination, receipt]
+            shape = 1
+    elif receipt is None:
+        values = [destination, content_type]
+        shape = 2
     else:
-        values = ["destination", destination, "content-type", content_type]
-        count = 2
-    if receipt is not None:
-        values += ("receipt", receipt)
-        count += 1
-    head = _head_in_layout("SEND", count, values, more, len(body), version == V12, SEND_OWN)
-    if head is None:
-        return None
+        values = [destination, content_type, receipt]
+        shape = 3
+    if more:
+        values += more.values()
+        layout = _SEND_LAYOUTS[shape].get(tuple(more))  # (a tuple made so costs least)
+        if layout is None:
+            layout = _send_layout(shape, more)
+            if layout is None:
+                return None
+    else:  # no headers of the caller's: no names to look up
+        layout = _BARE_LAYOUTS[shape]
     try:
-        start = head.encode()
+        # str.join, unlike a slot, refuses what is not a str.
+        text = "".join(values)
+    except TypeError:
+        return None
+    if ":" in text or "\n" in text or "\\" in text or ("\r" in text and version == V12):
+        return None
+    parts = layout.copy()
+    parts[1::2] = values
+    size = len(body)
+    end = _ENDS.get(size)
+    if end is None:
+        end = f"content-length:{size}\n\n"
+        if len(_ENDS) < _ENDS_MAX:
+            _ENDS[size] = end
+    parts.append(end)
+    try:
+        start = "".join(parts).encode()
     except UnicodeEncodeError:  # a lone surrogate: the general way names it
         return None
-    return b"".join((start, body, b"\x00")) if body else start
+    return b"".join((start, body, b"\x00")) if size else start
 
 
 def _pair_texts(headers: Sequence[Any]) -> list[Any] | None:
@@ -255,16 +285,7 @@ def _layout(
     for _ in range(pairs):
         layout += ("", ":", "", "\n")
     for name in more:
-        if (
-            type(name) is not str
-            or not name
-            or name == "content-length"
-            or (refused and name.lower() in refused)
-            or ":" in name
-            or "\n" in name
-            or "\\" in name
-            or "\r" in name
-        ):
+        if type(name) is not str or not _plain_name(name, refused):
             return None
         layout[-1] += name + ":"  # (an f-string would call a subclass's __str__)
         layout += ("", "\n")
@@ -272,6 +293,64 @@ def _layout(
         _LAYOUTS.clear()
     _LAYOUTS[key] = layout
     return layout
+
+
+#: :func:`encode_send`'s layouts, by which of its own headers a SEND has (its shape:
+#: content-type, receipt) and then the caller's names; emptied when full, as
+#: :data:`_LAYOUTS`.
+_SEND_LAYOUTS: Final[tuple[dict[tuple[object, ...], list[str]], ...]] = ({}, {}, {}, {})
+#: The names of the headers :func:`encode_send` writes before the caller's, by shape.
+_SEND_PAIRS: Final[tuple[tuple[str, ...], ...]] = (
+    ("destination",),
+    ("destination", "receipt"),
+    ("destination", "content-type"),
+    ("destination", "content-type", "receipt"),
+)
+
+
+def _send_layout(shape: int, more: dict[Any, Any], kept: bool = True) -> list[str] | None:
+    """The text of a SEND's head around its values, one slot (an odd index) per value:
+    the headers of ``shape`` (see :data:`_SEND_PAIRS`), then ``more``'s; kept in
+    :data:`_SEND_LAYOUTS` unless not ``kept``. None if a name of ``more`` needs
+    escaping, is empty or not a str or, in any case, one of :data:`SEND_OWN`: those
+    SENDs take the general way."""
+    for name in more:
+        if type(name) is not str or not _plain_name(name, SEND_OWN):
+            return None
+    layout: list[str] = []
+    start = "SEND\n"
+    for name in (*_SEND_PAIRS[shape], *more):
+        layout += (start + name + ":", "")  # (an f-string would call a subclass's __str__)
+        start = "\n"
+    layout.append("\n")
+    if not kept:
+        return layout
+    kept_by_names = _SEND_LAYOUTS[shape]
+    if len(kept_by_names) >= _LAYOUTS_MAX:
+        kept_by_names.clear()
+    kept_by_names[tuple(more)] = layout
+    return layout
+
+
+def _plain_name(name: str, refused: frozenset[str]) -> bool:
+    """Whether the header name ``name`` can be written as it is, in a layout: not empty,
+    nor content-length or, in any case, one of ``refused``, nor holding what would
+    need escaping."""
+    return not (
+        not name
+        or name == "content-length"
+        or (refused and name.lower() in refused)
+        or ":" in name
+        or "\n" in name
+        or "\\" in name
+        or "\r" in name
+    )
+
+
+#: The layouts of the SENDs without headers of the caller's, by shape.
+_BARE_LAYOUTS: Final[tuple[list[str], ...]] = tuple(
+    cast("list[str]", _send_layout(shape, {}, kept=False)) for shape in range(len(_SEND_PAIRS))
+)
 
 
 def _frame_bytes(
