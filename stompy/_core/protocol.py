@@ -722,7 +722,10 @@ class ClientProtocol:
                     return None
             elif receipt is True:
                 mark = self._next_id
-                rid = self._new_id("r-", self._receipts)
+                self._next_id = mark + 1  # _new_id, written out: a round trip's
+                rid = f"r-{mark + 1}"
+                if rid in self._receipts:
+                    rid = self._new_id("r-", self._receipts)
                 data = encode_send(destination, content_type, given, body, self.version, rid)
                 if data is not None:
                     self._out.append(data)

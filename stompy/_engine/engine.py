@@ -92,6 +92,11 @@ __all__ = (
 log: Final = logging.getLogger("stompy")
 
 _DEBUG: Final = logging.DEBUG
+# Module constants for the steps that run per call: an Enum's member looked up on its
+# class costs more (see docs/performance.md, "Figures behind the core's comments").
+_ARRIVED: Final = ReceiptState.ARRIVED
+_PENDING: Final = ReceiptState.PENDING
+_LOST: Final = ReceiptState.LOST
 #: logging's own record of the levels the stompy logger logs at, which
 #: ``Logger.isEnabledFor`` fills and logging empties whenever its settings change (a
 #: ``setLevel()``, ``disable()``...): :func:`_debug_on` reads it without that call.
@@ -380,7 +385,7 @@ class Engine(Generic[M]):
             return False
         if self.ws is None:  # take_output, written out: this runs at every call and pump
             data = proto.data_to_send(now)
-            if data:
+            if data and self.debug:  # (as the last pump found the logger: see send_now)
                 log_sent(data, self.endpoint)
         else:
             data = take_output(proto, self.ws, now, self.endpoint)
@@ -593,7 +598,10 @@ class Engine(Generic[M]):
         :mod:`stompy._engine.receipts`); once the close ended without that, whether the
         frame took effect is unknown (:attr:`ReceiptState.UNCONFIRMED`)."""
         if self.receipts.arrived(rid):
-            return ReceiptState.ARRIVED
+            return _ARRIVED
+        if self.failure is None and epoch == self.epoch and self.status is CONNECTED:
+            # _standing's common case, without the call: a wait asked on this connection
+            return _PENDING if self.serving else _LOST
         return self._standing(epoch, receipt=True)
 
     def _standing(self, epoch: int, *, receipt: bool) -> ReceiptState:
