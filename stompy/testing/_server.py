@@ -291,7 +291,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
         #: connection reads nothing meanwhile (as the tasks' writer holds what it
         #: sends, and its reader waits).
         self._held: deque[bytes | memoryview] = deque()
-        #: Inside :meth:`_settle` (a write can wake this connection again).
+        #: Inside :meth:`notify` (a write can wake this connection again).
         self._settling = False
         self._half_closed = False
         self._timer: asyncio.TimerHandle | None = None
@@ -309,10 +309,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._pending += self._read_buffer[:nbytes]  # a copy: the buffer is read again
-        try:  # notify()'s, without its call: the loop calls here for every read
-            self._settle()
-        except Exception as exc:
-            self._fail(exc)
+        self.notify()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -320,7 +317,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
             if not self.client.finished:
                 self.client.receive_eof()
             self.broker._wake()
-            self._settle()
+            self.notify()
         except Exception as exc:
             self._fail(exc)
         return True  # the broker's side stays open for its last frames
@@ -350,29 +347,9 @@ class _LoopConnection(asyncio.BufferedProtocol):
     # -- what the broker calls ---------------------------------------------------------
 
     def notify(self) -> None:
-        """Write what the client connection has queued, and follow its state."""
-        try:
-            self._settle()
-        except Exception as exc:
-            self._fail(exc)
-
-    def cut(self) -> None:
-        """End the connection now, without a word to the client."""
-        self._end()
-
-    def stop(self) -> None:
-        """Cancel the timers (the connection is over)."""
-        for handle in (self._timer, self._linger):
-            if handle is not None:
-                handle.cancel()
-        self._timer = self._linger = None
-
-    # -- inside ------------------------------------------------------------------------
-
-    def _settle(self) -> None:
-        """Write the output and act on the bytes received, a chunk at a time while the
-        client connection wants data; then read or not, time, and close as its state
-        says."""
+        """Write what the client connection has queued and act on the bytes received,
+        a chunk at a time while it wants data; then read or not, time, and close as its
+        state says. A bug (an exception) ends only this connection."""
         transport = self._transport
         if self._settling or transport is None or self.ended.done():
             return
@@ -441,8 +418,23 @@ class _LoopConnection(asyncio.BufferedProtocol):
                     self._timer.cancel()
                 self._timer = self._loop.call_at(deadline, self._on_timer)
                 self._deadline = deadline
+        except Exception as exc:
+            self._fail(exc)
         finally:
             self._settling = False
+
+    def cut(self) -> None:
+        """End the connection now, without a word to the client."""
+        self._end()
+
+    def stop(self) -> None:
+        """Cancel the timers (the connection is over)."""
+        for handle in (self._timer, self._linger):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._linger = None
+
+    # -- inside ------------------------------------------------------------------------
 
     def _finish(self, transport: asyncio.Transport) -> None:
         """The client connection is closing: half-close once its output is written,
@@ -468,7 +460,7 @@ class _LoopConnection(asyncio.BufferedProtocol):
             if deadline is not None and deadline <= now and not client.finished:
                 client.handle_timer(now)
                 self.broker._wake()
-            self._settle()
+            self.notify()
         except Exception as exc:
             self._fail(exc)
 
