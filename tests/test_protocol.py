@@ -1528,3 +1528,28 @@ def test_a_dict_of_headers_sends_what_its_pairs_send(
     want = _send_outcome(general, destination, body, list(headers.items()), ctype, receipt)
     assert got == want
     assert fast.state is general.state is State.CONNECTED
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_receive_data_takes_what_it_says_in_every_build(kind: type) -> None:
+    """bytes, a bytearray and a memoryview are read alike, the compiled core too (whose
+    argument check took bytes only), and a buffer the caller reuses changes nothing."""
+    proto = connected()
+    sub = proto.subscribe("/q")
+    raw = bytearray(
+        b"MESSAGE\nsubscription:%s\nmessage-id:m\ndestination:/q\n\nbody\x00" % sub.encode()
+    )
+    data: Any = bytes(raw) if kind is bytes else raw if kind is bytearray else memoryview(raw)
+    proto.receive_data(data, 1.0)
+    raw[-5:-1] = b"ZZZZ"
+    event = proto.next_event()
+    assert isinstance(event, MessageReceived)
+    assert event.frame.body == b"body"
+
+
+@pytest.mark.parametrize("data", ["text", "", 5, None])
+def test_receive_data_refuses_what_is_not_bytes(data: Any) -> None:
+    proto = ClientProtocol()
+    proto.connect("h")
+    with pytest.raises(TypeError):
+        proto.receive_data(data)

@@ -1027,23 +1027,23 @@ class ClientProtocol:
 
     # -- incoming ----------------------------------------------------------------------
 
-    def receive_data(self, data: bytes, now: float | None = None) -> None:
-        """Buffer bytes from the peer; ``now`` is when they arrived (any byte is life)."""
+    def receive_data(self, data: bytes | bytearray | memoryview, now: float | None = None) -> None:
+        """Buffer bytes from the peer; ``now`` is when they arrived (any byte is life).
+
+        A ``bytearray`` or ``memoryview`` is copied (the caller may reuse it), in the
+        compiled core as in plain Python."""
         if self.state is _CLOSED or self._eof:
             return  # after an ERROR, our close or the EOF, what follows is noise
         if now is not None and type(now) is not float:  # once a read, not a frame
             refuse_time("now", now)
+        if type(data) is not bytes:
+            check_type("data", data, (bytes, bytearray, memoryview), "bytes")
+            data = bytes(data)
         if data:
             self.exhausted = False
-            try:
-                self._parser.feed(data)
-            except TypeError:  # costs nothing until raised
-                check_type("data", data, (bytes, bytearray, memoryview), "bytes")
-                raise
+            self._parser.feed(data)
             if now is not None and self._heartbeat is not None:
                 self._heartbeat.received(now, only_heartbeats(data))
-        else:
-            check_type("data", data, (bytes, bytearray, memoryview), "bytes")
 
     def receive_eof(self) -> None:
         """The peer closed the transport.
