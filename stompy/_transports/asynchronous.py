@@ -307,7 +307,7 @@ class TaskIO(Generic[M]):
                 or running_loop() is not None
             ):
                 self.elsewhere()
-        elif host._thread_id != thread_id() or sniffed.name is not None:
+        elif host._thread_id != thread_id() or sniffed.name != self.library:
             self.elsewhere()
 
     def at_home(self) -> bool:
@@ -320,7 +320,7 @@ class TaskIO(Generic[M]):
                 and sniffed.name == self.library
                 and running_loop() is None
             )
-        return host._thread_id == thread_id() and sniffed.name is None
+        return host._thread_id == thread_id() and sniffed.name == self.library
 
     def elsewhere(self) -> None:
         """:meth:`check_thread` after it found another thread or event loop: raise,
@@ -478,7 +478,7 @@ class TaskIO(Generic[M]):
                 or running_loop() is not None
             ):
                 self.elsewhere()
-        elif host._thread_id != thread_id() or sniffed.name is not None:
+        elif host._thread_id != thread_id() or sniffed.name != self.library:
             self.elsewhere()
         running = Running(steps)
         return self._drive(running, running.resume())
