@@ -488,9 +488,7 @@ class Call(Sends[M]):
         if engine.usable() is None:  # connected, mostly: no generator for a wait then
             yield from self.ready()
         deadline = self.now + timeout
-        request = engine.request(
-            destination, body, given.get("headers"), given.get("content_type"), route
-        )
+        request = engine.request(destination, body, headers, given.get("content_type"), route)
         correlation_id = request.correlation_id
         try:
             engine.flush(self.now)

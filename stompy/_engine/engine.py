@@ -566,7 +566,9 @@ class Engine(Generic[M]):
         reply_to = chosen[3]
         request = self.requests.new(destination, self.epoch, chosen[4])
         correlation_id = request.correlation_id
-        sent = {"reply-to": reply_to, "correlation-id": correlation_id, **(headers or {})}
+        sent = {"reply-to": reply_to, "correlation-id": correlation_id}
+        if headers:
+            sent.update(headers)
         try:
             proto.send(destination, body, headers=sent, content_type=content_type)
         except BaseException:
