@@ -538,7 +538,9 @@ class Engine(Generic[M]):
 
         Raises :class:`ConfigurationError` (nothing sent) when ``headers`` has either.
         """
-        proto = self.ready()
+        proto = self.proto
+        if self.failure is not None or self.status is not CONNECTED or proto is None:
+            proto = self.ready()  # raises why not (the call checked it: seldom here)
         if headers:
             check_request_headers(headers)
         server = self.connected.server if self.connected is not None else None
