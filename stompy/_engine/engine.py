@@ -385,7 +385,7 @@ class Engine(Generic[M]):
             return False
         if self.ws is None:  # take_output, written out: this runs at every call and pump
             data = proto.data_to_send(now)
-            if data and self.debug:  # (as the last pump found the logger: see send_now)
+            if data:
                 log_sent(data, self.endpoint)
         else:
             data = take_output(proto, self.ws, now, self.endpoint)
