@@ -320,7 +320,8 @@ class TaskIO(Generic[M]):
                 and sniffed.name == self.library
                 and running_loop() is None
             )
-        return host._thread_id == thread_id() and sniffed.name == self.library
+        home: bool = host._thread_id == thread_id() and sniffed.name == self.library
+        return home
 
     def elsewhere(self) -> None:
         """:meth:`check_thread` after it found another thread or event loop: raise,
