@@ -127,3 +127,50 @@ async def test_async_debug_log_masks_the_passcode(caplog: pytest.LogCaptureFixtu
     assert "passcode:********" in frames
     assert "async body" in frames
     assert "hunter2" not in caplog.text
+
+
+def _debug_text(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio", "trio"])
+def test_a_send_without_receipt_is_logged_from_the_moment_debug_is_on(
+    flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A publisher that sends without receipts hears nothing from the broker (no heart-
+    beats here): its sends are logged as soon as DEBUG is switched on, and no longer once
+    it is off, not from whenever bytes next arrive."""
+    stompy_log = logging.getLogger("stompy")
+    stompy_log.setLevel(logging.INFO)
+
+    async def sends(conn: stompy.AsyncConnection) -> None:
+        await conn.send("/queue/log-nr", "quiet before")
+        caplog.set_level(logging.DEBUG, logger="stompy")
+        await conn.send("/queue/log-nr", "loud while on")
+        stompy_log.setLevel(logging.INFO)
+        await conn.send("/queue/log-nr", "quiet after")
+        await conn.send("/queue/log-nr", "last", receipt=True)
+
+    try:
+        with run_broker() as broker:
+            if flavour == "blocking":
+                with stompy.Connection(broker.url, heartbeats=(0, 0)) as conn:
+                    conn.send("/queue/log-nr", "quiet before")
+                    caplog.set_level(logging.DEBUG, logger="stompy")
+                    conn.send("/queue/log-nr", "loud while on")
+                    stompy_log.setLevel(logging.INFO)
+                    conn.send("/queue/log-nr", "quiet after")
+                    conn.send("/queue/log-nr", "last", receipt=True)
+            else:
+
+                async def main() -> None:
+                    async with stompy.AsyncConnection(broker.url, heartbeats=(0, 0)) as conn:
+                        await sends(conn)
+
+                anyio.run(main, backend=flavour)
+    finally:
+        stompy_log.setLevel(logging.NOTSET)
+    text = _debug_text(caplog)
+    assert "loud while on" in text
+    assert "quiet before" not in text
+    assert "quiet after" not in text

@@ -365,16 +365,20 @@ class Engine(Generic[M]):
         ):
             return False
         proto.send(destination, body, headers=headers, content_type=content_type)
+        # Asked per send, not taken from the last pump: a publisher may hear nothing
+        # from the broker, and DEBUG switched on must show its next SEND. Off by
+        # logging's own record (the common case): no call.
+        debug = False if _DEBUG in _LEVELS and not _LEVELS[_DEBUG] else _debug_on()
         if self.ws is None:  # take_output, inlined: this runs for every message sent
             if proto.negotiated_heartbeats[0]:
                 data = proto.data_to_send(clock())
             else:
                 data = proto.data_to_send()
-            if self.debug:
+            if debug:
                 log_sent(data, self.endpoint)
         else:
             now = clock() if proto.negotiated_heartbeats[0] else None
-            data = take_output(proto, self.ws, now, self.endpoint if self.debug else None)
+            data = take_output(proto, self.ws, now, self.endpoint if debug else None)
         self.outgoing += data
         return True
 
