@@ -737,7 +737,8 @@ class TaskIO(Generic[M]):
         self._thread_name = threading.current_thread().name
         self.loop = loop = running_loop()
         self.library = sniffed.name
-        if isinstance(loop, asyncio.BaseEventLoop):
+        if isinstance(loop, asyncio.BaseEventLoop) and hasattr(loop, "_thread_id"):
+            # asyncio's own record (private, there since 3.4): asked, not assumed.
             self.host = loop
         elif loop is not None:
             self.host = _AskedLoop(loop)
