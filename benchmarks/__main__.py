@@ -46,6 +46,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, help="rounds per contender (group default)")
     parser.add_argument("--count", type=int, help="frames/messages per run (group default)")
+    parser.add_argument(
+        "--slice",
+        type=int,
+        help="latency: counted round trips per turn, contenders taking turns (count/20)",
+    )
     parser.add_argument("--json", type=Path, help="where to write the JSON results")
     parser.add_argument("--no-json", action="store_true", help="do not write JSON")
     parser.add_argument("--chart", type=Path, help="where to draw the chart (PNG)")
@@ -69,6 +74,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--rounds must be at least 1")
     if args.count is not None and args.count < 1:
         parser.error("--count must be at least 1")
+    if args.slice is not None and args.slice < 1:
+        parser.error("--slice must be at least 1")
     return args
 
 
@@ -126,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quick=args.quick,
         rounds=args.rounds,
         count=args.count,
+        slice=args.slice,
         verbose=not args.quiet,
         brokers=not args.no_brokers,
         contenders=tuple(n.strip() for n in (args.contenders or "").split(",") if n.strip()),

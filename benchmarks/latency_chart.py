@@ -30,6 +30,7 @@ CONTENDERS: Final = (
     "stompy (asyncio)",
     "stompy (asyncio) request()",
     "stompy (trio)",
+    "stompy (trio) request()",
     "stomp.py",
     "bare socket (ceiling)",
 )

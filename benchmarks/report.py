@@ -91,7 +91,8 @@ def table_cells(rows: Sequence[Row]) -> list[tuple[str, ...]]:
 def verdict_line(verdict: Verdict) -> str:
     mark = "PASS" if verdict.passed else "MISS"
     unit = "x" if verdict.unit == "x" else f" {verdict.unit}"
-    return f"{mark}  {verdict.target}: measured {verdict.measured:.2f}{unit}"
+    line = f"{mark}  {verdict.target}: measured {verdict.measured:.2f}{unit}"
+    return f"{line}; {verdict.note}" if verdict.note else line
 
 
 def format_table(group: Group, rows: Sequence[Row], verdicts: Sequence[Verdict]) -> str:
