@@ -73,9 +73,9 @@ from benchmarks.clients import CEILING, STOMPMAN, STOMPPY, Job, _has, _stompman_
 from benchmarks.rawstomp import Child, RawConnection, Server, frame, responder_command
 
 GROUP: Final = "latency"
-#: One requester run: (job whose destination is the request queue, reply queue,
-#: round trips, warm-up round trips) -> the counted round trips' seconds. A receipt
-#: sender is one too: its destination is the topic, and it has no reply queue.
+#: One requester's round: (job whose destination is the request queue, reply queue,
+#: its round trips and turns) -> the counted round trips' seconds. A receipt sender is
+#: one too: its destination is the topic, and it has no reply queue.
 Requester = Callable[[Job, str, "Slices"], list[float]]
 #: What the receipt senders send to: a topic, so that nothing piles up in the broker.
 RECEIPT_TOPIC: Final = "/topic/stompy-bench-receipts"
@@ -690,7 +690,7 @@ class Turns:
     Every other contender's thread sleeps on its own :class:`threading.Event` (no CPU,
     no GIL), so a hand-off wakes exactly one thread. The order is the one given, round
     and round: the first turn of each is its connection's set-up and warm-up, then one
-    slice of counted round trips per turn, the last one's turn ending with its
+    slice of counted round trips per turn, each one's last turn ending with its
     teardown (:meth:`leave`). A contender that leaves early (it failed) is skipped from
     then on. Waits are bounded: a waiter that slept ``turn_limit`` seconds takes the
     turn from a holder that has had it that long (that contender is then dropped,
