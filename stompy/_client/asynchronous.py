@@ -173,8 +173,9 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         self._io = link.io
         #: Set when a message arrives or the subscription may have ended.
         self._wakeup: anyio.Event | None = None
-        #: The wake-up of the ``get()`` reading through (asyncio, trio), set with the event.
-        self._reading: FutureWake | TurnWake | None = None
+        #: What wakes the ``get()`` reading through, set with the event: the future it
+        #: awaits (asyncio), or its :class:`TurnWake` (trio).
+        self._reading: asyncio.Future[None] | TurnWake | None = None
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
         """The next message, or ``None`` on timeout or once the subscription ended.
@@ -199,6 +200,9 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         inbox = self._inbox
         message = inbox.take()
         if message is None:
+            if timeout is None:  # _wait() written out
+                io.check_thread()
+                return await self._arrival(io, None)
             return await self._wait(timeout)
         delivery = self._delivery
         if delivery.backlog and delivery.wants_resume(inbox):
@@ -267,92 +271,109 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
     async def _arrival(
         self, io: TaskIO[AsyncMessage], deadline: float | None
     ) -> AsyncMessage | None:
-        """Wait until a message is in the inbox, the subscription ended or ``deadline``
-        (the loop's clock; ``None``: none) came, then take it (:meth:`_taken`); the
-        caller checked the thread (:meth:`TaskIO.check_thread`)."""
+        """Wait until a message is in the inbox (which the caller found empty), the
+        subscription ended or ``deadline`` (the loop's clock; ``None``: none) came, then
+        take it; the caller checked the thread (:meth:`TaskIO.check_thread`). Each
+        wake-up takes at once: the inbox is looked at once per wait, not twice."""
         inbox = self._inbox
         getting = io.getting
         engine = self._engine
+        delivery = self._delivery
+        message: AsyncMessage | None = None
         try:
-            while not inbox.pending and not self._ended() and engine.status is not CLOSED:
+            while not self._ended() and engine.status is not CLOSED:
                 if deadline is not None and io.clock() >= deadline:
                     if self._wakeup is None and self._reading is None:
                         getting.discard(self)
                     break
-                idle = self._wakeup is None and self._reading is None and not engine.paused
+                # Idle: no other get() waits here, and the reader is not paused
+                # (engine.paused, read without its call).
+                idle = self._wakeup is None and self._reading is None and not delivery.backlog
                 # The socket is read only by a wait that ends without a cancel scope:
                 # one with a deadline waits on the event while no timer runs.
                 if deadline is not None and not io.timing:
                     idle = False
                 lending = io.lending
-                if lending is not None:
-                    if idle and lending.free:
-                        # trio: wait on the socket the reader task lent, as a call does.
-                        turn_wake = self._reading = TurnWake(lending)
-                        getting.add(self)
-                        io.at_rest = True
-                        timed = deadline is not None and io.time_out(turn_wake, deadline)
-                        try:
-                            await io.read_in_turn(lending, turn_wake)
-                        finally:
-                            if timed:
-                                io.untime(turn_wake)
-                            if self._reading is turn_wake:
-                                self._reading = None
-                                if self._wakeup is None:
-                                    getting.discard(self)
-                        continue
+                if lending is not None and not (idle and lending.free):
                     lending.hand_back()  # someone must read while this waits
+                    lending = None
                 turn = io.turn
-                if idle and turn is not None and turn.free:
-                    # Read through: the message's bytes wake this task, not the reader.
-                    future: asyncio.Future[None] = io.loop_future()
-                    reading = self._reading = FutureWake(future)
+                if lending is not None:
+                    # trio: wait on the socket the reader task lent, as a call does.
+                    turn_wake = self._reading = TurnWake(lending)
                     getting.add(self)
                     io.at_rest = True
-                    timed = deadline is not None and io.time_out(reading, deadline)
+                    timed = deadline is not None and io.time_out(turn_wake, deadline)
+                    try:
+                        await io.read_in_turn(lending, turn_wake)
+                    finally:
+                        if timed:
+                            io.untime(turn_wake)
+                        if self._reading is turn_wake:
+                            self._reading = None
+                            if self._wakeup is None:
+                                getting.discard(self)
+                elif idle and turn is not None and turn.caller is None and turn.end is None:
+                    # (turn.free) Read through: the message's bytes wake this task, not
+                    # the reader. The future itself is what wake() sets; the timer,
+                    # which sets what it holds, is given a FutureWake of it.
+                    future: asyncio.Future[None] = io.loop_future()
+                    self._reading = future
+                    getting.add(self)
+                    io.at_rest = True
+                    timer_wake: FutureWake | None = None
+                    if deadline is not None:
+                        timer_wake = FutureWake(future)
+                        io.time_out(timer_wake, deadline)  # (a timer runs: idle says so)
                     turn.caller = future  # io.read_from() written out
                     turn.arm()
                     try:
                         await future
                     finally:
                         io.read_done(turn, future)
-                        if timed:
-                            io.untime(reading)
-                        if self._reading is reading:
+                        if timer_wake is not None:
+                            io.untime(timer_wake)
+                        if self._reading is future:
                             self._reading = None
                             if self._wakeup is None:
                                 getting.discard(self)
-                    continue
-                event = self._wakeup
-                if event is None:
-                    event = self._wakeup = io.new_event()
-                    getting.add(self)
-                io.at_rest = True
-                ending: _Deadline | None = None
-                if deadline is not None:
-                    ending = _Deadline(self, event)
-                    if not io.time_out(ending, deadline):
-                        ending = None  # no timer runs: a cancel scope ends the wait
-                try:
-                    if deadline is not None and ending is None:
-                        with anyio.CancelScope(deadline=deadline):
+                else:
+                    event = self._wakeup
+                    if event is None:
+                        event = self._wakeup = io.new_event()
+                        getting.add(self)
+                    io.at_rest = True
+                    ending_at: _Deadline | None = None
+                    if deadline is not None:
+                        ending_at = _Deadline(self, event)
+                        if not io.time_out(ending_at, deadline):
+                            ending_at = None  # no timer runs: a cancel scope ends the wait
+                    try:
+                        if deadline is not None and ending_at is None:
+                            with anyio.CancelScope(deadline=deadline):
+                                await event.wait()
+                        else:
                             await event.wait()
-                    else:
-                        await event.wait()
-                finally:
-                    if ending is not None:
-                        io.untime(ending)
-                    if self._wakeup is event and event.statistics().tasks_waiting == 0:
-                        # Cancelled, and no other task waits here: nothing to wake.
-                        self._wakeup = None
-                        if self._reading is None:
-                            getting.discard(self)
+                    finally:
+                        if ending_at is not None:
+                            io.untime(ending_at)
+                        if self._wakeup is event and event.statistics().tasks_waiting == 0:
+                            # Cancelled, and no other task waits here: nothing to wake.
+                            self._wakeup = None
+                            if self._reading is None:
+                                getting.discard(self)
+                message = inbox.take()
+                if message is not None:
+                    break
         finally:
             lending = io.lending
             if lending is not None:
                 lending.hand_back()  # trio: the socket goes back to the reader task
-        return self._taken()
+        if message is None:
+            return self._taken()  # (raises the failure that ended the wait)
+        if delivery.backlog and delivery.wants_resume(inbox):  # (mostly no backlog)
+            io.make_room()
+        return message
 
     def wake(self, *, ended: bool) -> bool:
         """Wake the waiting ``get()`` calls if a message came (or ``ended``)."""
@@ -366,7 +387,10 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         reading = self._reading
         self._reading = None
         if reading is not None:
-            reading.set()
+            if isinstance(reading, TurnWake):
+                reading.set()
+            elif not reading.done():  # (mostly done: its own bytes set it)
+                reading.set_result(None)
         return True
 
     async def get_batch(

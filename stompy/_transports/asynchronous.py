@@ -450,13 +450,17 @@ class TaskIO(Generic[M]):
         # meanwhile, so neither a cancellation nor another write can come between); the
         # writer gets the rest, first in the buffer.
         try:
-            sent = stream.send_now(out)
+            # stream.send_now() written out (this stream is not closed: _close_stream()
+            # takes it from here first).
+            sent = stream.sock.send(out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
         except NETWORK_ERRORS as exc:
             self._end_epoch(scope, self._failed(exc))  # all of it unsent
             return True
         if sent:
-            self.engine.wrote(self.clock())
             del out[:sent]
+            self.engine.wrote(self.clock())
         if out:
             self.kick()
         return True
@@ -652,14 +656,21 @@ class TaskIO(Generic[M]):
         is handed to it."""
         if turn.caller is future:
             turn.caller = None
-        data = turn.take()
-        if data:
-            failure = self._feed(data)
-            engine = self.engine
+        inbound = turn.inbound
+        if inbound:  # turn.take() written out: once per answer
+            data = inbound[0] if len(inbound) == 1 else b"".join(inbound)
+            inbound.clear()
+            engine = self.engine  # _feed() written out (no socket lent on asyncio)
+            now = self.clock()
+            engine.receive(data, now)
+            self.at_rest = True  # an answer came: the next send may write through
+            pumped = engine.pump(now)
+            self._pumped(pumped.woke, pumped.replied)
+            failure = pumped.failure
             proto = engine.proto
             if (
                 failure is not None
-                or engine.paused
+                or engine.delivery.backlog  # (engine.paused)
                 or (proto is not None and proto.state is PROTOCOL_CLOSED)
             ):
                 if self._handed is None:
@@ -1020,8 +1031,15 @@ class TaskIO(Generic[M]):
             self.noticed.set()
         answered = False
         if woke:
-            if self.getting:
-                answered = self._wake_getters()
+            getting = self.getting
+            if getting:  # _wake_getters() written out
+                woken: list[Getter] = []
+                for sub in getting:
+                    if sub.wake(ended=False):
+                        woken.append(sub)
+                if woken:
+                    getting.difference_update(woken)
+                    answered = True
             receipts = self._receipts
             if receipts:
                 for wake in receipts.values():  # _wake_receipts()
