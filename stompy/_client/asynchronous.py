@@ -199,11 +199,13 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
             await anyio.lowlevel.checkpoint()
         inbox = self._inbox
         message = inbox.take()
-        if message is None:
-            if timeout is None:  # _wait() written out
-                io.check_thread()
+        if message is None:  # _wait() written out
+            io.check_thread()  # before the timeout's cancel scope: of another loop?
+            if timeout is None:
                 return await self._arrival(io, None)
-            return await self._wait(timeout)
+            if timeout > 0:
+                return await self._arrival(io, io.clock() + timeout)
+            return await self._briefly(io)
         delivery = self._delivery
         if delivery.backlog and delivery.wants_resume(inbox):
             io.make_room()

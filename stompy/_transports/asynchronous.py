@@ -511,7 +511,7 @@ class TaskIO(Generic[M]):
                         (rid is not None or cid is not None)
                         and deadlines is not None
                         and lending.free
-                        and not self.engine.paused
+                        and not self.engine.delivery.backlog  # (engine.paused)
                     ):
                         # Read through: the answer's bytes wake this task, not the reader.
                         turn_wake = TurnWake(lending)
@@ -536,8 +536,9 @@ class TaskIO(Generic[M]):
                     (rid is not None or cid is not None)
                     and turn is not None
                     and deadlines is not None
-                    and turn.free
-                    and not self.engine.paused
+                    and turn.caller is None  # (turn.free)
+                    and turn.end is None
+                    and not self.engine.delivery.backlog  # (engine.paused)
                 ):
                     # Read through: the answer's bytes wake this task, not the reader
                     # (read_from() written out, await, read_done()).
@@ -618,7 +619,10 @@ class TaskIO(Generic[M]):
         deadlines = self._deadlines
         if deadlines is None:
             return False
-        self._set_deadline(wake, deadline, deadlines)
+        deadlines[wake] = deadline  # _set_deadline() written out: once per get(timeout)
+        if deadline < self._timer_at:
+            self._timer_at = deadline
+            self._rearm.set()
         return True
 
     def untime(self, wake: Wake) -> None:
@@ -721,7 +725,7 @@ class TaskIO(Generic[M]):
                 proto = engine.proto
                 if (
                     failure is not None
-                    or engine.paused
+                    or engine.delivery.backlog  # (engine.paused)
                     or (proto is not None and proto.state is PROTOCOL_CLOSED)
                 ):
                     handing = True
@@ -1065,7 +1069,7 @@ class TaskIO(Generic[M]):
         pumped = engine.pump(now)
         if self._pumped(pumped.woke, pumped.replied):
             lending = self.lending
-            if lending is not None and not lending.reading and not engine.paused:
+            if lending is not None and not lending.reading and not engine.delivery.backlog:
                 lending.lend()
         return pumped.failure
 
