@@ -37,11 +37,8 @@ from stompy._engine.inbox import Inbox
 from stompy._engine.message import MessageBase
 from stompy._engine.outgoing import Outgoing, log, note_sent, split_for_sending
 from stompy._engine.state import CLOSED, CONNECTED, NEW, RECONNECTING
-from stompy._transports.asynchronous import (
-    FutureWake,
-    TaskIO,
-    TurnWake,
-)
+from stompy._transports.asynchronous import TaskIO
+from stompy._transports.rawsocket import ReadTurn, SocketTurn
 from stompy.errors import LocalProtocolError, StompError
 
 __all__ = ("AsyncConnection", "AsyncMessage", "AsyncSubscription", "AsyncTransaction", "send_async")
@@ -173,9 +170,9 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         self._io = link.io
         #: Set when a message arrives or the subscription may have ended.
         self._wakeup: anyio.Event | None = None
-        #: What wakes the ``get()`` reading through, set with the event: the future it
-        #: awaits (asyncio), or its :class:`TurnWake` (trio).
-        self._reading: asyncio.Future[None] | TurnWake | None = None
+        #: The turn of the socket that the ``get()`` reading through holds, set with the
+        #: event to wake it (:meth:`ReadTurn.set`, :meth:`SocketTurn.set`).
+        self._reading: ReadTurn | SocketTurn | None = None
 
     async def get(self, timeout: float | None = None) -> AsyncMessage | None:
         """The next message, or ``None`` on timeout or once the subscription ended.
@@ -302,40 +299,38 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
                 turn = io.turn
                 if lending is not None:
                     # trio: wait on the socket the reader task lent, as a call does.
-                    turn_wake = self._reading = TurnWake(lending)
+                    lending.woken = False  # the turn is this wait's wake-up
+                    self._reading = lending
                     getting.add(self)
                     io.at_rest = True
-                    timed = deadline is not None and io.time_out(turn_wake, deadline)
+                    timed = deadline is not None and io.time_out(lending, deadline)
                     try:
-                        await io.read_in_turn(lending, turn_wake)
+                        await io.read_in_turn(lending)
                     finally:
                         if timed:
-                            io.untime(turn_wake)
-                        if self._reading is turn_wake:
+                            io.untime(lending)
+                        if self._reading is lending:
                             self._reading = None
                             if self._wakeup is None:
                                 getting.discard(self)
                 elif idle and turn is not None and turn.caller is None and turn.end is None:
                     # (turn.free) Read through: the message's bytes wake this task, not
-                    # the reader. The future itself is what wake() sets; the timer,
-                    # which sets what it holds, is given a FutureWake of it.
+                    # the reader. The turn is this wait's wake-up (it sets the future).
                     future: asyncio.Future[None] = io.loop_future()
-                    self._reading = future
+                    turn.caller = future  # io.read_from() written out
+                    self._reading = turn
                     getting.add(self)
                     io.at_rest = True
-                    timer_wake: FutureWake | None = None
                     if deadline is not None:
-                        timer_wake = FutureWake(future)
-                        io.time_out(timer_wake, deadline)  # (a timer runs: idle says so)
-                    turn.caller = future  # io.read_from() written out
+                        io.time_out(turn, deadline)  # (a timer runs: idle says so)
                     turn.arm()
                     try:
                         await future
                     finally:
                         io.read_done(turn, future)
-                        if timer_wake is not None:
-                            io.untime(timer_wake)
-                        if self._reading is future:
+                        if deadline is not None:
+                            io.untime(turn)
+                        if self._reading is turn:
                             self._reading = None
                             if self._wakeup is None:
                                 getting.discard(self)
@@ -389,10 +384,7 @@ class AsyncSubscription(SubscriptionBase[AsyncMessage]):
         reading = self._reading
         self._reading = None
         if reading is not None:
-            if isinstance(reading, TurnWake):
-                reading.set()
-            elif not reading.done():  # (mostly done: its own bytes set it)
-                reading.set_result(None)
+            reading.set()
         return True
 
     async def get_batch(

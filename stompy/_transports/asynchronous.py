@@ -72,7 +72,7 @@ from stompy.errors import ConnectionLost, LocalProtocolError, StompError
 if sys.version_info < (3, 11):  # the backport, which anyio requires there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ("NETWORK_ERRORS", "FutureWake", "Getter", "TaskIO", "TurnWake", "thread_id")
+__all__ = ("NETWORK_ERRORS", "Getter", "TaskIO", "Wake", "thread_id")
 
 M = TypeVar("M", bound=MessageBase)
 T = TypeVar("T")
@@ -154,47 +154,13 @@ def _connect_reason(exc: BaseException) -> str:
 
 
 class Wake(Protocol):
-    """What wakes a wait for a receipt or a reply: an :class:`anyio.Event`, or the
-    :class:`FutureWake` of a call reading through."""
+    """What wakes a wait for a receipt, a reply or a ``get()``: an :class:`anyio.Event`,
+    or the turn of the call reading through (:class:`ReadTurn` on asyncio, its future;
+    :class:`SocketTurn` on trio), which only that call registers, and forgets before it
+    gives the turn up: setting it wakes that call."""
 
     def set(self) -> None:
         """Wake the wait (again: nothing)."""
-
-
-class FutureWake:
-    """The wake-up of a call that reads through (:meth:`TaskIO.read_from`): an
-    asyncio future, which the socket's bytes set too (:class:`ReadTurn`)."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.future = future
-
-    def set(self) -> None:
-        future = self.future
-        if not future.done():
-            future.set_result(None)
-
-
-class TurnWake:
-    """The wake-up of a call that reads through on trio (:meth:`TaskIO.read_in_turn`):
-    a flag the call looks at after each read, and, while it waits on the socket, the end
-    of that wait (:meth:`SocketTurn.interrupt`)."""
-
-    __slots__ = ("_turn", "woken")
-
-    def __init__(self, turn: SocketTurn) -> None:
-        self._turn = turn
-        self.woken = False
-
-    def set(self) -> None:
-        if not self.woken:
-            self.woken = True
-            turn = self._turn
-            # A call waits on the socket: end that wait (mostly none does: the answer
-            # was read by the call this wakes, which goes on from there).
-            if turn.reading and turn.waiting:
-                turn.interrupt()
 
 
 class Getter(Protocol):
@@ -514,16 +480,16 @@ class TaskIO(Generic[M]):
                         and not self.engine.delivery.backlog  # (engine.paused)
                     ):
                         # Read through: the answer's bytes wake this task, not the reader.
-                        turn_wake = TurnWake(lending)
+                        lending.woken = False  # the turn is this wait's wake-up
                         if rid is not None:
-                            receipts[rid] = turn_wake
+                            receipts[rid] = lending
                         elif cid is not None:
-                            replies[cid] = turn_wake
-                        self._set_deadline(turn_wake, wait.deadline, deadlines)
+                            replies[cid] = lending
+                        self._set_deadline(lending, wait.deadline, deadlines)
                         try:
-                            await self.read_in_turn(lending, turn_wake)
+                            await self.read_in_turn(lending)
                         finally:
-                            deadlines.pop(turn_wake, None)
+                            deadlines.pop(lending, None)
                         if rid is not None:  # _unwait() written out
                             receipts.pop(rid, None)
                         elif cid is not None:
@@ -543,22 +509,21 @@ class TaskIO(Generic[M]):
                     # Read through: the answer's bytes wake this task, not the reader
                     # (read_from() written out, await, read_done()).
                     future = self.loop_future()
-                    wake = FutureWake(future)
+                    turn.caller = future  # the turn is this wait's wake-up (its set())
                     if rid is not None:
-                        receipts[rid] = wake
+                        receipts[rid] = turn
                     elif cid is not None:
-                        replies[cid] = wake
-                    deadline = deadlines[wake] = wait.deadline  # _set_deadline()
+                        replies[cid] = turn
+                    deadline = deadlines[turn] = wait.deadline  # _set_deadline()
                     if deadline < self._timer_at:
                         self._timer_at = deadline
                         self._rearm.set()
-                    turn.caller = future
                     turn.arm()
                     try:
                         await future
                     finally:
                         self.read_done(turn, future)
-                        deadlines.pop(wake, None)
+                        deadlines.pop(turn, None)
                     if rid is not None:  # _unwait() written out
                         receipts.pop(rid, None)
                     elif cid is not None:
@@ -642,9 +607,10 @@ class TaskIO(Generic[M]):
     def read_from(turn: ReadTurn, future: asyncio.Future[None]) -> None:
         """Start a read-through on asyncio: until ``future`` is set, the socket's bytes
         are read for it and set it (:class:`ReadTurn`); ``await future``, then
-        :meth:`read_done` in a ``finally``. ``future`` is set by the wait's own wake-up
-        too (its answer, read by another, the timer at its deadline, a change of the
-        connection). The turn must be free (:attr:`ReadTurn.free`).
+        :meth:`read_done` in a ``finally``. The wait's own wake-ups set ``future`` too
+        (its answer, read by another, the timer at its deadline, a change of the
+        connection), through the turn, which the wait registers as its :class:`Wake`
+        once ``future`` is its caller. The turn must be free (:attr:`ReadTurn.free`).
 
         The reader task stays waiting, unwoken, and reads again once it is done.
         Written out, with no coroutine of its own, where a coroutine level counts (a
@@ -681,13 +647,15 @@ class TaskIO(Generic[M]):
                     self._handed = failure
                 turn.poke()
 
-    async def read_in_turn(self, turn: SocketTurn, wake: TurnWake) -> None:
-        """trio: wait until ``wake`` is set, reading the socket the reader task lent
-        meanwhile (:class:`SocketTurn`): what comes is fed to the engine here, which routes
-        it as the reader task would (setting ``wake``, or waking another wait). ``wake``
-        is set by the wait's own wake-ups too (the timer at its deadline, a change of the
-        connection), which interrupt the socket's wait. The turn must be free
-        (:attr:`SocketTurn.free`); the caller hands it back when its call is done.
+    async def read_in_turn(self, turn: SocketTurn) -> None:
+        """trio: wait until ``turn`` is set (:meth:`SocketTurn.set`, its ``woken``
+        cleared by the caller before it registered the turn as its wait's wake-up),
+        reading the socket the reader task lent meanwhile (:class:`SocketTurn`): what
+        comes is fed to the engine here, which routes it as the reader task would
+        (setting ``turn``, or waking another wait). ``turn`` is set by the wait's own
+        wake-ups too (the timer at its deadline, a change of the connection), which
+        interrupt the socket's wait. The turn must be free (:attr:`SocketTurn.free`); the
+        caller hands it back when its call is done.
 
         Each read is fed at once, without awaiting: cancelled, nothing read is lost. What
         the reader task must judge (the end of the stream, a failure, a full inbox, the
@@ -699,7 +667,7 @@ class TaskIO(Generic[M]):
         failure: StompError | None = None
         handing = False
         try:
-            while not wake.woken:
+            while not turn.woken:
                 # turn.read() written out: one coroutine level less for each wait.
                 if turn.end is not None:
                     handing = True  # the reader task judges the end

@@ -193,6 +193,14 @@ class ReadTurn:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def set(self) -> None:
+        """Wake the call reading through (:attr:`caller`), if one does: the turn is its
+        wait's wake-up (a :class:`~stompy._transports.asynchronous.Wake`), registered by
+        that call alone and forgotten before it gives the turn up."""
+        caller = self.caller
+        if caller is not None and not caller.done():
+            caller.set_result(None)
+
     def _ended(self, end: BaseException) -> None:
         if self.end is None:
             self.end = end
@@ -310,6 +318,9 @@ class SocketTurn:
         self.waiting = False
         #: :meth:`interrupt` ended the wait under way.
         self.interrupted = False
+        #: The call reading through was woken (:meth:`set`); cleared by each call before
+        #: it registers the turn as its wait's wake-up.
+        self.woken = False
         self._poked = False
 
     @property
@@ -347,6 +358,17 @@ class SocketTurn:
             self._parked = None
             self._waking = True
             self._reschedule(parked)
+
+    def set(self) -> None:
+        """Wake the call reading through: it stops at its next look (:attr:`woken`), and
+        its wait on the socket, if one is under way, ends (mostly none is: the answer was
+        read by the call this wakes, which goes on from there). The turn is that wait's
+        wake-up (a :class:`~stompy._transports.asynchronous.Wake`), registered by that
+        call alone and forgotten before it hands the socket back."""
+        if not self.woken:
+            self.woken = True
+            if self.reading and self.waiting:
+                self.interrupt()
 
     def interrupt(self) -> None:
         """End the wait of the task waiting on the socket (:meth:`read` returns ``None``)."""
