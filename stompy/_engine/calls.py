@@ -38,8 +38,15 @@ from stompy._engine.keywords import MessageOptions, RequestOptions, SubscribeOpt
 from stompy._engine.message import MessageBase
 from stompy._engine.options import check_overflow
 from stompy._engine.outgoing import Outgoing, note_sent
-from stompy._engine.requests import REPLY_SUBSCRIPTIONS, reply_address, timed_out
-from stompy._engine.state import CLOSED, CLOSING, CONNECTED, RECONNECTING, ReceiptState
+from stompy._engine.requests import REPLY_SUBSCRIPTIONS, Request, reply_address, timed_out
+from stompy._engine.state import (
+    CLOSED,
+    CLOSING,
+    CONNECTED,
+    PROTOCOL_CLOSED,
+    RECONNECTING,
+    ReceiptState,
+)
 from stompy._mypyc import mypyc_attr
 from stompy.errors import (
     AckLost,
@@ -57,6 +64,7 @@ from stompy.errors import (
 __all__ = (
     "REQUEST_TIMEOUT",
     "RESENT_HEADER",
+    "Asking",
     "Call",
     "Running",
     "Sends",
@@ -173,6 +181,204 @@ def _outcome(steps: Steps[T]) -> Generator[Wait | T, float, None]:
     where ``yield from`` takes the value without one. A last ``next()`` ends this
     generator the same way (no value, no exception)."""
     yield (yield from steps)
+
+
+def _unanswered(
+    engine: Engine[Any],
+    state: ReceiptState,
+    lost: type[StompError],
+    what: str,
+    epoch: int,
+    unknown: str = "",
+) -> None:
+    """Raise why the wait on ``engine`` for ``what`` (a receipt, a reply, asked in
+    ``epoch``) ended unanswered, if it did: the engine's failure, ``lost`` when its connection
+    ended first (saying that ``unknown``, if given, is unknown; :class:`MessageTooLarge`
+    itself, when that is why it ended) or
+    ``close()`` ended a wait for a reply, or :class:`ClosedBeforeReceipt` when
+    ``close()`` ended a wait for a receipt unconfirmed."""
+    if state is ReceiptState.FAILED:
+        failure = engine.failure
+        assert failure is not None
+        raise _again(failure) from failure
+    if state is ReceiptState.UNCONFIRMED:
+        cause = engine.end_of(epoch)
+        why = f" ({cause})" if cause is not None else ""
+        raise ClosedBeforeReceipt(
+            f"the connection was closed before {what} arrived, and the broker did not "
+            f"confirm the DISCONNECT{why}: whether the frame took effect is unknown"
+        )
+    if state is ReceiptState.CLOSED:
+        raise lost(
+            f"the connection was closed by the caller (close()) before {what} arrived: "
+            "no reply is awaited once it closes"
+        )
+    if state is ReceiptState.LOST:
+        cause = engine.end_of(epoch)
+        if isinstance(cause, MessageTooLarge):
+            # The broker ended the connection for a frame too large: sending it again
+            # on the next one would fail the same way.
+            raise _again(cause) from cause
+        why = f": {cause}" if cause is not None else ""
+        unknown = f"; {unknown} is unknown" if unknown else ""
+        raise lost(f"the connection was lost before {what} arrived{why}{unknown}")
+
+
+def request_options(options: RequestOptions) -> tuple[float, str, Mapping[str, str] | None]:
+    """A request's ``timeout``, ``reply_subscription`` and ``headers`` (see
+    :meth:`Call.request`), checked.
+
+    Raises :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long, or a
+    ``reply_subscription`` it does not know; :class:`TypeError` for a ``timeout`` not a
+    number, or ``headers`` not a mapping."""
+    given: Mapping[str, Any] = options  # checked here (see Sends)
+    timeout = given.get("timeout", REQUEST_TIMEOUT)
+    if type(timeout) is not float or not 0.0 <= timeout <= MAX_SECONDS:  # else it is fine
+        timeout = check_seconds("timeout", timeout)
+    asked: object = given.get("reply_subscription", "auto")
+    route = (
+        asked
+        if type(asked) is str and asked in REPLY_SUBSCRIPTIONS
+        else check_choice("reply_subscription", asked, REPLY_SUBSCRIPTIONS)  # raises
+    )
+    # Merged with reply-to and correlation-id: pairs were "'list' object is not a mapping".
+    headers = given.get("headers")
+    if headers is not None and type(headers) is not dict:
+        check_type("headers", headers, Mapping, "a mapping of str to str")
+    return timeout, route, headers
+
+
+def _unreplied(
+    engine: Engine[Any], request: Request[Any], now: float, deadline: float, timeout: float
+) -> None:
+    """Raise why the wait for ``request``'s reply, which has not come, is over at ``now``,
+    if it is: the connection's end or failure (:func:`_unanswered`), or its ``deadline``
+    (:class:`RequestTimeout`, after ``timeout`` seconds)."""
+    state = engine.reply_state(request)
+    if state is not _PENDING:
+        what = f"the reply to the request to {request.destination!r} ({request.correlation_id!r})"
+        _unanswered(engine, state, ConnectionLost, what, request.epoch)
+    if now >= deadline:
+        raise timed_out(request, timeout)
+
+
+class Asking(Running[M]):
+    """A ``request()`` as a client runs it, driven as :class:`Running` is: straight, when
+    the request can go out at once.
+
+    Connected (:meth:`Engine.usable`) with room in the outgoing buffer, the SEND is queued
+    and its bytes moved there as it starts, then it waits for the reply, which the pump
+    puts on the :class:`Request`; each wake-up looks there first. No generator, no
+    :class:`Call`, one :class:`Wait`: a round trip's whole call. Anything in the way (not
+    connected yet, a reconnect, an end not yet judged, a full buffer) hands the rest to
+    :meth:`Call.request` or :meth:`Call.answer`, the general way: the outcomes and errors
+    are theirs, the same either way.
+    """
+
+    __slots__ = (
+        "_body",
+        "_deadline",
+        "_destination",
+        "_engine",
+        "_general",
+        "_now",
+        "_options",
+        "_request",
+        "_timeout",
+        "_wait",
+    )
+
+    # Set as the request is sent straight (see resume()).
+    _deadline: float
+    _timeout: float
+    _wait: Wait
+
+    def __init__(
+        self,
+        engine: Engine[M],
+        now: float,
+        destination: object,
+        body: object,
+        options: RequestOptions,
+    ) -> None:
+        # Nothing is looked at before it starts (resume()): a transport runs it under its
+        # lock, after its own checks.
+        self._engine = engine
+        self._now = now
+        self._destination = destination
+        self._body = body
+        self._options = options
+        #: The request sent straight (``None``: not, or not yet).
+        self._request: Request[M] | None = None
+        #: The general way runs it (in ``_steps``).
+        self._general = False
+
+    def resume(self, now: float | None = None) -> Wait | None:
+        """Start the request (``now`` is ``None``): queue it and move its bytes out, then
+        its wait; or go on after a wait that ended at ``now``: the reply, once it came."""
+        engine = self._engine
+        request = self._request
+        if request is not None:
+            reply = request.reply
+            if reply is not None:
+                self.result = reply
+                engine.requests.forget(request)
+                return None
+            assert now is not None
+            try:
+                _unreplied(engine, request, now, self._deadline, self._timeout)
+            except BaseException:
+                engine.requests.forget(request)
+                raise
+            return self._wait  # woken early: the same wait again
+        if now is not None:  # the general way's, from its start
+            return Running.resume(self, now)
+        now = self._now
+        proto = engine.proto
+        if (  # (Engine.usable(), written out)
+            engine.status is not CONNECTED
+            or engine.ending is not None
+            or proto is None
+            or proto.state is PROTOCOL_CLOSED
+        ):
+            call = Call(engine, now)  # a wait may come first: the general way
+            return self._hand_over(call.request(self._destination, self._body, self._options))
+        # request_options(), written out: a call and a tuple less per request.
+        given: Mapping[str, Any] = self._options  # checked here (see Sends)
+        timeout = given.get("timeout", REQUEST_TIMEOUT)
+        if type(timeout) is not float or not 0.0 <= timeout <= MAX_SECONDS:
+            timeout = check_seconds("timeout", timeout)
+        route = given.get("reply_subscription", "auto")
+        if route != "auto" and (type(route) is not str or route not in REPLY_SUBSCRIPTIONS):
+            check_choice("reply_subscription", route, REPLY_SUBSCRIPTIONS)  # raises
+        headers = given.get("headers")
+        if headers is not None and type(headers) is not dict:
+            check_type("headers", headers, Mapping, "a mapping of str to str")
+        content_type = given.get("content_type")
+        request = engine.request(self._destination, self._body, headers, content_type, route, now)
+        deadline = now + timeout
+        if len(engine.outgoing) > MAX_OUTGOING:  # back-pressure: wait for room
+            return self._hand_over(Call(engine, now).answer(request, deadline, timeout))
+        self._request = request
+        self._deadline = deadline
+        self._timeout = timeout
+        wait = self._wait = Wait(_REPLY, deadline, None, request.correlation_id)
+        return wait
+
+    def _hand_over(self, steps: Steps[M]) -> Wait | None:
+        """Run ``steps``, the general way, from here on."""
+        self._steps = _outcome(steps)
+        self._general = True
+        return Running.resume(self)
+
+    def close(self) -> None:
+        """Stop the call where it waits: it forgets its request."""
+        if self._general:
+            self._steps.close()
+            return
+        request = self._request
+        if request is not None:
+            self._engine.requests.forget(request)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # TracedCall, not compiled
@@ -345,47 +551,12 @@ class Call(Sends[M]):
                 if state is _ARRIVED:
                     return
                 if state is not _PENDING:
-                    self._unanswered(state, lost, f"the receipt {rid!r}", epoch, unknown)
+                    _unanswered(engine, state, lost, f"the receipt {rid!r}", epoch, unknown)
                 if self.now >= deadline:
                     raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
                 self.now = yield Wait(_RECEIPT, deadline, rid)  # _wait(), inlined
         finally:
             engine.receipts.forget(rid)
-
-    def _unanswered(
-        self, state: ReceiptState, lost: type[StompError], what: str, epoch: int, unknown: str = ""
-    ) -> None:
-        """Raise why the wait for ``what`` (a receipt, a reply, asked in ``epoch``) ended
-        unanswered, if it did: the engine's failure, ``lost`` when its connection
-        ended first (saying that ``unknown``, if given, is unknown; :class:`MessageTooLarge`
-        itself, when that is why it ended) or
-        ``close()`` ended a wait for a reply, or :class:`ClosedBeforeReceipt` when
-        ``close()`` ended a wait for a receipt unconfirmed."""
-        if state is ReceiptState.FAILED:
-            failure = self.engine.failure
-            assert failure is not None
-            raise _again(failure) from failure
-        if state is ReceiptState.UNCONFIRMED:
-            cause = self.engine.end_of(epoch)
-            why = f" ({cause})" if cause is not None else ""
-            raise ClosedBeforeReceipt(
-                f"the connection was closed before {what} arrived, and the broker did not "
-                f"confirm the DISCONNECT{why}: whether the frame took effect is unknown"
-            )
-        if state is ReceiptState.CLOSED:
-            raise lost(
-                f"the connection was closed by the caller (close()) before {what} arrived: "
-                "no reply is awaited once it closes"
-            )
-        if state is ReceiptState.LOST:
-            cause = self.engine.end_of(epoch)
-            if isinstance(cause, MessageTooLarge):
-                # The broker ended the connection for a frame too large: sending it again
-                # on the next one would fail the same way.
-                raise _again(cause) from cause
-            why = f": {cause}" if cause is not None else ""
-            unknown = f"; {unknown} is unknown" if unknown else ""
-            raise lost(f"the connection was lost before {what} arrived{why}{unknown}")
 
     # -- the calls ---------------------------------------------------------------------
 
@@ -438,7 +609,7 @@ class Call(Sends[M]):
                             return
                         if state is not _PENDING:
                             what = f"the receipt {rid!r}"
-                            self._unanswered(state, ConnectionLost, what, epoch, _UNKNOWN)
+                            _unanswered(engine, state, ConnectionLost, what, epoch, _UNKNOWN)
                         if self.now >= until:
                             timeout = engine.options.receipt_timeout
                             raise ReceiptTimeout(f"no RECEIPT {rid!r} within {timeout} s")
@@ -469,42 +640,36 @@ class Call(Sends[M]):
         (which it says), the engine's failure, and
         :class:`ConfigurationError` for a ``timeout`` below 0, NaN or too long
         (:class:`TypeError` for one not a number), or a header it writes.
+
+        The general way, which waits out what is in a request's way (a reconnect, a
+        connection not yet settled, a full outgoing buffer); :class:`Asking` runs the
+        same call straight when nothing is.
         """
-        given: Mapping[str, Any] = options  # checked here (see Sends)
-        timeout = given.get("timeout", REQUEST_TIMEOUT)
-        if type(timeout) is not float or not 0.0 <= timeout <= MAX_SECONDS:  # else it is fine
-            timeout = check_seconds("timeout", timeout)
-        asked: object = given.get("reply_subscription", "auto")
-        route = (
-            asked
-            if type(asked) is str and asked in REPLY_SUBSCRIPTIONS
-            else check_choice("reply_subscription", asked, REPLY_SUBSCRIPTIONS)  # raises
-        )
-        # Merged with reply-to and correlation-id: pairs were "'list' object is not a mapping".
-        headers = given.get("headers")
-        if headers is not None and type(headers) is not dict:
-            check_type("headers", headers, Mapping, "a mapping of str to str")
+        timeout, route, headers = request_options(options)
         engine = self.engine
         if engine.usable() is None:  # connected, mostly: no generator for a wait then
             yield from self.ready()
         deadline = self.now + timeout
-        request = engine.request(destination, body, headers, given.get("content_type"), route)
-        correlation_id = request.correlation_id
+        content_type = options.get("content_type")
+        request = engine.request(destination, body, headers, content_type, route, self.now)
+        return (yield from self.answer(request, deadline, timeout))
+
+    def answer(self, request: Request[M], deadline: float, timeout: float) -> Steps[M]:
+        """The rest of :meth:`request` once ``request`` is queued (:meth:`Engine.request`):
+        a wait for room in the outgoing buffer if it is full, until ``deadline``, then the
+        wait for its reply, which it returns, until ``deadline`` (its ``timeout`` after the
+        call began). The request is forgotten as it ends: a reply that comes later is
+        dropped."""
+        engine = self.engine
         try:
-            engine.flush(self.now)
             if len(engine.outgoing) > MAX_OUTGOING:
                 yield from self.room(deadline)
             while True:
                 reply = request.reply  # (Engine.reply_state's first look, without the call)
                 if reply is not None:
                     return reply
-                state = engine.reply_state(request)
-                if state is not _PENDING:
-                    what = f"the reply to the request to {destination!r} ({correlation_id!r})"
-                    self._unanswered(state, ConnectionLost, what, request.epoch)
-                if self.now >= deadline:
-                    raise timed_out(request, timeout)
-                self.now = yield Wait(_REPLY, deadline, None, correlation_id)
+                _unreplied(engine, request, self.now, deadline, timeout)  # raises, if over
+                self.now = yield Wait(_REPLY, deadline, None, request.correlation_id)
         finally:
             engine.requests.forget(request)
 

@@ -533,12 +533,14 @@ class Engine(Generic[M]):
         body: object,
         headers: Mapping[str, str] | None,
         content_type: object,
-        reply_subscription: str = "auto",
+        reply_subscription: str,
+        now: float | None,
     ) -> Request[M]:
         """SEND a request on the current connection: ``reply-to`` is where the replies
         come (see :mod:`stompy._engine.requests`: :data:`REPLY_QUEUE`, or a destination
         the connection subscribes to at its first request), ``correlation-id`` a fresh
-        one. The request waits in :attr:`requests` until :meth:`forget_request`.
+        one. Its bytes are moved to :attr:`outgoing` at once (:meth:`flush` at ``now``).
+        The request waits in :attr:`requests` until :meth:`Requests.forget`.
 
         Raises :class:`ConfigurationError` (nothing sent) when ``headers`` has either.
         """
@@ -580,6 +582,16 @@ class Engine(Generic[M]):
         except BaseException:
             self.requests.forget(request)  # nothing went out: nothing to wait for
             raise
+        if self.ws is None:  # flush(), written out: a request's one take of the output
+            data = proto.data_to_send(now)
+            # Asked per request, as send_now() does; off by logging's own record: no call.
+            if not (_DEBUG in _LEVELS and not _LEVELS[_DEBUG]) and _debug_on():
+                log_sent(data, self.endpoint)
+            if not self.outgoing and now is not None:
+                self._write_since = now  # the write deadline counts from here
+            self.outgoing += data
+        else:
+            self.flush(now)
         return request
 
     def reply_state(self, request: Request[M]) -> ReceiptState:
@@ -703,7 +715,9 @@ class Engine(Generic[M]):
             delivery.watch(self._now, self.endpoint)
         self.flush(now)
         requests = self.requests
-        replied = requests.take_replied() if requests.replied else ()
+        replied: Sequence[str] = requests.replied
+        if replied:  # (take_replied(), written out)
+            requests.replied = []
         if failure is None and not replied:
             return _WOKE if woke else _QUIET  # the common results, made once
         return Pumped(woke or failure is not None, failure, replied)

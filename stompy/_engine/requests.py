@@ -15,10 +15,10 @@ waiter is done. How the replies reach the connection depends on the broker, told
   :data:`REPLY_QUEUE` as its id.
 
 Either way the replies arrive with ``subscription`` set to :data:`REPLY_QUEUE`, and the
-engine hands each to the request :func:`answered` names. ``request(...,
-reply_subscription=...)`` overrides the choice; a :class:`RequestTimeout` says which way
-was used (:func:`timed_out`). :func:`reply_address` is the other side: where a reply to
-a received message goes.
+engine hands each to the request its ``correlation-id`` names (:meth:`Requests.reply`).
+``request(..., reply_subscription=...)`` overrides the choice; a :class:`RequestTimeout`
+says which way was used (:func:`timed_out`). :func:`reply_address` is the other side:
+where a reply to a received message goes.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ __all__ = (
     "ReplySubscription",
     "Request",
     "Requests",
-    "answered",
     "check_request_headers",
     "explicit_replies",
     "reply_address",
@@ -120,14 +119,16 @@ class Requests(Generic[M]):
         return request
 
     def reply(self, message: M) -> None:
-        """``message`` came to :data:`REPLY_QUEUE`: the reply of the request it names,
-        or else dropped (that request timed out, or was answered already)."""
-        request = answered(self._waiting, message.frame)
-        if request is None:
+        """``message`` came to :data:`REPLY_QUEUE`: the reply of the request its
+        ``correlation-id`` names, kept on it (:attr:`Request.reply`), or else dropped
+        (that request timed out, or has its reply already)."""
+        correlation_id = message.frame.get("correlation-id")  # (answered(), written out)
+        request = self._waiting.get(correlation_id) if correlation_id is not None else None
+        if request is None or request.reply is not None:
             log.debug(
                 "dropping a reply with correlation-id %r from %r: no request waits for "
                 "it (it timed out, or was answered already)",
-                message.frame.get("correlation-id"),
+                correlation_id,
                 message.destination,
             )
             return
@@ -199,16 +200,6 @@ def timed_out(request: Request[M], timeout: float) -> RequestTimeout:
         f"no reply to the request to {request.destination!r} (correlation-id "
         f"{request.correlation_id!r}) within {timeout} s; {request.route}"
     )
-
-
-def answered(requests: Mapping[str, Request[M]], reply: Frame) -> Request[M] | None:
-    """The request that the MESSAGE ``reply`` answers: the one its ``correlation-id``
-    names, unless that one has its reply already (``None`` then, as for no match)."""
-    correlation_id = reply.get("correlation-id")
-    request = requests.get(correlation_id) if correlation_id is not None else None
-    if request is None or request.reply is not None:
-        return None
-    return request
 
 
 def reply_address(frame: Frame, headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:

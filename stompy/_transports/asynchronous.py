@@ -433,7 +433,7 @@ class TaskIO(Generic[M]):
 
     # -- running calls ---------------------------------------------------------------------
 
-    def run(self, steps: Steps[T]) -> Coroutine[Any, Any, T]:
+    def run(self, steps: Steps[T] | Running[T]) -> Coroutine[Any, Any, T]:
         """Run a call's steps, waiting as they ask (``await io.run(steps)``); raises
         :class:`LocalProtocolError` from another thread or event loop than the
         connection's (:meth:`check_thread`).
@@ -451,7 +451,7 @@ class TaskIO(Generic[M]):
                 self.elsewhere()
         elif host._thread_id != thread_id() or sniffed.name != self.library:
             self.elsewhere()
-        running = Running(steps)
+        running = steps if isinstance(steps, Running) else Running(steps)
         return self._drive(running, running.resume())
 
     async def _drive(self, running: Running[T], wait: Wait | None) -> T:

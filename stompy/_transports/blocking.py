@@ -188,9 +188,10 @@ class IOThread(Generic[M]):
 
     # -- for user threads ----------------------------------------------------------------
 
-    def run(self, steps: Steps[T]) -> T:
-        """Run a call's steps under the lock, waiting as they ask."""
-        running = Running(steps)
+    def run(self, steps: Steps[T] | Running[T]) -> T:
+        """Run a call's steps (or a call already made a :class:`Running`, such as a
+        request's :class:`Asking`) under the lock, waiting as they ask."""
+        running = steps if isinstance(steps, Running) else Running(steps)
         with self.lock:  # the condition's lock, entered at C speed
             try:
                 wait = running.resume()
