@@ -20,7 +20,13 @@ import anyio.abc
 import pytest
 
 import stompy
-from stompy.errors import ConnectionLost, NoReplyTo, ReceiptTimeout, RequestTimeout
+from stompy.errors import (
+    ConnectionLost,
+    LocalProtocolError,
+    NoReplyTo,
+    ReceiptTimeout,
+    RequestTimeout,
+)
 from stompy.testing import Broker, run_broker, serve
 
 #: Every wait of these tests is bounded by this many seconds.
@@ -139,6 +145,29 @@ def test_requests_in_flight_fail_after_a_reconnect_and_new_ones_work() -> None:
             assert client.request(service, "again", timeout=LIMIT).text == "AGAIN"
 
 
+def test_a_request_in_flight_without_reconnect_raises_that_the_connection_was_lost() -> None:
+    service = queue()
+    with (
+        run_broker() as broker,
+        stompy.Connection(broker.url) as client,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        pending = pool.submit(client.request, service, "lost", timeout=LIMIT)
+        broker.wait_until(lambda: broker.queue_depth(service) == 1)
+        broker.drop_all_connections()
+        with pytest.raises(ConnectionLost) as raised:
+            pending.result(timeout=LIMIT)
+        assert not isinstance(raised.value, RequestTimeout)
+        with pytest.raises(ConnectionLost):  # the connection is over: so is the next
+            client.request(service, "again", timeout=LIMIT)
+
+
+def test_a_request_on_a_connection_not_open_yet_is_refused() -> None:
+    conn = stompy.Connection("stomp://127.0.0.1:9")  # never connected
+    with pytest.raises(LocalProtocolError, match="not open yet"):
+        conn.request("/queue/rpc", "ping", timeout=LIMIT)
+
+
 # -- the async client, on asyncio and trio -----------------------------------------------
 
 
@@ -249,3 +278,55 @@ async def test_async_requests_in_flight_fail_after_a_reconnect() -> None:
                 await tg.start(respond, broker.url, service)
                 assert (await client.request(service, "again")).text == "AGAIN"
                 tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_async_a_request_nobody_answers_times_out_and_its_late_reply_is_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = queue()
+    caplog.set_level(logging.DEBUG, logger="stompy")
+    with anyio.fail_after(LIMIT):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as client:
+            with pytest.raises(RequestTimeout, match=service):
+                await client.request(service, "anyone?", timeout=0.2)
+            async with anyio.create_task_group() as tg:
+                await tg.start(respond, broker.url, service)
+                # The responder answers the old request first, then this one: by the
+                # time this reply is back, the late one was handled.
+                assert (await client.request(service, "now", timeout=LIMIT)).text == "NOW"
+                tg.cancel_scope.cancel()
+    late = dropped_messages(caplog, logging.DEBUG)
+    assert len(late) == 1
+    assert "dropping a reply" in late[0]
+    assert dropped_messages(caplog, logging.WARNING) == []
+
+
+@pytest.mark.anyio
+async def test_async_a_request_in_flight_without_reconnect_raises_connection_lost() -> None:
+    service = queue()
+    with anyio.fail_after(LIMIT):
+        async with serve() as broker, stompy.AsyncConnection(broker.url) as client:
+            failed: list[BaseException] = []
+
+            async def lost() -> None:
+                try:
+                    await client.request(service, "lost", timeout=LIMIT)
+                except ConnectionLost as exc:
+                    failed.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lost)
+                await broker.wait_until(lambda: broker.queue_depth(service) == 1)
+                await broker.drop_all_connections()
+            assert len(failed) == 1
+            assert not isinstance(failed[0], RequestTimeout)
+            with pytest.raises(ConnectionLost):  # the connection is over: so is the next
+                await client.request(service, "again", timeout=LIMIT)
+
+
+@pytest.mark.anyio
+async def test_async_a_request_on_a_connection_not_open_yet_is_refused() -> None:
+    conn = stompy.AsyncConnection("stomp://127.0.0.1:9")  # never entered
+    with anyio.fail_after(LIMIT), pytest.raises(LocalProtocolError, match="not open yet"):
+        await conn.request("/queue/rpc", "ping", timeout=LIMIT)
