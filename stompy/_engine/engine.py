@@ -206,8 +206,9 @@ class Engine(Generic[M]):
         self._reply_subscribed = 0  # the epoch in which REPLY_QUEUE was subscribed to
         self._reply_to = REPLY_QUEUE  # ... and the destination of that subscription
         #: How the last request's replies were awaited, kept for the next one on the same
-        #: connection: (epoch, reply_subscription, server, reply-to, route in words).
-        self._replies_chosen: tuple[int, str, str | None, str, str] | None = None
+        #: connection: (epoch, reply_subscription, reply-to, route in words). The broker's
+        #: ``server`` it depends on is the epoch's: it changes only with the connection.
+        self._replies_chosen: tuple[int, str, str, str] | None = None
         #: What was answered of the messages delivered.
         self.acks = AckBook()
         self._now = 0.0  # the time as the transport last said (for the backlog's clock)
@@ -549,14 +550,9 @@ class Engine(Generic[M]):
             proto = self.ready()  # raises why not (the call checked it: seldom here)
         if headers:
             check_request_headers(headers)
-        server = self.connected.server if self.connected is not None else None
         chosen = self._replies_chosen
-        if (
-            chosen is None
-            or chosen[0] != self.epoch
-            or chosen[1] != reply_subscription
-            or chosen[2] != server
-        ):
+        if chosen is None or chosen[0] != self.epoch or chosen[1] != reply_subscription:
+            server = self.connected.server if self.connected is not None else None
             explicit = explicit_replies(server, reply_subscription)
             reply_to = REPLY_QUEUE
             if explicit:
@@ -569,10 +565,10 @@ class Engine(Generic[M]):
                     self._reply_subscribed = self.epoch
                 reply_to = self._reply_to
             route = reply_route(explicit, reply_to, server, reply_subscription)
-            chosen = (self.epoch, reply_subscription, server, reply_to, route)
+            chosen = (self.epoch, reply_subscription, reply_to, route)
             self._replies_chosen = chosen
-        reply_to = chosen[3]
-        request = self.requests.new(destination, self.epoch, chosen[4])
+        reply_to = chosen[2]
+        request = self.requests.new(destination, self.epoch, chosen[3])
         correlation_id = request.correlation_id
         sent = {"reply-to": reply_to, "correlation-id": correlation_id}
         if headers:
