@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import anyio
@@ -330,3 +330,52 @@ async def test_async_a_request_on_a_connection_not_open_yet_is_refused() -> None
     conn = stompy.AsyncConnection("stomp://127.0.0.1:9")  # never entered
     with anyio.fail_after(LIMIT), pytest.raises(LocalProtocolError, match="not open yet"):
         await conn.request("/queue/rpc", "ping", timeout=LIMIT)
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio", "trio"])
+def test_a_request_is_logged_from_the_moment_debug_is_on(
+    flavour: str, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each request's SEND is logged at DEBUG (as every frame sent is) as soon as DEBUG is
+    switched on, and no longer once it is off: not as of the last bytes received."""
+    service = queue()
+    stompy_log = logging.getLogger("stompy")
+    stompy_log.setLevel(logging.INFO)
+
+    def asks(request: Callable[[str], object]) -> None:
+        request("quiet before")
+        caplog.set_level(logging.DEBUG, logger="stompy")
+        request("loud while on")
+        stompy_log.setLevel(logging.INFO)
+        request("quiet after")
+
+    try:
+        with responder(broker.url, service):
+            if flavour == "blocking":
+                with stompy.Connection(broker.url, heartbeats=(0, 0)) as conn:
+                    asks(lambda text: conn.request(service, text, timeout=LIMIT))
+            else:
+
+                async def main() -> None:
+                    async with stompy.AsyncConnection(broker.url, heartbeats=(0, 0)) as conn:
+                        for text in ("quiet before", "loud while on", "quiet after"):
+                            if text == "loud while on":
+                                caplog.set_level(logging.DEBUG, logger="stompy")
+                            await conn.request(service, text, timeout=LIMIT)
+                            if text == "loud while on":
+                                stompy_log.setLevel(logging.INFO)
+
+                anyio.run(main, backend=flavour)
+    finally:
+        stompy_log.setLevel(logging.NOTSET)
+    # The requester's SENDs, not the responder's (its replies are upper case, and it
+    # logs what it receives as "received ...").
+    sent = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.DEBUG
+        and r.getMessage().startswith("to ")
+        and "reply-to:" in r.getMessage()
+    ]
+    assert len(sent) == 1
+    assert "loud while on" in sent[0]
