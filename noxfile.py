@@ -121,6 +121,7 @@ WHEEL_TESTS = (
     "tests/test_session.py",
     "tests/test_request.py",
     "tests/test_request_clients.py",
+    "tests/test_request_straight.py",
     "tests/test_send_fast_path.py",
     "tests/test_flow_control.py",
     "tests/test_tracing.py",
