@@ -269,7 +269,7 @@ class Asking(Running[M]):
     Connected (:meth:`Engine.usable`) with room in the outgoing buffer, the SEND is queued
     and its bytes moved there as it starts, then it waits for the reply, which the pump
     puts on the :class:`Request`; each wake-up looks there first. No generator, no
-    :class:`Call`, one :class:`Wait`: a round trip's whole call. Anything in the way (not
+    :class:`Call`, one :class:`Wait` per request. Anything in the way (not
     connected yet, a reconnect, an end not yet judged, a full buffer) hands the rest to
     :meth:`Call.request` or :meth:`Call.answer`, the general way: the outcomes and errors
     are theirs, the same either way.
@@ -349,7 +349,7 @@ class Asking(Running[M]):
         if type(timeout) is not float or not 0.0 <= timeout <= MAX_SECONDS:
             timeout = check_seconds("timeout", timeout)
         route = given.get("reply_subscription", "auto")
-        if route != "auto" and (type(route) is not str or route not in REPLY_SUBSCRIPTIONS):
+        if type(route) is not str or route not in REPLY_SUBSCRIPTIONS:
             check_choice("reply_subscription", route, REPLY_SUBSCRIPTIONS)  # raises
         headers = given.get("headers")
         if headers is not None and type(headers) is not dict:
