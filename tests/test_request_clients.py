@@ -337,14 +337,16 @@ def test_a_request_is_logged_from_the_moment_debug_is_on(
     flavour: str, broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each request's SEND is logged at DEBUG (as every frame sent is) as soon as DEBUG is
-    switched on, and no longer once it is off: not as of the last bytes received."""
+    switched on, and no longer once it is off: not as of the last bytes received. (The
+    logger's level is set and reset here, not with caplog.set_level, which would put
+    back the INFO it found at the test's end.)"""
     service = queue()
     stompy_log = logging.getLogger("stompy")
     stompy_log.setLevel(logging.INFO)
 
     def asks(request: Callable[[str], object]) -> None:
         request("quiet before")
-        caplog.set_level(logging.DEBUG, logger="stompy")
+        stompy_log.setLevel(logging.DEBUG)
         request("loud while on")
         stompy_log.setLevel(logging.INFO)
         request("quiet after")
@@ -360,7 +362,7 @@ def test_a_request_is_logged_from_the_moment_debug_is_on(
                     async with stompy.AsyncConnection(broker.url, heartbeats=(0, 0)) as conn:
                         for text in ("quiet before", "loud while on", "quiet after"):
                             if text == "loud while on":
-                                caplog.set_level(logging.DEBUG, logger="stompy")
+                                stompy_log.setLevel(logging.DEBUG)
                             await conn.request(service, text, timeout=LIMIT)
                             if text == "loud while on":
                                 stompy_log.setLevel(logging.INFO)
