@@ -140,12 +140,15 @@ def test_a_send_without_receipt_is_logged_from_the_moment_debug_is_on(
     """A publisher that sends without receipts hears nothing from the broker (no heart-
     beats here): its sends are logged as soon as DEBUG is switched on, and no longer once
     it is off, not from whenever bytes next arrive."""
+    # The level is set on the logger itself and put back as it was: caplog.set_level
+    # would restore the INFO set here after the test, for every later test to find.
     stompy_log = logging.getLogger("stompy")
+    level = stompy_log.level
     stompy_log.setLevel(logging.INFO)
 
     async def sends(conn: stompy.AsyncConnection) -> None:
         await conn.send("/queue/log-nr", "quiet before")
-        caplog.set_level(logging.DEBUG, logger="stompy")
+        stompy_log.setLevel(logging.DEBUG)
         await conn.send("/queue/log-nr", "loud while on")
         stompy_log.setLevel(logging.INFO)
         await conn.send("/queue/log-nr", "quiet after")
@@ -156,7 +159,7 @@ def test_a_send_without_receipt_is_logged_from_the_moment_debug_is_on(
             if flavour == "blocking":
                 with stompy.Connection(broker.url, heartbeats=(0, 0)) as conn:
                     conn.send("/queue/log-nr", "quiet before")
-                    caplog.set_level(logging.DEBUG, logger="stompy")
+                    stompy_log.setLevel(logging.DEBUG)
                     conn.send("/queue/log-nr", "loud while on")
                     stompy_log.setLevel(logging.INFO)
                     conn.send("/queue/log-nr", "quiet after")
@@ -169,7 +172,7 @@ def test_a_send_without_receipt_is_logged_from_the_moment_debug_is_on(
 
                 anyio.run(main, backend=flavour)
     finally:
-        stompy_log.setLevel(logging.NOTSET)
+        stompy_log.setLevel(level)
     text = _debug_text(caplog)
     assert "loud while on" in text
     assert "quiet before" not in text
