@@ -426,8 +426,15 @@ class TaskIO(Generic[M]):
             return True
         if sent:
             del out[:sent]
-            self.engine.wrote(self.clock())
-        if out:
+            if out:
+                self.engine.wrote(self.clock())
+                self.kick()
+            else:
+                # All of it went: the write deadline ends, with no time to count from
+                # (engine.wrote() keeps none), so the clock (on trio a Python call) is
+                # not read.
+                self.engine.wrote(0.0)
+        elif out:
             self.kick()
         return True
 
@@ -661,7 +668,7 @@ class TaskIO(Generic[M]):
         the reader task must judge (the end of the stream, a failure, a full inbox, the
         broker's goodbye) is handed to it."""
         engine = self.engine
-        sock = turn.sock
+        fd = turn.fd
         wait_readable = turn.wait_readable
         turn.lent = turn.reading = True
         failure: StompError | None = None
@@ -674,7 +681,7 @@ class TaskIO(Generic[M]):
                     break
                 turn.waiting = True
                 try:
-                    await wait_readable(sock)
+                    await wait_readable(fd)  # (turn.end was looked at just now)
                 except turn.closed_error:
                     if turn.interrupted and turn.end is None:
                         continue  # interrupted: woken, or the stream closes

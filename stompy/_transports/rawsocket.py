@@ -292,9 +292,14 @@ class SocketTurn:
         import trio.lowlevel
 
         #: The socket that reads wait on: a duplicate, so that :meth:`interrupt` wakes no
-        #: write (:meth:`read`'s parts: ``await turn.wait_readable(turn.sock)`` with
+        #: write (:meth:`read`'s parts: ``await turn.wait_readable(turn.fd)`` with
         #: :attr:`waiting` set, then :meth:`read_now`).
         self.sock = sock.dup()
+        #: Its descriptor, what the waits are given (trio asks an object for its
+        #: ``fileno()`` at each wait). Waited on only after :attr:`end` was looked at,
+        #: with no await between: :meth:`close` sets it before the socket closes, so no
+        #: wait is for a closed (or reused) descriptor.
+        self.fd = self.sock.fileno()
         #: trio's wait for a readable socket; it raises :attr:`closed_error` when the
         #: wait was interrupted or the socket closed.
         self.wait_readable = trio.lowlevel.wait_readable
@@ -382,13 +387,13 @@ class SocketTurn:
         at the end of the stream, the read's ``OSError``), which it keeps.
         (:meth:`stompy._transports.asynchronous.TaskIO.read_in_turn` has it written
         out, one coroutine level less for each wait of a call.)"""
-        sock = self.sock
+        fd = self.fd
         while True:
             if self.end is not None:
                 raise self.end
             self.waiting = True
             try:
-                await self.wait_readable(sock)
+                await self.wait_readable(fd)
             except self.closed_error:
                 if self.interrupted and self.end is None:
                     return None
@@ -420,6 +425,7 @@ class SocketTurn:
         """The reader task's wait: off the socket while it is lent, then the next bytes
         (:meth:`read`); ``None`` when :meth:`poke` woke it. Raises what :meth:`read`
         raises."""
+        task: Any = None  # this task, asked for once: it parks once per answer, mostly here
         while True:
             if self._poked:
                 self._poked = False
@@ -429,7 +435,9 @@ class SocketTurn:
                 if data is not None:
                     return data
                 continue  # interrupted (a close on the way): look again
-            self._parked = self._current_task()
+            if task is None:
+                task = self._current_task()
+            self._parked = task
             try:
                 await self._park(self._unpark)
             finally:
