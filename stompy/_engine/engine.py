@@ -746,6 +746,11 @@ class Engine(Generic[M]):
         """The transport wrote (or handed its stream) some of :attr:`outgoing` at ``now``."""
         self._write_since = now if self.outgoing else None
 
+    def wrote_all(self) -> None:
+        """The transport wrote all of :attr:`outgoing`: no write deadline runs (what
+        :meth:`wrote` does then, without the time, which costs a clock read to know)."""
+        self._write_since = None
+
     def write_deadline(self, now: float) -> float | None:
         """When the broker counts as no longer reading, if nothing is written by then:
         ``receipt_timeout`` after the last progress while bytes wait to be written (or

@@ -430,10 +430,9 @@ class TaskIO(Generic[M]):
                 self.engine.wrote(self.clock())
                 self.kick()
             else:
-                # All of it went: the write deadline ends, with no time to count from
-                # (engine.wrote() keeps none), so the clock (on trio a Python call) is
-                # not read.
-                self.engine.wrote(0.0)
+                # All of it went: the write deadline ends, with no time to count from,
+                # so the clock (on trio a Python call) is not read.
+                self.engine.wrote_all()
         elif out:
             self.kick()
         return True
